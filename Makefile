@@ -1,0 +1,36 @@
+# ted: the two commands are `make train` and `make test`.
+BUILD ?= build
+JOBS ?= 2
+LOG ?= runs/moby/log.jsonl
+
+.PHONY: all ted setup test train plot bench clean
+all: ted
+
+$(BUILD)/Makefile: CMakeLists.txt tests/tests.cmake
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+ted: $(BUILD)/Makefile
+	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS)
+
+setup:
+	@bash scripts/setup.sh
+
+# the test suite: installs what is missing, builds, runs every CTest test
+test: setup
+	@$(MAKE) --no-print-directory ted
+	cd $(BUILD) && ctest --output-on-failure -j1
+
+# the default run: the configs/moby.json model on Moby-Dick, then samples
+train: setup
+	@$(MAKE) --no-print-directory ted
+	bash scripts/train_moby.sh
+
+plot:
+	@bash scripts/plot.sh $(LOG)
+
+bench: setup
+	@$(MAKE) --no-print-directory ted
+	./$(BUILD)/ted bench
+
+clean:
+	rm -rf $(BUILD)

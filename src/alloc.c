@@ -1,0 +1,67 @@
+// alloc.c — counted allocation (see alloc.h). A 64-byte header in front of each block
+// holds its size and category.
+#include "alloc.h"
+#include "util.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { size_t bytes; int cat; char pad[64 - sizeof(size_t) - sizeof(int)]; } Header;
+static MemStats S;
+static MemPhase phase = PHASE_NONE;
+
+static void account(long long delta, int cat) {
+    S.current[cat] += (size_t)delta;   // wraps correctly for negative deltas
+    S.total += (size_t)delta;
+    if (S.total > S.peak) S.peak = S.total;
+    if (S.total > S.phase_peak[phase]) S.phase_peak[phase] = S.total;
+    if (phase == PHASE_OPTIMIZER && S.current[MEM_TEMP] > S.optimizer_temp_peak)
+        S.optimizer_temp_peak = S.current[MEM_TEMP];
+}
+
+void *ted_alloc(size_t bytes, MemCategory cat) {
+    Header *h = NULL;
+    if (posix_memalign((void **)&h, 64, sizeof(Header) + (bytes ? bytes : 1)) != 0 || !h)
+        ted_fatal(1, "out of memory allocating %zu bytes (%s)", bytes, mem_category_name(cat));
+    memset(h, 0, sizeof(Header) + bytes);
+    h->bytes = bytes;
+    h->cat = (int)cat;
+    #pragma omp critical(ted_alloc)
+    account((long long)bytes, cat);
+    return h + 1;
+}
+
+void ted_free(void *p) {
+    if (!p) return;
+    Header *h = (Header *)p - 1;
+    #pragma omp critical(ted_alloc)
+    account(-(long long)h->bytes, h->cat);
+    free(h);
+}
+
+void *ted_realloc(void *p, size_t bytes, MemCategory cat) {
+    if (!p) return ted_alloc(bytes, cat);
+    Header *h = (Header *)p - 1;
+    void *q = ted_alloc(bytes, (MemCategory)h->cat);
+    memcpy(q, p, h->bytes < bytes ? h->bytes : bytes);
+    ted_free(p);
+    return q;
+}
+
+char *ted_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = ted_alloc(n, MEM_TEMP);
+    memcpy(d, s, n);
+    return d;
+}
+
+void mem_set_phase(MemPhase p) { phase = p; S.phase_peak[p] = S.total; }
+const MemStats *mem_stats(void) { return &S; }
+void mem_reset_peaks(void) {
+    S.peak = S.total;
+    for (int i = 0; i < PHASE_N; i++) S.phase_peak[i] = 0;
+    S.optimizer_temp_peak = 0;
+}
+const char *mem_category_name(MemCategory c) {
+    static const char *n[] = {"params", "grads", "optimizer", "activations", "comm", "temp"};
+    return c < MEM_NCAT ? n[c] : "?";
+}

@@ -1,0 +1,20 @@
+// util.h — error handling used everywhere. User errors (bad input, bad options) print one
+// line and exit 2; internal failures (out of memory, an I/O error mid-write) exit 1.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+
+#define TED_EXIT_USAGE 2
+
+// Prints "ted: <message>" as one line on stderr and ends the process (all ranks, under MPI).
+void ted_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+// Prints "ted: <message>" as one line on stderr (rank 0 only under MPI, unless every rank calls it).
+void ted_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define CHECK(cond, ...) do { if (!(cond)) ted_fatal(1, __VA_ARGS__); } while (0)
+
+double now_ms(void);
+// Reads a whole file (malloc'd through the counted allocator, category "temp", NUL appended).
+// Returns NULL (errno set) when it cannot be read.
+char *read_file(const char *path, size_t *len);

@@ -1,0 +1,19 @@
+# Every tests/test_*.c is a C test program; every tests/test_*.sh a script test that gets
+# TED (the binary), TED_ROOT (the source tree), PYTHON (Debian's python3 with torch) and
+# TED_TMP (a scratch directory) in its environment. Script tests that need MPI are
+# named test_mpi_*.sh and run under mpiexec from inside the script.
+file(GLOB TED_C_TESTS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
+foreach(src ${TED_C_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} tedcore)
+  add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 900)
+endforeach()
+file(GLOB TED_SH_TESTS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
+foreach(src ${TED_SH_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_test(NAME ${name} COMMAND bash ${src} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 900 ENVIRONMENT
+    "TED=$<TARGET_FILE:ted>;TED_ROOT=${CMAKE_SOURCE_DIR};PYTHON=/usr/bin/python3;TED_TMP=${CMAKE_BINARY_DIR}/testtmp/${name};OMP_NUM_THREADS=2")
+endforeach()
