@@ -29,7 +29,9 @@ typedef struct {
     int micro_batch;      // "train_micro_batch_size_per_gpu"
     int grad_accum;       // "gradient_accumulation_steps"
     int steps;            // "train_steps" / --steps
-    float lr, min_lr;     // optimizer.params.lr, scheduler.params.min_lr
+    float lr, min_lr;     // optimizer.params.lr, scheduler.params.min_lr (resolved: lr/10
+                          // unless given, kept up to date as lr changes)
+    int min_lr_set;       // min_lr was given in the JSON or by --min-lr
     int warmup;           // scheduler.params.warmup_num_steps
     float beta1, beta2, eps, weight_decay; // optimizer.params
     float clip;           // "gradient_clipping" (<= 0: off)
@@ -38,6 +40,9 @@ typedef struct {
     int zero_stage;       // zero_optimization.stage (1)
     int bf16, fp16;       // later issues; refused when set for now
     int activation_checkpointing;
+    int dtd;              // duplicate token dropping (SPEC §5); "dtd" / --dtd
+    int cac;              // communication-aware checkpointing (SPEC §5); "cac" / --cac
+    long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
     // parallel layout (SPEC §4)
     int tp, ep;
     // I/O

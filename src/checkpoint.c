@@ -1,0 +1,224 @@
+// checkpoint.c — save and load (see checkpoint.h). Tensors are stored full: this rank's
+// slices are placed through param_full_index, so the files do not depend on the layout.
+#include "checkpoint.h"
+#include "alloc.h"
+#include "safetensors.h"
+#include "util.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { ted_error("%s: cannot write: %s", path, strerror(errno)); return -1; }
+    size_t n = strlen(text);
+    int bad = fwrite(text, 1, n, f) != n;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) { ted_error("%s: write failed: %s", path, strerror(errno)); return -1; }
+    return 0;
+}
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[2048];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+// The full tensor of a parameter from this rank's values (src: local elements).
+static float *full_tensor(const Registry *r, const Param *p, const float *src) {
+    long n = p->shape[0] * p->shape[1];
+    float *full = ted_alloc(sizeof(float) * n, MEM_TEMP);
+    for (long i = 0; i < p->numel; i++) full[param_full_index(r, p, i)] = src[i];
+    return full;
+}
+
+int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerState *st) {
+    const Registry *r = &M->reg;
+    CHECK(M->topo->world == 1, "saving from several ranks is not supported yet");
+    char dir[1200], tmp[1200], old[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
+    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp", root, st->step);
+    snprintf(old, sizeof old, "%s/.step_%08ld.old", root, st->step);
+    if (mkdir(root, 0777) && errno != EEXIST) { ted_error("%s: cannot create: %s", root, strerror(errno)); return -1; }
+    rm_tree(tmp);
+    if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); return -1; }
+    int n = r->n, rc = 0;
+    StTensor *t = ted_alloc(sizeof(StTensor) * 2 * n, MEM_TEMP);
+    for (int i = 0; i < n; i++) {
+        const Param *p = &r->p[i];
+        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
+        t[i].ndim = p->ndim; t[i].shape[0] = p->shape[0]; t[i].shape[1] = p->shape[1];
+        t[i].data = full_tensor(r, p, p->w);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    rc |= st_write(path, t, n);
+    for (int i = 0; i < n; i++) ted_free((void *)t[i].data);
+    // Adam state: this rank's shards are the whole local tensors on one process
+    for (int i = 0; i < n; i++) {
+        const Param *p = &r->p[i];
+        const Shard *s = &z->sh[i];
+        for (int j = 0; j < 2; j++) {
+            StTensor *x = &t[2 * i + j];
+            snprintf(x->name, sizeof x->name, "%s.%s", p->name, j ? "exp_avg_sq" : "exp_avg");
+            x->ndim = p->ndim; x->shape[0] = p->shape[0]; x->shape[1] = p->shape[1];
+            x->data = full_tensor(r, p, (j ? z->v : z->m) + s->base);
+        }
+    }
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if (!rc) rc |= st_write(path, t, 2 * n);
+    for (int i = 0; i < 2 * n; i++) ted_free((void *)t[i].data);
+    ted_free(t);
+    char *cfg = config_model_json(&M->cfg);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (!rc) rc |= write_text(path, cfg);
+    ted_free(cfg);
+    char state[512];
+    snprintf(state, sizeof state,
+             "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": %llu, \"data_order\": \"%s\"}\n", st->step,
+             st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
+    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+    if (!rc) rc |= write_text(path, state);
+    if (rc) { rm_tree(tmp); return -1; }
+    // swap in: an existing checkpoint of the same step is replaced only after the new one is whole
+    rm_tree(old);
+    int had = rename(dir, old) == 0;
+    if (rename(tmp, dir)) {
+        ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
+        if (had) rename(old, dir);
+        return -1;
+    }
+    if (had) rm_tree(old);
+    return 0;
+}
+
+int ckpt_resolve(const char *path, char *dir, size_t len) {
+    char p[1300];
+    struct stat sb;
+    if (stat(path, &sb) || !S_ISDIR(sb.st_mode)) { ted_error("%s: no such checkpoint directory", path); return -1; }
+    snprintf(p, sizeof p, "%s/model.safetensors", path);
+    if (!stat(p, &sb)) { snprintf(dir, len, "%s", path); return 0; }
+    DIR *d = opendir(path);
+    long best = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long s;
+        char tail;
+        if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1 && s > best) best = s;
+    }
+    if (d) closedir(d);
+    if (best < 0) { ted_error("%s: holds no checkpoint (no model.safetensors, no step_* directory)", path); return -1; }
+    snprintf(dir, len, "%s/step_%08ld", path, best);
+    return 0;
+}
+
+int ckpt_read_config(const char *dir, Config *cfg) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return config_load_model_json(cfg, p);
+}
+
+static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {
+    const ModelConfig *m = &a->model;
+#define SAME(k) if (m->k != b->k) { ted_error("%s: checkpoint is of another model shape (" #k " %g, this run %g)", \
+                                              dir, (double)m->k, (double)b->k); return 0; }
+    SAME(vocab_size) SAME(n_positions) SAME(n_embd) SAME(n_layer) SAME(n_head) SAME(num_experts) SAME(moe_every)
+#undef SAME
+    if (cfg_ffn(m) != cfg_ffn(b)) {
+        ted_error("%s: checkpoint is of another model shape (n_inner %d, this run %d)", dir, cfg_ffn(m), cfg_ffn(b));
+        return 0;
+    }
+    return 1;
+}
+
+// Copies this rank's elements of each parameter from the full tensors of file f
+// (name + suffix) into dst(param) — weights or Adam shards.
+static int load_tensors(StFile *f, const char *file, const Model *M, const char *suffix,
+                        float *(*dst)(const Model *, const void *, int, long *, long *), const void *ctx) {
+    const Registry *r = &M->reg;
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        char name[200];
+        snprintf(name, sizeof name, "%s%s", p->name, suffix);
+        int nd;
+        int64_t sh[4];
+        const float *src = st_get(f, name, &nd, sh);
+        if (!src) { ted_error("%s: tensor %s is missing", file, name); return -1; }
+        long n0 = sh[0], n1 = nd > 1 ? sh[1] : 1;
+        if (nd != p->ndim || n0 != p->shape[0] || n1 != p->shape[1]) {
+            ted_error("%s: tensor %s has shape [%ld, %ld], the model needs [%ld, %ld]", file, name, n0, n1,
+                      p->shape[0], p->shape[1]);
+            return -1;
+        }
+        long lo, hi;
+        float *out = dst(M, ctx, i, &lo, &hi);
+        for (long j = lo; j < hi; j++) out[j - lo] = src[param_full_index(r, p, j)];
+    }
+    return 0;
+}
+
+static float *weights_of(const Model *M, const void *ctx, int i, long *lo, long *hi) {
+    *lo = 0; *hi = M->reg.p[i].numel;
+    return M->reg.p[i].w;
+}
+static float *adam_of(const Model *M, const void *ctx, int i, long *lo, long *hi) {
+    const Zero *z = ((const void **)ctx)[0];
+    const float *buf = ((const void **)ctx)[1];
+    *lo = z->sh[i].off; *hi = z->sh[i].off + z->sh[i].len;
+    return (float *)buf + z->sh[i].base;
+}
+
+int ckpt_load_weights(const char *dir, Model *M) {
+    Config c = M->cfg;
+    if (ckpt_read_config(dir, &c)) return -1;
+    if (!same_shape(dir, &c, &M->m)) return -1;
+    char p[1300];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    StFile *f = st_open(p);
+    if (!f) return -1;
+    int rc = load_tensors(f, p, M, "", weights_of, NULL);
+    st_close(f);
+    return rc;
+}
+
+int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    StFile *f = st_open(p);
+    if (!f) return -1;
+    const void *m_ctx[2] = {z, z->m}, *v_ctx[2] = {z, z->v};
+    int rc = load_tensors(f, p, M, ".exp_avg", adam_of, m_ctx);
+    if (!rc) rc = load_tensors(f, p, M, ".exp_avg_sq", adam_of, v_ctx);
+    st_close(f);
+    if (rc) return -1;
+    for (int i = 0; i < M->reg.n; i++)   // master weights = the loaded fp32 weights
+        memcpy(z->master + z->sh[i].base, M->reg.p[i].w + z->sh[i].off, sizeof(float) * z->sh[i].len);
+    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    size_t len;
+    char *text = read_file(p, &len);
+    if (!text) { ted_error("%s: cannot read: %s", p, strerror(errno)); return -1; }
+    cJSON *j = cJSON_Parse(text);
+    ted_free(text);
+    cJSON *s = cJSON_GetObjectItem(j, "step"), *t = cJSON_GetObjectItem(j, "adam_t");
+    if (!j || !cJSON_IsNumber(s) || !cJSON_IsNumber(t)) {
+        ted_error("%s: malformed trainer state (needs numbers \"step\" and \"adam_t\")", p);
+        cJSON_Delete(j);
+        return -1;
+    }
+    st->step = (long)s->valuedouble;
+    st->adam_t = (long)t->valuedouble;
+    z->t = st->adam_t;
+    cJSON_Delete(j);
+    return 0;
+}

@@ -1,0 +1,49 @@
+// comm.h — the communicator: every collective of ted goes through here, on a Group
+// (TP, DP, EP, expert-DP, PP or world; SPEC §4). A group of size 1 (one process) copies
+// locally and sends nothing. Each call is counted (calls, bytes of the send buffer, ms)
+// per collective and per group, for the `comm` metrics.
+#pragma once
+#include <mpi.h>
+#include <stddef.h>
+
+typedef enum { GROUP_TP, GROUP_DP, GROUP_EP, GROUP_EDP, GROUP_PP, GROUP_WORLD, GROUP_N } GroupKind;
+typedef enum { COLL_ALLREDUCE, COLL_ALLTOALL, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST,
+               COLL_N } CollKind;
+typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BYTE } DType;
+
+typedef struct {
+    GroupKind kind;
+    int size, rank;
+    MPI_Comm comm;    // MPI_COMM_NULL when size == 1 without MPI
+} Group;
+
+typedef struct { long long calls, bytes; double ms; } CommCount;
+typedef struct { CommCount c[COLL_N][GROUP_N]; } CommStats;
+
+// Starts MPI when launched by mpirun/srun (world size > 1 is possible); otherwise the
+// process is a world of one and MPI is never initialised.
+void comm_init(int *argc, char ***argv);
+void comm_finalize(void);
+int comm_world_size(void);
+int comm_world_rank(void);
+int comm_mpi_active(void);
+// Splits the world by color/key into a group of the given kind (MPI_Comm_split).
+Group comm_group(GroupKind kind, int color, int key);
+
+// Sum-reductions are in place; counts are elements of dtype.
+void comm_allreduce(Group *g, void *buf, long n, DType t);
+void comm_allgather(Group *g, const void *send, void *recv, long n_per_rank, DType t);
+void comm_reduce_scatter(Group *g, const void *send, void *recv, long n_per_rank, DType t);
+void comm_alltoall(Group *g, const void *send, void *recv, long n_per_rank, DType t);
+// Variable sizes, in elements; displacements in elements.
+void comm_alltoallv(Group *g, const void *send, const long *scounts, const long *sdispls,
+                    void *recv, const long *rcounts, const long *rdispls, DType t);
+void comm_broadcast(Group *g, void *buf, long n, DType t, int root);
+void comm_barrier(Group *g);
+// Agreement: returns the largest value over the group (used to stop together on errors).
+int comm_max_int(Group *g, int v);
+
+const CommStats *comm_stats(void);
+void comm_stats_reset(void);
+const char *comm_coll_name(CollKind c);
+const char *comm_group_name(GroupKind g);

@@ -1,0 +1,35 @@
+// experts.c — one GEMM per local expert over its block of rows (see experts.h).
+#include "experts.h"
+#include "ops.h"
+#include <stddef.h>
+
+void experts_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
+                     int proj_bias) {
+    int d = x->d, f = x->f;
+    for (int e = 0; e < x->El; e++) {
+        long r0 = off[e], n = off[e + 1] - off[e];
+        matmul_forward(h + r0 * f, xin + r0 * d, x->wfc + (long)e * d * f, x->bfc + (long)e * f, n, d, f, 0);
+    }
+    gelu_forward(hg, h, off[x->El] * f);
+    for (int e = 0; e < x->El; e++) {
+        long r0 = off[e], n = off[e + 1] - off[e];
+        matmul_forward(y + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d,
+                       proj_bias ? x->bproj + (long)e * d : NULL, n, f, d, 0);
+    }
+}
+
+void experts_backward(const Experts *x, float *dxin, float *dhg, const float *dy, const float *xin,
+                      const float *h, const float *hg, const long *off, int proj_bias) {
+    int d = x->d, f = x->f;
+    for (int e = 0; e < x->El; e++) {
+        long r0 = off[e], n = off[e + 1] - off[e];
+        matmul_backward(dhg + r0 * f, x->gwproj + (long)e * f * d, proj_bias ? x->gbproj + (long)e * d : NULL,
+                        dy + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d, n, f, d, 0);
+    }
+    gelu_backward(dhg, h, dhg, off[x->El] * f);
+    for (int e = 0; e < x->El; e++) {
+        long r0 = off[e], n = off[e + 1] - off[e];
+        matmul_backward(dxin + r0 * d, x->gwfc + (long)e * d * f, x->gbfc + (long)e * f, dhg + r0 * f,
+                        xin + r0 * d, x->wfc + (long)e * d * f, n, d, f, 0);
+    }
+}

@@ -1,0 +1,37 @@
+// main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench.
+#include "comm.h"
+#include "tokenizer.h"
+#include "train.h"
+#include "util.h"
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ted <command> [options]   (ted <command> --help for its options)\n"
+            "  train      train an MoE GPT (one process, or under mpirun with --tp/--ep)\n"
+            "  eval       mean loss of a checkpoint over the first N windows of a file\n"
+            "  generate   sample text from a checkpoint\n"
+            "  tokenize   text -> GPT-2 BPE token shards (llm.c format)\n"
+            "  bench      time training steps of the benchmark model\n");
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        comm_finalize();
+        return argc < 2 ? TED_EXIT_USAGE : 0;
+    }
+    const char *cmd = argv[1];
+    int rc;
+    if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "eval")) rc = cmd_eval(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "generate")) rc = cmd_generate(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "tokenize")) rc = tok_main(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc - 1, argv + 1);
+    else { ted_error("unknown command \"%s\"", cmd); usage(stderr); rc = TED_EXIT_USAGE; }
+    if (rc) ted_fatal(rc, "%s failed", cmd);   // ends every rank under MPI
+    comm_finalize();
+    return 0;
+}

@@ -1,0 +1,93 @@
+// metrics.c — JSONL lines (see metrics.h), written with cJSON.
+#include "metrics.h"
+#include "alloc.h"
+#include "comm.h"
+#include "util.h"
+#include <cblas.h>
+#include <cjson/cJSON.h>
+
+static cJSON *comm_json(void) {
+    const CommStats *s = comm_stats();
+    cJSON *o = cJSON_CreateObject();
+    for (int c = 0; c < COLL_N; c++) {
+        CommCount sum = {0, 0, 0};
+        for (int g = 0; g < GROUP_N; g++) {
+            sum.calls += s->c[c][g].calls; sum.bytes += s->c[c][g].bytes; sum.ms += s->c[c][g].ms;
+        }
+        for (int g = -1; g < GROUP_N; g++) {
+            const CommCount *k = g < 0 ? &sum : &s->c[c][g];
+            char name[64];
+            if (g < 0) snprintf(name, sizeof name, "%s", comm_coll_name(c));
+            else snprintf(name, sizeof name, "%s.%s", comm_coll_name(c), comm_group_name(g));
+            cJSON *x = cJSON_AddObjectToObject(o, name);
+            cJSON_AddNumberToObject(x, "calls", (double)k->calls);
+            cJSON_AddNumberToObject(x, "bytes", (double)k->bytes);
+            cJSON_AddNumberToObject(x, "ms", k->ms);
+        }
+    }
+    return o;
+}
+
+static cJSON *mem_json(void) {
+    const MemStats *s = mem_stats();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "peak", (double)s->peak);
+    cJSON_AddNumberToObject(o, "peak_forward", (double)s->phase_peak[PHASE_FORWARD]);
+    cJSON_AddNumberToObject(o, "peak_backward", (double)s->phase_peak[PHASE_BACKWARD]);
+    cJSON_AddNumberToObject(o, "peak_optimizer", (double)s->phase_peak[PHASE_OPTIMIZER]);
+    for (int c = 0; c < MEM_NCAT; c++) cJSON_AddNumberToObject(o, mem_category_name(c), (double)s->current[c]);
+    cJSON_AddNumberToObject(o, "optimizer_temp_peak", (double)s->optimizer_temp_peak);
+    return o;
+}
+
+static void emit(FILE *f, cJSON *o) {
+    char *text = cJSON_PrintUnformatted(o);
+    fprintf(f, "%s\n", text);
+    fflush(f);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+void metrics_step(FILE *f, const StepMetrics *m) {
+    if (!f) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    cJSON_AddNumberToObject(o, "loss", m->loss);
+    cJSON_AddNumberToObject(o, "lm_loss", m->lm_loss);
+    cJSON_AddNumberToObject(o, "aux_loss", m->aux_loss);
+    cJSON_AddNumberToObject(o, "lr", m->lr);
+    cJSON_AddNumberToObject(o, "grad_norm", m->grad_norm);
+    cJSON_AddNumberToObject(o, "step_ms", m->step_ms);
+    cJSON_AddNumberToObject(o, "tokens_per_s", m->tokens_per_s);
+    cJSON_AddNumberToObject(o, "mfu", m->mfu);
+    cJSON_AddNumberToObject(o, "dropped_frac", m->dropped_frac);
+    cJSON_AddItemToObject(o, "comm", comm_json());
+    cJSON_AddItemToObject(o, "mem", mem_json());
+    emit(f, o);
+}
+
+void metrics_eval(FILE *f, long step, double val_loss, double lm, double aux, long windows) {
+    if (!f) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "val_loss", val_loss);
+    cJSON_AddNumberToObject(o, "val_lm_loss", lm);
+    cJSON_AddNumberToObject(o, "val_aux_loss", aux);
+    cJSON_AddNumberToObject(o, "val_windows", (double)windows);
+    emit(f, o);
+}
+
+double sgemm_peak_flops(int n, int reps) {
+    float *a = ted_alloc(sizeof(float) * n * n, MEM_TEMP), *b = ted_alloc(sizeof(float) * n * n, MEM_TEMP),
+          *c = ted_alloc(sizeof(float) * n * n, MEM_TEMP);
+    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double t = now_ms() - t0;
+        if (t < best) best = t;
+    }
+    ted_free(a); ted_free(b); ted_free(c);
+    return 2.0 * n * n * (double)n / (best * 1e-3);
+}

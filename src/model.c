@@ -1,0 +1,312 @@
+// model.c — GPT/MoE forward and backward on one rank (see model.h). Tensor-parallel
+// all-reduces sit where SPEC §4 puts them; on one process they act on groups of size 1.
+#include "model.h"
+#include "alloc.h"
+#include "comm.h"
+#include "dispatcher.h"
+#include "experts.h"
+#include "ops.h"
+#include "util.h"
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------
+// parameters
+
+static void add_params(Model *M) {
+    const ModelConfig *m = &M->m;
+    int d = M->d, f = M->f, E = M->E, L = M->L;
+    float std = 0.02f, pstd = 0.02f / sqrtf(2.0f * L);
+    int cap = 4 + L * (10 + 1 + 4 * (E > 1 ? E : 1));
+    Registry *r = &M->reg;
+    reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
+    char n[96];
+    M->wte = reg_add(r, "transformer.wte.weight", 2, M->V, d, -1, 1, TAG_DP, std, 0);
+    M->wpe = reg_add(r, "transformer.wpe.weight", 2, m->n_positions, d, -1, 1, TAG_DP, std, 0);
+    for (int l = 0; l < L; l++) {
+        BlockParams *b = &M->bp[l];
+#define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
+        b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+        b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+        b->qkvw = reg_add(r, NAME("attn.c_attn.weight"), 2, d, 3 * d, 1, 3, TAG_DP, std, 0);
+        b->qkvb = reg_add(r, NAME("attn.c_attn.bias"), 1, 3 * d, 1, 0, 3, TAG_DP, 0, 0);
+        b->projw = reg_add(r, NAME("attn.c_proj.weight"), 2, d, d, 0, 1, TAG_DP, pstd, 0);
+        b->projb = reg_add(r, NAME("attn.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+        b->ln2w = reg_add(r, NAME("ln_2.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+        b->ln2b = reg_add(r, NAME("ln_2.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+        b->moe = cfg_is_moe(m, l);
+        if (!b->moe) {
+            b->fcw = reg_add(r, NAME("mlp.c_fc.weight"), 2, d, f, 1, 1, TAG_DP, std, 0);
+            b->fcb = reg_add(r, NAME("mlp.c_fc.bias"), 1, f, 1, 0, 1, TAG_DP, 0, 0);
+            b->fcprojw = reg_add(r, NAME("mlp.c_proj.weight"), 2, f, d, 0, 1, TAG_DP, pstd, 0);
+            b->fcprojb = reg_add(r, NAME("mlp.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+            continue;
+        }
+        b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
+        // the local experts' tensors, each kind contiguous over the experts (one batched pass)
+        int e0 = M->topo->ep_idx * M->El;
+        for (int e = e0; e < e0 + M->El; e++) {
+            int i = reg_add(r, NAME("mlp.experts.%d.c_fc.weight", e), 2, d, f, 1, 1, TAG_EDP, std, 0);
+            if (e == e0) b->efcw = i;
+        }
+        for (int e = e0; e < e0 + M->El; e++) {
+            int i = reg_add(r, NAME("mlp.experts.%d.c_fc.bias", e), 1, f, 1, 0, 1, TAG_EDP, 0, 0);
+            if (e == e0) b->efcb = i;
+        }
+        for (int e = e0; e < e0 + M->El; e++) {
+            int i = reg_add(r, NAME("mlp.experts.%d.c_proj.weight", e), 2, f, d, 0, 1, TAG_EDP, pstd, 0);
+            if (e == e0) b->eprojw = i;
+        }
+        for (int e = e0; e < e0 + M->El; e++) {
+            int i = reg_add(r, NAME("mlp.experts.%d.c_proj.bias", e), 1, d, 1, -1, 1, TAG_EDP, 0, 0);
+            if (e == e0) b->eprojb = i;
+        }
+#undef NAME
+    }
+    M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    reg_alloc(r);
+    reg_init_weights(r, M->cfg.seed);
+}
+
+#define W(i) (M->reg.p[i].w)
+#define G(i) (M->reg.p[i].g)
+
+static Experts experts_of(Model *M, const BlockParams *b) {
+    return (Experts){M->El, M->d, M->fl, W(b->efcw), W(b->efcb), W(b->eprojw), W(b->eprojb),
+                     G(b->efcw), G(b->efcb), G(b->eprojw), G(b->eprojb)};
+}
+
+// ---------------------------------------------------------------------------------------
+// activations: one buffer, laid out twice (a sizing pass with base NULL, then for real)
+
+typedef struct { char *base; size_t off; } Bump;
+static void *take(Bump *b, size_t bytes) {
+    void *p = b->base ? b->base + b->off : NULL;
+    b->off += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+#define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
+
+static void layout_acts(Model *M, Bump *a) {
+    long N = (long)M->Bmax * M->T, R = N * M->k;
+    int d = M->d, G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
+    for (int l = 0; l <= M->L; l++) M->resid[l] = TAKE(a, float, N * d);
+    for (int l = 0; l < M->L; l++) {
+        BlockActs *x = &M->ba[l];
+        memset(x, 0, sizeof *x);
+        x->ln1 = TAKE(a, float, N * d); x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
+        x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+        x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
+        x->atty = TAKE(a, float, N * M->Hl * M->hd);
+        x->mid = TAKE(a, float, N * d);
+        x->ln2 = TAKE(a, float, N * d); x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+        if (!M->bp[l].moe) {
+            x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl);
+            continue;
+        }
+        x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
+        x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
+        x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
+        x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
+        x->exp_off = TAKE(a, long, E + 1);
+        x->xin = TAKE(a, float, R * d); x->y = TAKE(a, float, R * d);
+        x->h = TAKE(a, float, R * M->fl); x->hg = TAKE(a, float, R * M->fl);
+    }
+    M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
+    M->logits = TAKE(a, float, N * M->V); M->losses = TAKE(a, float, N);
+    M->tok = TAKE(a, int, N); M->tgt = TAKE(a, int, N);
+}
+
+static void layout_grads(Model *M, Bump *a) {
+    long N = (long)M->Bmax * M->T, R = N * M->k;
+    long big = N * 3 * M->Hl * M->hd;
+    if (N * M->fl > big) big = N * M->fl;
+    if (M->E > 1 && R * M->fl > big) big = R * M->fl;
+    M->dres = TAKE(a, float, N * M->d); M->dln = TAKE(a, float, N * M->d); M->tmp = TAKE(a, float, N * M->d);
+    M->datty = TAKE(a, float, N * M->Hl * M->hd);
+    M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+    M->dbig = TAKE(a, float, big);
+    if (M->E > 1) {
+        M->dxin = TAKE(a, float, R * M->d); M->dy = TAKE(a, float, R * M->d);
+        M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
+    }
+}
+
+void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    memset(M, 0, sizeof *M);
+    M->cfg = *cfg; M->m = cfg->model; M->topo = topo;
+    const ModelConfig *m = &M->m;
+    M->T = T; M->Bmax = Bmax;
+    M->d = m->n_embd; M->H = m->n_head; M->hd = M->d / M->H; M->Hl = M->H / topo->tp;
+    M->f = cfg_ffn(m); M->fl = M->f / topo->tp;
+    M->V = m->vocab_size; M->L = m->n_layer;
+    M->E = m->num_experts > 1 ? m->num_experts : 1;
+    M->El = M->E / topo->ep;
+    M->k = m->num_experts > 1 ? m->top_k : 1;
+    M->rcfg = (RouterCfg){M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T};
+    M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
+    M->ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
+    M->resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
+    add_params(M);
+    Bump a = {NULL, 0};
+    layout_acts(M, &a);
+    M->act_floats = a.off / sizeof(float);
+    M->act = ted_alloc(a.off, MEM_ACTIVATIONS);
+    a.base = (char *)M->act; a.off = 0;
+    layout_acts(M, &a);
+    Bump g = {NULL, 0};
+    layout_grads(M, &g);
+    M->grad_floats = g.off / sizeof(float);
+    g.base = (char *)(M->grad = ted_alloc(g.off, MEM_ACTIVATIONS)); g.off = 0;
+    layout_grads(M, &g);
+}
+
+void model_free(Model *M) {
+    reg_free(&M->reg);
+    ted_free(M->act); ted_free(M->grad);
+    ted_free(M->bp); ted_free(M->ba); ted_free(M->resid);
+    memset(M, 0, sizeof *M);
+}
+
+void model_zero_grad(Model *M) { memset(M->reg.g, 0, sizeof(float) * M->reg.total); }
+
+// ---------------------------------------------------------------------------------------
+// forward
+
+static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
+
+// out = base + part (+ the TP sum of part): the end of a row-parallel layer
+static void residual_add(float *out, const float *base, float *part, long n, Model *M) {
+    comm_allreduce(tp_group(M), part, n, DT_F32);
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) out[i] = base[i] + part[i];
+}
+
+static void moe_forward(Model *M, int l, long N) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, k = M->k;
+    matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
+    router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, &M->rstats);
+    dispatch_plan(x->row, x->exp_off, x->choice, x->slot, x->kept, N, k, M->E, M->rcfg.group_tokens);
+    dispatch_forward(x->xin, x->ln2, x->row, N, k, d);
+    Experts ex = experts_of(M, b);
+    experts_forward(&ex, x->h, x->hg, x->y, x->xin, x->exp_off, M->topo->tp_idx == 0);
+    comm_allreduce(tp_group(M), x->y, x->exp_off[M->E] * d, DT_F32);           // sum of the f shards
+    float *out = M->resid[l + 1];
+    memcpy(out, x->mid, sizeof(float) * N * d);
+    combine_forward(out, x->y, x->gate, x->row, N, k, d);
+}
+
+double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
+    int d = M->d, Dl = M->Hl * M->hd;
+    long N = (long)B * T;
+    CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
+    M->B = B; M->Tc = T;
+    M->rcfg.group_tokens = M->m.group_size * T;
+    memcpy(M->tok, tokens, sizeof(int) * N);
+    if (targets) memcpy(M->tgt, targets, sizeof(int) * N);
+    int tp0 = M->topo->tp_idx == 0;
+    encoder_forward(M->resid[0], M->tok, W(M->wte), W(M->wpe), B, T, d);
+    for (int l = 0; l < M->L; l++) {
+        BlockParams *b = &M->bp[l];
+        BlockActs *x = &M->ba[l];
+        float *in = M->resid[l];
+        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
+        matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+        attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
+        matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
+        residual_add(x->mid, in, M->tmp, N * d, M);
+        layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
+        if (b->moe) { moe_forward(M, l, N); continue; }
+        matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, d, M->fl, 0);
+        gelu_forward(x->fchg, x->fch, N * M->fl);
+        matmul_forward(M->tmp, x->fchg, W(b->fcprojw), tp0 ? W(b->fcprojb) : NULL, N, M->fl, d, 0);
+        residual_add(M->resid[l + 1], x->mid, M->tmp, N * d, M);
+    }
+    layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->V, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
+                M->logits, M->V);
+    if (!targets) return 0;
+    crossentropy_forward(M->losses, M->logits, M->tgt, N, M->V, M->V);
+    double s = 0;
+    for (long i = 0; i < N; i++) s += M->losses[i];
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// backward
+
+static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, k = M->k;
+    combine_backward(M->dy, M->dgate, M->dres, x->y, x->gate, x->row, N, k, d);
+    Experts ex = experts_of(M, b);
+    experts_backward(&ex, M->dxin, M->dbig, M->dy, x->xin, x->h, x->hg, x->exp_off, 1);
+    memset(M->dln, 0, sizeof(float) * N * d);
+    dispatch_backward(M->dln, M->dxin, x->row, N, k, d);
+    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg, aux_scale,
+                    z_scale);
+    matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
+}
+
+void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
+    int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
+    long N = (long)B * T;
+    float *dlogits = M->logits;
+    crossentropy_backward(dlogits, M->tgt, N, M->V, M->V, lm_scale);
+    // LM head (tied): dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, d, M->V, 1.0f, dlogits, M->V, W(M->wte), d,
+                0.0f, M->dln, d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M->V, d, (int)N, 1.0f, dlogits, M->V, M->lnf, d, 1.0f,
+                G(M->wte), d);
+    memset(M->dres, 0, sizeof(float) * N * d);
+    layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
+                       M->lnf_rstd, N, d);
+    for (int l = M->L - 1; l >= 0; l--) {
+        BlockParams *b = &M->bp[l];
+        BlockActs *x = &M->ba[l];
+        // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
+        if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
+        else {
+            matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
+            gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
+            matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
+            comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+        }
+        layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
+                           N, d);
+        // attention
+        matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+        attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd);
+        matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+        comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+        layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
+                           x->ln1_rstd, N, d);
+    }
+    encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, B, T, d, M->V);
+}
+
+// ---------------------------------------------------------------------------------------
+double model_flops_per_token(const ModelConfig *m, int T) {
+    double d = m->n_embd, f = cfg_ffn(m), active = (double)m->vocab_size * d;   // LM head
+    for (int l = 0; l < m->n_layer; l++) {
+        active += 4 * d * d;
+        active += cfg_is_moe(m, l) ? d * m->num_experts + m->top_k * 2 * d * f : 2 * d * f;
+    }
+    return 6 * active + 12.0 * m->n_layer * T * d;
+}
+
+long model_num_params(const ModelConfig *m) {
+    long d = m->n_embd, f = cfg_ffn(m), n = (long)m->vocab_size * d + (long)m->n_positions * d + 2 * d;
+    for (int l = 0; l < m->n_layer; l++) {
+        n += 4 * d + 3 * d * d + 3 * d + d * d + d;
+        long ffn = d * f + f + f * d + d;
+        n += cfg_is_moe(m, l) ? d * m->num_experts + m->num_experts * ffn : ffn;
+    }
+    return n;
+}

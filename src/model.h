@@ -1,0 +1,66 @@
+// model.h — the GPT/MoE model of SPEC §2 on one rank: parameters (registry), activations
+// (one flat buffer with per-layer views), forward and backward of a micro-batch.
+#pragma once
+#include "config.h"
+#include "params.h"
+#include "router.h"
+#include "topology.h"
+
+typedef struct {
+    int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;   // registry indices
+    int moe;
+    int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
+    int router, efcw, efcb, eprojw, eprojb;                  // MoE: router; first local expert
+} BlockParams;
+
+typedef struct {   // views into the activation buffer; [N,·] rows are tokens
+    float *ln1, *ln1_mean, *ln1_rstd;   // [N,d] [N] [N]
+    float *qkv;                         // [N,3d/tp]
+    float *att;                         // [B,H/tp,T,T]
+    float *atty;                        // [N,d/tp]
+    float *mid;                         // [N,d] residual after attention
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;                  // dense [N,f/tp]
+    float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
+    int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
+    long *exp_off;                      // [E+1]
+    float *xin, *h, *hg, *y;            // expert buffer [R,d] [R,f/tp] [R,f/tp] [R,d]
+} BlockActs;
+
+typedef struct {
+    Config cfg;
+    ModelConfig m;
+    const Topology *topo;
+    int T, Bmax;                // sequence length and micro-batch the buffers are sized for
+    int d, H, Hl, hd, f, fl, V, L, E, El, k;
+    Registry reg;
+    int wte, wpe, lnfw, lnfb;
+    BlockParams *bp;
+    // activations
+    float *act;  size_t act_floats;
+    float **resid;              // [L+1][N,d]
+    BlockActs *ba;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    // backward scratch
+    float *grad; size_t grad_floats;
+    float *dres, *dln, *datty, *dqkv, *dbig, *dxin, *dy, *dgate, *dlogits_r, *tmp;
+    RouterCfg rcfg;
+    RouterStats rstats;         // accumulated over forwards since the last reset
+    int *tok, *tgt;             // the current micro-batch (copied)
+    int B, Tc;                  // its size
+} Model;
+
+// Registers and allocates everything; weights initialised from cfg->seed.
+void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
+void model_free(Model *M);
+// Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). targets may be NULL (then logits stay logits).
+// Returns the sum of the token losses (0 without targets); router stats add into M->rstats.
+double model_forward(Model *M, const int *tokens, const int *targets, int B, int T);
+// Backward of the last forward. lm_scale multiplies each token's loss gradient (1/tokens of
+// the step), aux_scale each group's l_aux (aux_coef/groups of the step), z_scale each
+// token's z term (z_coef/tokens of the step). Gradients accumulate into the registry.
+void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale);
+void model_zero_grad(Model *M);
+// Model FLOPs per token (SPEC §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
+double model_flops_per_token(const ModelConfig *m, int T);
+long model_num_params(const ModelConfig *m);

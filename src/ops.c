@@ -1,0 +1,241 @@
+// ops.c — forward/backward pairs (see ops.h).
+#include "ops.h"
+#include "alloc.h"
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+void encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T, int d) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)B * T; i++) {
+        const float *e = wte + (long)tok[i] * d, *p = wpe + (long)(i % T) * d;
+        float *o = out + i * d;
+        for (int c = 0; c < d; c++) o[c] = e[c] + p[c];
+    }
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B, int T, int d, int V) {
+    // positions: each thread owns whole rows of dwpe, summed over b in order
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++) {
+            const float *g = dout + ((long)b * T + t) * d;
+            float *w = dwpe + (long)t * d;
+            for (int c = 0; c < d; c++) w[c] += g[c];
+        }
+    // tokens: each thread owns a range of vocabulary rows and scans the tokens in order,
+    // so the sum order is fixed whatever the thread count
+    long N = (long)B * T;
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int v0 = (int)((long)V * id / nt), v1 = (int)((long)V * (id + 1) / nt);
+        for (long i = 0; i < N; i++) {
+            int v = tok[i];
+            if (v < v0 || v >= v1) continue;
+            const float *g = dout + i * d;
+            float *w = dwte + (long)v * d;
+            for (int c = 0; c < d; c++) w[c] += g[c];
+        }
+    }
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, long N, int d) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        const float *x = inp + i * d;
+        float m = 0, v = 0;
+        for (int c = 0; c < d; c++) m += x[c];
+        m /= d;
+        for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
+        float s = 1.0f / sqrtf(v / d + 1e-5f);
+        float *o = out + i * d;
+        for (int c = 0; c < d; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m; rstd[i] = s;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, long N, int d) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        const float *g = dout + i * d, *x = inp + i * d;
+        float m = mean[i], s = rstd[i], a = 0, bsum = 0;
+        for (int c = 0; c < d; c++) {
+            float gw = g[c] * w[c];
+            a += gw; bsum += gw * (x[c] - m) * s;
+        }
+        a /= d; bsum /= d;
+        float *dx = dinp + i * d;
+        for (int c = 0; c < d; c++) {
+            float xh = (x[c] - m) * s;
+            dx[c] += (g[c] * w[c] - a - xh * bsum) * s;
+        }
+    }
+    // parameter gradients: threads split the columns, rows summed in order
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = d * id / nt, c1 = d * (id + 1) / nt;
+        for (long i = 0; i < N; i++) {
+            const float *g = dout + i * d, *x = inp + i * d;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) { dw[c] += g[c] * (x[c] - m) * s; db[c] += g[c]; }
+        }
+    }
+}
+
+void matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
+                    int OC, int accumulate) {
+    if (N == 0) return;
+    if (bias) {
+        if (accumulate) {
+            #pragma omp parallel for schedule(static)
+            for (long i = 0; i < N; i++) for (int o = 0; o < OC; o++) out[i * OC + o] += bias[o];
+        } else {
+            #pragma omp parallel for schedule(static)
+            for (long i = 0; i < N; i++) memcpy(out + i * OC, bias, sizeof(float) * OC);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, OC, C, 1.0f, inp, C, w, OC,
+                (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+}
+
+void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                     const float *w, long N, int C, int OC, int accumulate) {
+    if (N == 0) {
+        if (dinp && !accumulate) return;
+        return;
+    }
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, C, OC, 1.0f, dout, OC, w, OC,
+                    accumulate ? 1.0f : 0.0f, dinp, C);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+    if (dbias) {
+        #pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            int o0 = OC * id / nt, o1 = OC * (id + 1) / nt;
+            for (long i = 0; i < N; i++) {
+                const float *g = dout + i * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += g[o];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// attention: per (batch, head) two small sgemms, run single-threaded inside the parallel loop
+
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    int D = H * hd, ld = 3 * D;
+    float scale = 1.0f / sqrtf((float)hd);
+    #pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+        float *a = att + (long)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {
+            float *row = a + (long)t * T, mx = -INFINITY, s = 0;
+            for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+            for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); s += row[u]; }
+            float inv = 1.0f / s;
+            for (int u = 0; u <= t; u++) row[u] *= inv;
+            for (int u = t + 1; u < T; u++) row[u] = 0;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, v, ld, 0.0f,
+                    out + (long)b * T * D + h * hd, D);
+    }
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
+                        int H, int hd) {
+    int D = H * hd, ld = 3 * D;
+    float scale = 1.0f / sqrtf((float)hd);
+    int nt = omp_get_max_threads();
+    float *scratch = ted_alloc(sizeof(float) * T * T * nt, MEM_TEMP);
+    #pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+        const float *a = att + (long)bh * T * T, *dO = dout + (long)b * T * D + h * hd;
+        float *dq = dqkv + (long)b * T * ld + h * hd, *dk = dq + D, *dv = dq + 2 * D;
+        float *dA = scratch + (long)omp_get_thread_num() * T * T;
+        // dV = Aᵀ·dO ; dA = dO·Vᵀ
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, dO, D, 0.0f, dv, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, D, v, ld, 0.0f, dA, T);
+        // softmax backward: dS = A ⊙ (dA − Σ A⊙dA), times the 1/√hd of the scores
+        for (int t = 0; t < T; t++) {
+            const float *ar = a + (long)t * T;
+            float *g = dA + (long)t * T, s = 0;
+            for (int u = 0; u <= t; u++) s += ar[u] * g[u];
+            for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
+            for (int u = t + 1; u < T; u++) g[u] = 0;
+        }
+        // dQ = dS·K ; dK = dSᵀ·Q
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, k, ld, 0.0f, dq, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, q, ld, 0.0f, dk, ld);
+    }
+    ted_free(scratch);
+}
+
+// ---------------------------------------------------------------------------------------
+#define GELU_K 0.7978845608028654f   // sqrt(2/pi)
+
+void gelu_forward(float *out, const float *inp, long n) {
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+void softmax_rows(float *x, long N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = x + i * C, mx = -INFINITY, s = 0;
+        for (int c = 0; c < C; c++) mx = r[c] > mx ? r[c] : mx;
+        for (int c = 0; c < C; c++) { r[c] = expf(r[c] - mx); s += r[c]; }
+        float inv = 1.0f / s;
+        for (int c = 0; c < C; c++) r[c] *= inv;
+    }
+}
+
+void crossentropy_forward(float *losses, float *probs, const int *targets, long N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = probs + i * Vp, mx = -INFINITY, lt = r[targets[i]];
+        double s = 0;
+        for (int c = 0; c < V; c++) mx = r[c] > mx ? r[c] : mx;
+        for (int c = 0; c < V; c++) { r[c] = expf(r[c] - mx); s += r[c]; }
+        float inv = (float)(1.0 / s);
+        for (int c = 0; c < V; c++) r[c] *= inv;
+        for (int c = V; c < Vp; c++) r[c] = 0;           // padded columns never win
+        losses[i] = (float)(log(s) + (double)mx - (double)lt);   // logsumexp − target logit
+    }
+}
+
+void crossentropy_backward(float *probs, const int *targets, long N, int V, int Vp, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = probs + i * Vp;
+        for (int c = 0; c < V; c++) r[c] *= scale;
+        r[targets[i]] -= scale;
+        for (int c = V; c < Vp; c++) r[c] = 0;
+    }
+}

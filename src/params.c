@@ -1,0 +1,72 @@
+// params.c — the parameter registry (see params.h).
+#include "params.h"
+#include "alloc.h"
+#include "rng.h"
+#include "util.h"
+#include <string.h>
+
+void reg_init(Registry *r, int cap, int tp, int tp_idx) {
+    memset(r, 0, sizeof *r);
+    r->p = ted_alloc(sizeof(Param) * cap, MEM_TEMP);
+    r->cap = cap; r->tp = tp; r->tp_idx = tp_idx;
+}
+
+int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split_dim, int parts,
+            SyncTag tag, float std, float val) {
+    CHECK(r->n < r->cap, "parameter registry full (%d) adding %s", r->cap, name);
+    Param *p = &r->p[r->n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0; p->shape[1] = ndim > 1 ? d1 : 1;
+    p->split_dim = r->tp > 1 ? split_dim : -1;
+    p->split_parts = parts > 0 ? parts : 1;
+    p->lshape[0] = p->shape[0]; p->lshape[1] = p->shape[1];
+    if (p->split_dim >= 0) {
+        CHECK(p->shape[p->split_dim] % (p->split_parts * r->tp) == 0, "%s: dim %d not divisible by tp",
+              name, p->split_dim);
+        p->lshape[p->split_dim] /= r->tp;
+    }
+    p->numel = p->lshape[0] * p->lshape[1];
+    p->tag = tag;
+    p->decay = ndim >= 2;
+    p->init_std = std; p->init_val = val;
+    p->off = (size_t)r->total;
+    r->total += p->numel;
+    return r->n++;
+}
+
+void reg_alloc(Registry *r) {
+    r->w = ted_alloc(sizeof(float) * r->total, MEM_PARAMS);
+    r->g = ted_alloc(sizeof(float) * r->total, MEM_GRADS);
+    for (int i = 0; i < r->n; i++) { r->p[i].w = r->w + r->p[i].off; r->p[i].g = r->g + r->p[i].off; }
+}
+
+long param_full_index(const Registry *r, const Param *p, long i) {
+    if (p->split_dim < 0) return i;
+    long row = i / p->lshape[1], col = i % p->lshape[1];
+    long *x = p->split_dim == 0 ? &row : &col;
+    long block = p->shape[p->split_dim] / p->split_parts;     // one of q|k|v
+    long lblock = block / r->tp;                               // this rank's piece of it
+    long part = *x / lblock, within = *x % lblock;
+    *x = part * block + r->tp_idx * lblock + within;
+    return row * p->shape[1] + col;
+}
+
+void reg_init_weights(Registry *r, uint64_t seed) {
+    for (int k = 0; k < r->n; k++) {
+        Param *p = &r->p[k];
+        uint64_t stream = rng_hash_str(p->name);
+        #pragma omp parallel for schedule(static)
+        for (long i = 0; i < p->numel; i++)
+            p->w[i] = p->init_std > 0 ? p->init_std * rng_normal(seed, stream, (uint64_t)param_full_index(r, p, i))
+                                      : p->init_val;
+    }
+}
+
+int reg_find(const Registry *r, const char *name) {
+    for (int i = 0; i < r->n; i++) if (!strcmp(r->p[i].name, name)) return i;
+    return -1;
+}
+
+void reg_free(Registry *r) { ted_free(r->w); ted_free(r->g); ted_free(r->p); memset(r, 0, sizeof *r); }

@@ -1,0 +1,47 @@
+// params.h — the parameter registry. Each tensor has its Hugging Face GPT-2 name, its full
+// shape, the slice this rank owns (TP split and expert ownership), and a sync tag that says
+// which data-parallel group averages its gradient (FastMoE's idea). Optimizer, clipping,
+// checkpoints and gradient sync all walk this list. Weights live in one flat buffer and
+// gradients in another; each Param holds views into them.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TAG_DP, TAG_EDP } SyncTag;   // non-expert → DP group; expert → expert-DP group
+
+typedef struct {
+    char name[96];
+    int ndim;
+    long shape[2];      // full shape, HF layout (Conv1D weights are [in, out])
+    int split_dim;      // dimension split over TP, or -1 (replicated over TP)
+    int split_parts;    // the split dim is `parts` equal blocks each split over TP (c_attn: q|k|v → 3)
+    long lshape[2];     // this rank's shape
+    long numel;         // this rank's element count
+    SyncTag tag;
+    int decay;          // weight decay applies (ndim >= 2)
+    float init_std;     // N(0, std); std 0 → constant init_val
+    float init_val;
+    size_t off;         // offset in the flat buffers
+    float *w, *g;       // views: weights, gradients
+} Param;
+
+typedef struct {
+    Param *p;
+    int n, cap;
+    long total;         // local elements over all params
+    float *w, *g;       // flat buffers (MEM_PARAMS, MEM_GRADS)
+    int tp, tp_idx;     // the TP slice this registry holds
+} Registry;
+
+void reg_init(Registry *r, int cap, int tp, int tp_idx);
+// Adds a tensor; returns its index. Shapes are full shapes; the local shape follows split_dim.
+int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split_dim, int parts,
+            SyncTag tag, float std, float val);
+// Allocates the flat buffers and points every Param into them.
+void reg_alloc(Registry *r);
+// Initial weights: element i of the full tensor gets N(0, std) from (seed, name, i).
+void reg_init_weights(Registry *r, uint64_t seed);
+int reg_find(const Registry *r, const char *name);
+// Full-tensor index of local element i (row-major local → row-major full).
+long param_full_index(const Registry *r, const Param *p, long i);
+void reg_free(Registry *r);

@@ -1,0 +1,100 @@
+// router.c — top-k token-choice routing, capacity and drops, aux and z losses (see router.h).
+#include "router.h"
+#include "alloc.h"
+#include <math.h>
+#include <string.h>
+
+int router_capacity(const RouterCfg *c, long S) {
+    if (c->capacity_factor <= 0) return (int)S;     // dropless: an expert can take every token
+    long C = (long)ceil((double)c->capacity_factor * c->k * S / c->E - 1e-9);
+    if (C < c->min_capacity) C = c->min_capacity;
+    if (C > S) C = S;
+    return (int)C;
+}
+
+void router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
+                    int *kept, long N, const RouterCfg *c, RouterStats *st) {
+    int E = c->E, k = c->k;
+    // softmax, logsumexp, top-k (strictly greater wins, so ties go to the lower index)
+    #pragma omp parallel for schedule(static)
+    for (long t = 0; t < N; t++) {
+        float *p = probs + t * E, mx = -INFINITY;
+        double s = 0;
+        for (int e = 0; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        for (int e = 0; e < E; e++) s += exp((double)(p[e] - mx));
+        lse[t] = (float)(log(s) + mx);
+        for (int e = 0; e < E; e++) p[e] = (float)exp((double)(p[e] - mx)) / (float)s;
+        float sum = 0;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= choice[t * k + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            choice[t * k + j] = best;
+            sum += p[best];
+        }
+        for (int j = 0; j < k; j++) gate[t * k + j] = k == 1 ? p[choice[t * k]] : p[choice[t * k + j]] / sum;
+    }
+    // capacity per group, choice-major then token order
+    int G = router_ngroups(N, c->group_tokens);
+    for (int g = 0; g < G; g++) {
+        long t0 = (long)g * c->group_tokens, S = N - t0 < c->group_tokens ? N - t0 : c->group_tokens;
+        int C = router_capacity(c, S);
+        int *used = kept + (long)g * E;
+        float *f = fcount + (long)g * E;
+        memset(used, 0, sizeof(int) * E);
+        memset(f, 0, sizeof(float) * E);
+        for (int j = 0; j < k; j++)
+            for (long t = t0; t < t0 + S; t++) {
+                int e = choice[t * k + j];
+                f[e] += 1.0f;
+                if (used[e] < C) slot[t * k + j] = used[e]++;
+                else { slot[t * k + j] = -1; st->dropped++; }
+            }
+        // l_aux = E · Σ_e f_e · P_e
+        double aux = 0;
+        for (int e = 0; e < E; e++) {
+            f[e] /= (float)(k * S);
+            double P = 0;
+            for (long t = t0; t < t0 + S; t++) P += probs[t * E + e];
+            aux += f[e] * (P / S);
+        }
+        st->aux_sum += E * aux;
+    }
+    double z = 0;
+    for (long t = 0; t < N; t++) z += (double)lse[t] * lse[t];
+    st->z_sum += z;
+    st->groups += G;
+    st->tokens += N;
+    st->choices += N * k;
+}
+
+void router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
+                     const int *choice, const float *fcount, long N, const RouterCfg *c,
+                     float aux_scale, float z_scale) {
+    int E = c->E, k = c->k;
+    #pragma omp parallel for schedule(static)
+    for (long t = 0; t < N; t++) {
+        const float *p = probs + t * E;
+        float *dl = dlogits + t * E;   // first dprobs, then dlogits
+        int g = (int)(t / c->group_tokens);
+        long t0 = (long)g * c->group_tokens, S = N - t0 < c->group_tokens ? N - t0 : c->group_tokens;
+        const float *f = fcount + (long)g * E;
+        for (int e = 0; e < E; e++) dl[e] = aux_scale * E * f[e] / (float)S;
+        const int *ch = choice + t * k;
+        const float *dg = dgate + t * k;
+        if (k == 1) dl[ch[0]] += dg[0];
+        else {
+            float sum = 0, dot = 0;
+            for (int j = 0; j < k; j++) sum += p[ch[j]];
+            for (int j = 0; j < k; j++) dot += dg[j] * p[ch[j]] / sum;
+            for (int j = 0; j < k; j++) dl[ch[j]] += (dg[j] - dot) / sum;
+        }
+        float s = 0;
+        for (int e = 0; e < E; e++) s += p[e] * dl[e];
+        float zg = z_scale * 2.0f * lse[t];
+        for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - s) + zg * p[e];
+    }
+}
