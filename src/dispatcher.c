@@ -1,13 +1,11 @@
 // dispatcher.c — gather by expert, weighted scatter-back (see dispatcher.h).
 #include "dispatcher.h"
-#include "alloc.h"
 #include <string.h>
 
-void dispatch_plan(int *row, long *exp_off, const int *choice, const int *slot, const int *kept,
+void dispatch_plan(int *row, long *exp_off, long *start, const int *choice, const int *slot, const int *kept,
                    long N, int k, int E, int group_tokens) {
     int G = (int)((N + group_tokens - 1) / group_tokens);
-    // start[g][e]: first row of (group g, expert e)
-    long *start = ted_alloc(sizeof(long) * (size_t)G * E, MEM_TEMP), r = 0;
+    long r = 0;   // start[g][e]: first row of (group g, expert e)
     for (int e = 0; e < E; e++) {
         exp_off[e] = r;
         for (int g = 0; g < G; g++) { start[(long)g * E + e] = r; r += kept[(long)g * E + e]; }
@@ -21,7 +19,6 @@ void dispatch_plan(int *row, long *exp_off, const int *choice, const int *slot, 
             row[t * k + j] = s < 0 ? -1 : (int)(start[g * E + choice[t * k + j]] + s);
         }
     }
-    ted_free(start);
 }
 
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {

@@ -5,8 +5,9 @@
 #pragma once
 
 // row[N,k] and exp_off[E+1] (first row of each expert; exp_off[E] = R) from the router's
-// choices, slots and per-(group, expert) slot counts kept[G,E].
-void dispatch_plan(int *row, long *exp_off, const int *choice, const int *slot, const int *kept,
+// choices, slots and per-(group, expert) slot counts kept[G,E]; start[G,E] is filled with
+// the first row of each (group, expert).
+void dispatch_plan(int *row, long *exp_off, long *start, const int *choice, const int *slot, const int *kept,
                    long N, int k, int E, int group_tokens);
 // xin[row] = x[t]
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d);

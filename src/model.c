@@ -9,6 +9,7 @@
 #include "util.h"
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ static void layout_acts(Model *M, Bump *a) {
         x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
         x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
         x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-        x->exp_off = TAKE(a, long, E + 1);
+        x->exp_off = TAKE(a, long, E + 1); x->start = TAKE(a, long, (long)G * E);
         x->xin = TAKE(a, float, R * d); x->y = TAKE(a, float, R * d);
         x->h = TAKE(a, float, R * M->fl); x->hg = TAKE(a, float, R * M->fl);
     }
@@ -128,6 +129,7 @@ static void layout_grads(Model *M, Bump *a) {
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
+    M->att_scratch = TAKE(a, float, (long)omp_get_max_threads() * M->T * M->T);
     if (M->E > 1) {
         M->dxin = TAKE(a, float, R * M->d); M->dy = TAKE(a, float, R * M->d);
         M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
@@ -190,7 +192,7 @@ static void moe_forward(Model *M, int l, long N) {
     int d = M->d, k = M->k;
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, &M->rstats);
-    dispatch_plan(x->row, x->exp_off, x->choice, x->slot, x->kept, N, k, M->E, M->rcfg.group_tokens);
+    dispatch_plan(x->row, x->exp_off, x->start, x->choice, x->slot, x->kept, N, k, M->E, M->rcfg.group_tokens);
     dispatch_forward(x->xin, x->ln2, x->row, N, k, d);
     Experts ex = experts_of(M, b);
     experts_forward(&ex, x->h, x->hg, x->y, x->xin, x->exp_off, M->topo->tp_idx == 0);
@@ -282,7 +284,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
                            N, d);
         // attention
         matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-        attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd);
+        attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
         matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
         layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,

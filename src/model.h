@@ -23,7 +23,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *fch, *fchg;                  // dense [N,f/tp]
     float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
     int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
-    long *exp_off;                      // [E+1]
+    long *exp_off, *start;              // [E+1] first row per expert; [G,E] per (group, expert)
     float *xin, *h, *hg, *y;            // expert buffer [R,d] [R,f/tp] [R,f/tp] [R,d]
 } BlockActs;
 
@@ -43,7 +43,7 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     // backward scratch
     float *grad; size_t grad_floats;
-    float *dres, *dln, *datty, *dqkv, *dbig, *dxin, *dy, *dgate, *dlogits_r, *tmp;
+    float *dres, *dln, *datty, *dqkv, *dbig, *dxin, *dy, *dgate, *dlogits_r, *tmp, *att_scratch;
     RouterCfg rcfg;
     RouterStats rstats;         // accumulated over forwards since the last reset
     int *tok, *tgt;             // the current micro-batch (copied)

@@ -1,6 +1,5 @@
 // ops.c — forward/backward pairs (see ops.h).
 #include "ops.h"
-#include "alloc.h"
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -153,11 +152,9 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
 }
 
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
-                        int H, int hd) {
+                        int H, int hd, float *scratch) {
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
-    int nt = omp_get_max_threads();
-    float *scratch = ted_alloc(sizeof(float) * T * T * nt, MEM_TEMP);
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
@@ -180,11 +177,15 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, k, ld, 0.0f, dq, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, q, ld, 0.0f, dk, ld);
     }
-    ted_free(scratch);
 }
 
 // ---------------------------------------------------------------------------------------
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
+// glibc's libmvec has vector tanhf; math.h declares it only under -ffast-math, so say it here
+// (without fast-math's other licences) to let the GELU loops vectorize.
+#if defined(__x86_64__) && defined(__GLIBC__)
+extern float tanhf(float) __attribute__((__simd__("notinbranch")));
+#endif
 
 void gelu_forward(float *out, const float *inp, long n) {
     #pragma omp parallel for simd schedule(static)

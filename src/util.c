@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void vline(const char *fmt, va_list ap) {
@@ -37,6 +38,9 @@ double now_ms(void) {
 }
 
 char *read_file(const char *path, size_t *len) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return NULL;
+    if (!S_ISREG(sb.st_mode)) { errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL; return NULL; }
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
