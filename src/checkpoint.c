@@ -86,7 +86,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     ted_free(cfg);
     char state[512];
     snprintf(state, sizeof state,
-             "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": %llu, \"data_order\": \"%s\"}\n", st->step,
+             "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"}\n", st->step,
              st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
     snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
     if (!rc) rc |= write_text(path, state);
@@ -100,6 +100,17 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
         return -1;
     }
     if (had) rm_tree(old);
+    return 0;
+}
+
+int ckpt_check_root(const char *root) {
+    struct stat sb;
+    if (!stat(root, &sb)) {
+        if (S_ISDIR(sb.st_mode)) return 0;
+        ted_error("--save %s: exists and is not a directory", root);
+        return -1;
+    }
+    if (mkdir(root, 0777)) { ted_error("--save %s: cannot create: %s", root, strerror(errno)); return -1; }
     return 0;
 }
 
@@ -211,13 +222,19 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     cJSON *j = cJSON_Parse(text);
     ted_free(text);
     cJSON *s = cJSON_GetObjectItem(j, "step"), *t = cJSON_GetObjectItem(j, "adam_t");
-    if (!j || !cJSON_IsNumber(s) || !cJSON_IsNumber(t)) {
-        ted_error("%s: malformed trainer state (needs numbers \"step\" and \"adam_t\")", p);
+    cJSON *n = cJSON_GetObjectItem(j, "steps"), *sd = cJSON_GetObjectItem(j, "seed");
+    cJSON *o = cJSON_GetObjectItem(j, "data_order");
+    if (!j || !cJSON_IsNumber(s) || !cJSON_IsNumber(t) || !cJSON_IsNumber(n) || !cJSON_IsString(sd) ||
+        !cJSON_IsString(o) || s->valuedouble < 0 || t->valuedouble < 0 || n->valuedouble < 0) {
+        ted_error("%s: malformed trainer state (needs step, adam_t, steps >= 0, seed, data_order)", p);
         cJSON_Delete(j);
         return -1;
     }
     st->step = (long)s->valuedouble;
     st->adam_t = (long)t->valuedouble;
+    st->steps = (long)n->valuedouble;
+    st->seed = strtoull(sd->valuestring, NULL, 10);   // a string: 64-bit seeds survive JSON
+    st->sequential = !strcmp(o->valuestring, "sequential");
     z->t = st->adam_t;
     cJSON_Delete(j);
     return 0;

@@ -12,6 +12,8 @@ typedef struct { long step, adam_t, steps; uint64_t seed; int sequential; } Trai
 
 // Writes root/step_%08ld atomically. Returns 0 or -1 after one line.
 int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerState *st);
+// Makes sure --save's root is (or can be made) a directory, before training starts.
+int ckpt_check_root(const char *root);
 // Resolves a checkpoint directory: path itself when it holds model.safetensors, else its
 // newest step_* child. Returns 0 or -1 after one line.
 int ckpt_resolve(const char *path, char *dir, size_t len);

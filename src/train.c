@@ -191,8 +191,23 @@ int cmd_train(int argc, char **argv) {
         if (ckpt_load_weights(ckdir, &M)) return TED_EXIT_USAGE;
         zero_init(&z, &M.reg, &topo);
         if (ckpt_load_state(ckdir, &M, &z, &st)) return TED_EXIT_USAGE;
+        if (st.step > c.steps) {
+            ted_error("%s: checkpoint is at step %ld, past --steps %d", ckdir, st.step, c.steps);
+            return TED_EXIT_USAGE;
+        }
+        if (st.step > 0 && (st.seed != c.seed || st.sequential != c.data_sequential)) {
+            ted_error("%s: resuming needs the run's --seed %llu and --data-order %s (given %llu, %s)", ckdir,
+                      (unsigned long long)st.seed, st.sequential ? "sequential" : "shuffled",
+                      (unsigned long long)c.seed, c.data_sequential ? "sequential" : "shuffled");
+            return TED_EXIT_USAGE;
+        }
+        if (st.step > 0 && st.steps != c.steps && topo.rank == 0)
+            printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
+                   st.steps, c.steps);
+        st.steps = c.steps; st.seed = c.seed; st.sequential = c.data_sequential;
         if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
     } else zero_init(&z, &M.reg, &topo);
+    if (c.save[0] && ckpt_check_root(c.save)) return TED_EXIT_USAGE;   // before any training
     FILE *log = NULL;
     if (c.log[0] && topo.rank == 0) {
         log = fopen(c.log, ckdir[0] ? "a" : "w");
@@ -212,6 +227,7 @@ int cmd_train(int argc, char **argv) {
     int *tgt = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
     long nval = data_nwindows(&ds.val, T), saved = -1;
     if (c.eval_windows > 0 && c.eval_windows < nval) nval = c.eval_windows;
+    long first_step = st.step;
     for (long s = st.step; s < c.steps; s++) {
         comm_stats_reset();
         mem_reset_peaks();
@@ -242,7 +258,7 @@ int cmd_train(int argc, char **argv) {
         m.loss = m.lm_loss + m.aux_loss;
         m.mfu = flops_tok * m.tokens_per_s / (peak * topo.world);
         metrics_step(log, &m);
-        if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == st.step)))
+        if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
             printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
                    "%.0f tok/s | MFU %.1f%%\n", s + 1, c.steps, m.loss, m.lm_loss, m.aux_loss, lr, norm,
                    m.dropped_frac, ms, m.tokens_per_s, 100 * m.mfu);
@@ -361,7 +377,7 @@ int cmd_eval(int argc, char **argv) {
         to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
         return TED_EXIT_USAGE;
     Split s;
-    if (data_load_whole(&s, data)) { if (errno) ted_error("%s: cannot read: %s", data, strerror(errno)); return TED_EXIT_USAGE; }
+    if (data_load_whole(&s, data)) return TED_EXIT_USAGE;   // the loader printed its line
     Model M; Topology topo; Config c;
     if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl)) return TED_EXIT_USAGE;
     int T = M.T;

@@ -96,6 +96,10 @@ check(abs(float(r["aux_sum"]) - float(3 * (f * p.mean(0)).sum())) < 1e-14, "k=1 
 check(ref.capacity(cfg_for(3, 1, 0.5, 3), 4) == 3, "min_capacity binds")
 check(ref.capacity(cfg_for(3, 1, 0.5, 9), 4) == 4, "C <= S")
 check(ref.capacity(cfg_for(2, 2, 1.25, 1), 4) == 4, "C = ceil(1.25*2*4/2) = 5 capped to S = 4")
+check(ref.capacity(cfg_for(2, 2, 1.1, 1), 10) == 10, "C = ceil(1.1*2*10/2) = 11 capped to S = 10")
+check(ref.capacity(cfg_for(4, 2, 1.1, 1), 20) == 11, "C = ceil(1.1*2*20/4) = 11 exactly (not 12)")
+check(ref.capacity(cfg_for(3, 3, 0.7, 1), 10) == 7, "C = ceil(0.7*3*10/3) = 7 exactly")
+check(ref.capacity(cfg_for(3, 1, 0.3, 1), 10) == 1, "C = ceil(0.3*10/3) = 1 exactly")
 r = ref.route(logits, cfg_for(3, 2, 0.0, 1), 1, 4)
 check(r["dropped"] == 0 and r["slot"].tolist() == [[0, 1], [1, 2], [0, 0], [2, 3]],
       f"dropless slots {r['slot'].tolist()}")
