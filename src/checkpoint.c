@@ -59,8 +59,8 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     for (int i = 0; i < n; i++) {
         const Param *p = &r->p[i];
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->ndim; t[i].shape[0] = p->shape[0]; t[i].shape[1] = p->shape[1];
-        t[i].data = full_tensor(r, p, p->w);
+        t[i].ndim = p->ndim; t[i].shape[0] = p->save_rows; t[i].shape[1] = p->shape[1];
+        t[i].data = full_tensor(r, p, p->w);   // the first save_rows rows: padding is not stored
     }
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     rc |= st_write(path, t, n);
@@ -72,7 +72,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
         for (int j = 0; j < 2; j++) {
             StTensor *x = &t[2 * i + j];
             snprintf(x->name, sizeof x->name, "%s.%s", p->name, j ? "exp_avg_sq" : "exp_avg");
-            x->ndim = p->ndim; x->shape[0] = p->shape[0]; x->shape[1] = p->shape[1];
+            x->ndim = p->ndim; x->shape[0] = p->save_rows; x->shape[1] = p->shape[1];
             x->data = full_tensor(r, p, (j ? z->v : z->m) + s->base);
         }
     }
@@ -167,14 +167,17 @@ static int load_tensors(StFile *f, const char *file, const Model *M, const char 
         const float *src = st_get(f, name, &nd, sh);
         if (!src) { ted_error("%s: tensor %s is missing", file, name); return -1; }
         long n0 = sh[0], n1 = nd > 1 ? sh[1] : 1;
-        if (nd != p->ndim || n0 != p->shape[0] || n1 != p->shape[1]) {
+        if (nd != p->ndim || n0 != p->save_rows || n1 != p->shape[1]) {
             ted_error("%s: tensor %s has shape [%ld, %ld], the model needs [%ld, %ld]", file, name, n0, n1,
-                      p->shape[0], p->shape[1]);
+                      p->save_rows, p->shape[1]);
             return -1;
         }
-        long lo, hi;
+        long lo, hi, stored = p->save_rows * p->shape[1];
         float *out = dst(M, ctx, i, &lo, &hi);
-        for (long j = lo; j < hi; j++) out[j - lo] = src[param_full_index(r, p, j)];
+        for (long j = lo; j < hi; j++) {
+            long fi = param_full_index(r, p, j);
+            out[j - lo] = fi < stored ? src[fi] : 0.0f;    // padded vocabulary rows are zero
+        }
     }
     return 0;
 }

@@ -61,6 +61,13 @@ void comm_allreduce(Group *g, void *buf, long n, DType t) {
     count(k, COLL_ALLREDUCE, g, (long long)n * dsize(t));
 }
 
+void comm_allreduce_max(Group *g, float *buf, long n) {
+    if (g->size == 1) return;
+    Tick k = tick();
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, g->comm);
+    count(k, COLL_ALLREDUCE, g, (long long)n * 4);
+}
+
 void comm_allgather(Group *g, const void *send, void *recv, long n, DType t) {
     if (g->size == 1) { if (send != recv) memmove(recv, send, n * dsize(t)); return; }
     Tick k = tick();

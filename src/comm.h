@@ -32,6 +32,7 @@ Group comm_group(GroupKind kind, int color, int key);
 
 // Sum-reductions are in place; counts are elements of dtype.
 void comm_allreduce(Group *g, void *buf, long n, DType t);
+void comm_allreduce_max(Group *g, float *buf, long n);
 void comm_allgather(Group *g, const void *send, void *recv, long n_per_rank, DType t);
 void comm_reduce_scatter(Group *g, const void *send, void *recv, long n_per_rank, DType t);
 void comm_alltoall(Group *g, const void *send, void *recv, long n_per_rank, DType t);

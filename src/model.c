@@ -23,7 +23,9 @@ static void add_params(Model *M) {
     Registry *r = &M->reg;
     reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
     char n[96];
-    M->wte = reg_add(r, "transformer.wte.weight", 2, M->V, d, -1, 1, TAG_DP, std, 0);
+    // vocab-parallel: padded to Vp rows, split over TP; the padding rows stay zero
+    M->wte = reg_add(r, "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
+    r->p[M->wte].save_rows = M->V;
     M->wpe = reg_add(r, "transformer.wpe.weight", 2, m->n_positions, d, -1, 1, TAG_DP, std, 0);
     for (int l = 0; l < L; l++) {
         BlockParams *b = &M->bp[l];
@@ -69,6 +71,9 @@ static void add_params(Model *M) {
     M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
     reg_alloc(r);
     reg_init_weights(r, M->cfg.seed);
+    Param *wte = &r->p[M->wte];   // zero the padding rows (never indexed, never a gradient)
+    for (long i = 0; i < wte->numel; i++)
+        if (param_full_index(r, wte, i) / d >= M->V) wte->w[i] = 0;
 }
 
 #define W(i) (M->reg.p[i].w)
@@ -116,8 +121,10 @@ static void layout_acts(Model *M, Bump *a) {
         x->h = TAKE(a, float, R * M->fl); x->hg = TAKE(a, float, R * M->fl);
     }
     M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
-    M->logits = TAKE(a, float, N * M->V); M->losses = TAKE(a, float, N);
+    M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
+    M->ce_max = TAKE(a, float, N); M->ce_sum = TAKE(a, float, N); M->ce_tl = TAKE(a, float, N);
     M->tok = TAKE(a, int, N); M->tgt = TAKE(a, int, N);
+    M->full_logits = TAKE(a, float, N * M->V);
 }
 
 static void layout_grads(Model *M, Bump *a) {
@@ -144,6 +151,8 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->d = m->n_embd; M->H = m->n_head; M->hd = M->d / M->H; M->Hl = M->H / topo->tp;
     M->f = cfg_ffn(m); M->fl = M->f / topo->tp;
     M->V = m->vocab_size; M->L = m->n_layer;
+    int pad = 128 * topo->tp;
+    M->Vp = (M->V + pad - 1) / pad * pad; M->Vl = M->Vp / topo->tp; M->v0 = topo->tp_idx * M->Vl;
     M->E = m->num_experts > 1 ? m->num_experts : 1;
     M->El = M->E / topo->ep;
     M->k = m->num_experts > 1 ? m->top_k : 1;
@@ -202,6 +211,23 @@ static void moe_forward(Model *M, int l, long N) {
     combine_forward(out, x->y, x->gate, x->row, N, k, d);
 }
 
+// Sampling needs whole rows of logits: with a vocabulary split over TP, rank 0 gathers them
+// into M->full_logits [N,V] (one process: a copy of the first V columns).
+static void gather_logits(Model *M, long N) {
+    Group *g = tp_group(M);
+    float *all = g->size > 1 ? ted_alloc(sizeof(float) * N * M->Vp, MEM_TEMP) : NULL;
+    float *mine = all ? ted_alloc(sizeof(float) * N * M->Vl, MEM_TEMP) : NULL;
+    if (all) {
+        memcpy(mine, M->logits, sizeof(float) * N * M->Vl);
+        comm_allgather(g, mine, all, N * M->Vl, DT_F32);   // [tp][N][Vl]
+    }
+    for (long i = 0; i < N; i++)
+        for (int v = 0; v < M->V; v++)
+            M->full_logits[i * M->V + v] = all ? all[((long)(v / M->Vl) * N + i) * M->Vl + v % M->Vl]
+                                               : M->logits[i * M->Vl + v];
+    ted_free(all); ted_free(mine);
+}
+
 double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
     int d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
@@ -211,7 +237,8 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     memcpy(M->tok, tokens, sizeof(int) * N);
     if (targets) memcpy(M->tgt, targets, sizeof(int) * N);
     int tp0 = M->topo->tp_idx == 0;
-    encoder_forward(M->resid[0], M->tok, W(M->wte), W(M->wpe), B, T, d);
+    encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
+    comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
     for (int l = 0; l < M->L; l++) {
         BlockParams *b = &M->bp[l];
         BlockActs *x = &M->ba[l];
@@ -229,10 +256,16 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
         residual_add(M->resid[l + 1], x->mid, M->tmp, N * d, M);
     }
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->V, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
-                M->logits, M->V);
-    if (!targets) return 0;
-    crossentropy_forward(M->losses, M->logits, M->tgt, N, M->V, M->V);
+    // LM head on this rank's vocabulary shard, then the parallel cross-entropy
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
+                M->logits, M->Vl);
+    if (!targets) { gather_logits(M, N); return 0; }
+    crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
+    comm_allreduce_max(tp_group(M), M->ce_max, N);
+    comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
+    crossentropy_exp(M->ce_sum, M->logits, M->ce_max, N, M->v0, M->Vl, M->V);
+    comm_allreduce(tp_group(M), M->ce_sum, N, DT_F32);
+    crossentropy_finish(M->losses, M->logits, M->ce_max, M->ce_sum, M->ce_tl, N, M->Vl);
     double s = 0;
     for (long i = 0; i < N; i++) s += M->losses[i];
     return s;
@@ -260,11 +293,12 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
     float *dlogits = M->logits;
-    crossentropy_backward(dlogits, M->tgt, N, M->V, M->V, lm_scale);
-    // LM head (tied): dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, d, M->V, 1.0f, dlogits, M->V, W(M->wte), d,
+    crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
+    // LM head (tied, vocab shard): dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d,
                 0.0f, M->dln, d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M->V, d, (int)N, 1.0f, dlogits, M->V, M->lnf, d, 1.0f,
+    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f,
                 G(M->wte), d);
     memset(M->dres, 0, sizeof(float) * N * d);
     layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
@@ -290,7 +324,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
         layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
                            x->ln1_rstd, N, d);
     }
-    encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, B, T, d, M->V);
+    encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, B, T, d);
 }
 
 // ---------------------------------------------------------------------------------------

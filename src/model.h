@@ -33,6 +33,7 @@ typedef struct {
     const Topology *topo;
     int T, Bmax;                // sequence length and micro-batch the buffers are sized for
     int d, H, Hl, hd, f, fl, V, L, E, El, k;
+    int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
     int wte, wpe, lnfw, lnfb;
     BlockParams *bp;
@@ -40,7 +41,9 @@ typedef struct {
     float *act;  size_t act_floats;
     float **resid;              // [L+1][N,d]
     BlockActs *ba;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
+    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
+    float *full_logits;                                    // [N,V] after a forward without targets
     // backward scratch
     float *grad; size_t grad_floats;
     float *dres, *dln, *datty, *dqkv, *dbig, *dxin, *dy, *dgate, *dlogits_r, *tmp, *att_scratch;
@@ -53,7 +56,8 @@ typedef struct {
 // Registers and allocates everything; weights initialised from cfg->seed.
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
 void model_free(Model *M);
-// Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). targets may be NULL (then logits stay logits).
+// Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). Without targets the whole
+// rows of logits are left in M->full_logits [N,V].
 // Returns the sum of the token losses (0 without targets); router stats add into M->rstats.
 double model_forward(Model *M, const int *tokens, const int *targets, int B, int T);
 // Backward of the last forward. lm_scale multiplies each token's loss gradient (1/tokens of

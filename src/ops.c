@@ -5,34 +5,39 @@
 #include <omp.h>
 #include <string.h>
 
-void encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T, int d) {
+void encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B, int T,
+                     int d) {
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)B * T; i++) {
-        const float *e = wte + (long)tok[i] * d, *p = wpe + (long)(i % T) * d;
+        int v = tok[i] - v0;
+        const float *e = v >= 0 && v < Vl ? wte + (long)v * d : NULL, *p = wpe ? wpe + (long)(i % T) * d : NULL;
         float *o = out + i * d;
-        for (int c = 0; c < d; c++) o[c] = e[c] + p[c];
+        for (int c = 0; c < d; c++) o[c] = (e ? e[c] : 0.0f) + (p ? p[c] : 0.0f);
     }
 }
 
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B, int T, int d, int V) {
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B, int T,
+                      int d) {
     // positions: each thread owns whole rows of dwpe, summed over b in order
-    #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++) {
-            const float *g = dout + ((long)b * T + t) * d;
-            float *w = dwpe + (long)t * d;
-            for (int c = 0; c < d; c++) w[c] += g[c];
-        }
+    if (dwpe) {
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++)
+            for (int b = 0; b < B; b++) {
+                const float *g = dout + ((long)b * T + t) * d;
+                float *w = dwpe + (long)t * d;
+                for (int c = 0; c < d; c++) w[c] += g[c];
+            }
+    }
     // tokens: each thread owns a range of vocabulary rows and scans the tokens in order,
     // so the sum order is fixed whatever the thread count
     long N = (long)B * T;
     #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
-        int v0 = (int)((long)V * id / nt), v1 = (int)((long)V * (id + 1) / nt);
+        int r0 = (int)((long)Vl * id / nt), r1 = (int)((long)Vl * (id + 1) / nt);
         for (long i = 0; i < N; i++) {
-            int v = tok[i];
-            if (v < v0 || v >= v1) continue;
+            int v = tok[i] - v0;
+            if (v < r0 || v >= r1) continue;
             const float *g = dout + i * d;
             float *w = dwte + (long)v * d;
             for (int c = 0; c < d; c++) w[c] += g[c];
@@ -206,37 +211,50 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
 }
 
 // ---------------------------------------------------------------------------------------
-void softmax_rows(float *x, long N, int C) {
+// columns of this shard that are real vocabulary entries
+static inline int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 : n > Vl ? Vl : n; }
+
+void crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl, int V) {
+    int nr = real_cols(v0, Vl, V);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
-        float *r = x + i * C, mx = -INFINITY, s = 0;
-        for (int c = 0; c < C; c++) mx = r[c] > mx ? r[c] : mx;
-        for (int c = 0; c < C; c++) { r[c] = expf(r[c] - mx); s += r[c]; }
-        float inv = 1.0f / s;
-        for (int c = 0; c < C; c++) r[c] *= inv;
+        const float *r = logits + i * Vl;
+        float m = -INFINITY;
+        for (int c = 0; c < nr; c++) m = r[c] > m ? r[c] : m;
+        mx[i] = m;
+        int t = targets[i] - v0;
+        tl[i] = t >= 0 && t < Vl ? r[t] : 0.0f;
     }
 }
 
-void crossentropy_forward(float *losses, float *probs, const int *targets, long N, int V, int Vp) {
+void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
+    int nr = real_cols(v0, Vl, V);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
-        float *r = probs + i * Vp, mx = -INFINITY, lt = r[targets[i]];
+        float *r = logits + i * Vl;
         double s = 0;
-        for (int c = 0; c < V; c++) mx = r[c] > mx ? r[c] : mx;
-        for (int c = 0; c < V; c++) { r[c] = expf(r[c] - mx); s += r[c]; }
-        float inv = (float)(1.0 / s);
-        for (int c = 0; c < V; c++) r[c] *= inv;
-        for (int c = V; c < Vp; c++) r[c] = 0;           // padded columns never win
-        losses[i] = (float)(log(s) + (double)mx - (double)lt);   // logsumexp − target logit
+        for (int c = 0; c < nr; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
+        for (int c = nr; c < Vl; c++) r[c] = 0;          // padded columns never win
+        sum[i] = (float)s;
     }
 }
 
-void crossentropy_backward(float *probs, const int *targets, long N, int V, int Vp, float scale) {
+void crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
+                         int Vl) {
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
-        float *r = probs + i * Vp;
-        for (int c = 0; c < V; c++) r[c] *= scale;
-        r[targets[i]] -= scale;
-        for (int c = V; c < Vp; c++) r[c] = 0;
+        float *r = probs + i * Vl, inv = 1.0f / sum[i];
+        for (int c = 0; c < Vl; c++) r[c] *= inv;
+        losses[i] = (float)(log((double)sum[i]) + (double)mx[i] - (double)tl[i]);   // logsumexp − target logit
+    }
+}
+
+void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = probs + i * Vl;
+        for (int c = 0; c < Vl; c++) r[c] *= scale;
+        int t = targets[i] - v0;
+        if (t >= 0 && t < Vl) r[t] -= scale;
     }
 }

@@ -5,10 +5,13 @@
 #pragma once
 #include <stdint.h>
 
-// out[N,d] = wte[tok] + wpe[pos]; N = B·T
-void encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T, int d);
-// dwte += ..., dwpe += ... (deterministic: rows are gathered per vocabulary entry)
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B, int T, int d, int V);
+// out[N,d] = wte[tok] + wpe[pos]; N = B·T. wte holds the vocabulary rows [v0, v0+Vl) (a TP
+// shard); tokens outside give 0 there. wpe may be NULL (added on one TP rank only).
+void encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B, int T,
+                     int d);
+// dwte += ..., dwpe += ... (dwpe may be NULL); deterministic: rows are gathered per vocabulary entry
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B, int T,
+                      int d);
 
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N] saved for backward
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -36,11 +39,16 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
 void gelu_forward(float *out, const float *inp, long n);
 void gelu_backward(float *dinp, const float *inp, const float *dout, long n);   // dinp = written
 
-// Cross-entropy over rows of logits[N,Vp] (only the first V columns are real).
-// Forward: losses[N] per row; the logits are turned into probabilities in place.
-void crossentropy_forward(float *losses, float *probs_inout, const int *targets, long N, int V, int Vp);
-// dlogits = (probs - onehot)·scale, in place over probs
-void crossentropy_backward(float *probs_inout, const int *targets, long N, int V, int Vp, float scale);
-
-// Row softmax in place over x[N,C]
-void softmax_rows(float *x, long N, int C);
+// Cross-entropy over a vocabulary shard: logits[N,Vl] are the columns v0 … v0+Vl−1 of the full
+// logits, and only global columns < V are real (the rest is padding that never wins). Three
+// passes around the caller's reductions over the shards (no-ops for one shard):
+//   crossentropy_max:    mx[N] local row max, tl[N] target logit if the target is here else 0
+//                        → caller: max-reduce mx, sum-reduce tl
+//   crossentropy_exp:    logits → exp(logit − mx) in place, sum[N] local sums → caller: sum-reduce
+//   crossentropy_finish: probabilities in place, losses[N] = log(sum) + mx − tl
+void crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl, int V);
+void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V);
+void crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
+                         int Vl);
+// dlogits = (probs − onehot)·scale, in place over probs
+void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);

@@ -19,6 +19,7 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     p->shape[0] = d0; p->shape[1] = ndim > 1 ? d1 : 1;
+    p->save_rows = d0;
     p->split_dim = r->tp > 1 ? split_dim : -1;
     p->split_parts = parts > 0 ? parts : 1;
     p->lshape[0] = p->shape[0]; p->lshape[1] = p->shape[1];

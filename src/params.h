@@ -12,7 +12,8 @@ typedef enum { TAG_DP, TAG_EDP } SyncTag;   // non-expert → DP group; expert �
 typedef struct {
     char name[96];
     int ndim;
-    long shape[2];      // full shape, HF layout (Conv1D weights are [in, out])
+    long shape[2];      // full shape, HF layout (Conv1D weights are [in, out]); wte padded to Vp rows
+    long save_rows;     // rows that are real (checkpoints hold these): shape[0] except for padded wte
     int split_dim;      // dimension split over TP, or -1 (replicated over TP)
     int split_parts;    // the split dim is `parts` equal blocks each split over TP (c_attn: q|k|v → 3)
     long lshape[2];     // this rank's shape

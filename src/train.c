@@ -81,7 +81,7 @@ static void sample(Model *M, const Tokenizer *tok, const int *prompt, int np, in
     for (int i = 0; i < ntok; i++) {
         int start = n > T ? n - T : 0, len = n - start;
         model_forward(M, ctx + start, NULL, 1, len);
-        const float *lg = M->logits + (long)(len - 1) * V;
+        const float *lg = M->full_logits + (long)(len - 1) * V;
         float mx = -INFINITY;
         for (int v = 0; v < V; v++) { p[v] = lg[v] / (temperature > 0 ? temperature : 1e-6f); if (p[v] > mx) mx = p[v]; }
         if (top_k > 0 && top_k < V) {   // keep the top_k largest

@@ -66,7 +66,10 @@ static int targets[N_];
 static double f_ce(void *p) {
     OpCtx *c = p;
     memcpy(c->out, c->inp, sizeof(float) * c->N * V_);
-    crossentropy_forward(c->mean, c->out, targets, c->N, V_ - 2, V_);   // 2 padded columns
+    float mx[N_], tl[N_], sum[N_];   // one shard of V_ columns, the last 2 padding
+    crossentropy_max(mx, tl, c->out, targets, c->N, 0, V_, V_ - 2);
+    crossentropy_exp(sum, c->out, mx, c->N, 0, V_, V_ - 2);
+    crossentropy_finish(c->mean, c->out, mx, sum, tl, c->N, V_);
     double s = 0;
     for (long i = 0; i < c->N; i++) s += c->R[i] * c->mean[i];
     return s;
@@ -110,11 +113,28 @@ static void test_ops(void) {
     OpCtx e = {logits, NULL, NULL, c.out, c.R, c.mean, NULL, N_, 0, 0};
     f_ce(&e);
     // backward with per-row scale: apply the op's scale 1 then weight the rows by R
-    crossentropy_backward(c.out, targets, N_, V_ - 2, V_, 1.0f);
+    crossentropy_backward(c.out, targets, N_, 0, V_, 1.0f);
     for (int i = 0; i < N_; i++) for (int v = 0; v < V_; v++) c.out[i * V_ + v] *= c.R[i];
     float *gl = buf(N_ * V_);
     memcpy(gl, c.out, sizeof(float) * N_ * V_);
     check("cross-entropy d(logits)", f_ce, &e, logits, gl, (long)N_ * (V_ - 2), 1e-2f, 1e-2);
+    {   // the same losses from two vocabulary shards of 5 and 4 columns (max / sum reductions by hand)
+        float one[N_], sh[2][N_ * 5], mx[2][N_], tl[2][N_], sum[2][N_], loss[N_];
+        f_ce(&e);
+        memcpy(one, c.mean, sizeof one);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < N_; i++)
+                for (int v = 0; v < 5; v++) sh[k][i * 5 + v] = k * 5 + v < V_ ? logits[i * V_ + k * 5 + v] : 0;
+        for (int k = 0; k < 2; k++) crossentropy_max(mx[k], tl[k], sh[k], targets, N_, k * 5, 5, V_ - 2);
+        for (int i = 0; i < N_; i++) { mx[0][i] = mx[1][i] = fmaxf(mx[0][i], mx[1][i]); tl[0][i] = tl[1][i] = tl[0][i] + tl[1][i]; }
+        for (int k = 0; k < 2; k++) crossentropy_exp(sum[k], sh[k], mx[k], N_, k * 5, 5, V_ - 2);
+        for (int i = 0; i < N_; i++) sum[0][i] = sum[1][i] = sum[0][i] + sum[1][i];
+        crossentropy_finish(loss, sh[0], mx[0], sum[0], tl[0], N_, 5);
+        double worst = 0;
+        for (int i = 0; i < N_; i++) worst = fmax(worst, fabs(loss[i] - one[i]));
+        printf("%-44s %3d rows    max abs err %.2e  %s\n", "cross-entropy over 2 vocabulary shards", N_, worst, worst < 1e-5 ? "ok" : "FAIL");
+        failures += worst >= 1e-5; passes += worst < 1e-5;
+    }
     // encoder: linear, the gradient is a gather; check through f = Σ out ⊙ R
     {
         int d = 8, V = 5, tok[B_ * T_];
@@ -122,17 +142,17 @@ static void test_ops(void) {
         float *gte = buf(V * d), *gpe = buf(T_ * d);
         for (int i = 0; i < B_ * T_; i++) tok[i] = (i * 3) % V;
         fill(wte, V * d, 1); fill(wpe, T_ * d, 1); fill(R, B_ * T_ * d, 1);
-        encoder_backward(gte, gpe, R, tok, B_, T_, d, V);
+        encoder_backward(gte, gpe, R, tok, 0, V, B_, T_, d);
         double base = 0;
-        encoder_forward(out, tok, wte, wpe, B_, T_, d);
+        encoder_forward(out, tok, wte, 0, V, wpe, B_, T_, d);
         base = dot(out, R, B_ * T_ * d);
         double worst = 0;
         for (int i = 0; i < V * d; i++) {
-            wte[i] += 1; encoder_forward(out, tok, wte, wpe, B_, T_, d); wte[i] -= 1;
+            wte[i] += 1; encoder_forward(out, tok, wte, 0, V, wpe, B_, T_, d); wte[i] -= 1;
             worst = fmax(worst, fabs(dot(out, R, B_ * T_ * d) - base - gte[i]));
         }
         for (int i = 0; i < T_ * d; i++) {
-            wpe[i] += 1; encoder_forward(out, tok, wte, wpe, B_, T_, d); wpe[i] -= 1;
+            wpe[i] += 1; encoder_forward(out, tok, wte, 0, V, wpe, B_, T_, d); wpe[i] -= 1;
             worst = fmax(worst, fabs(dot(out, R, B_ * T_ * d) - base - gpe[i]));
         }
         printf("%-44s %3d coords  max abs err %.2e  %s\n", "encoder d(wte), d(wpe) (exact, linear)", V * d + T_ * d,
