@@ -2,6 +2,7 @@
 // slices are placed through param_full_index, so the files do not depend on the layout.
 #include "checkpoint.h"
 #include "alloc.h"
+#include "comm.h"
 #include "safetensors.h"
 #include "util.h"
 #include <cjson/cJSON.h>
@@ -36,71 +37,103 @@ static void rm_tree(const char *dir) {
     rmdir(dir);
 }
 
-// The full tensor of a parameter from this rank's values (src: local elements).
-static float *full_tensor(const Registry *r, const Param *p, const float *src) {
+// Assembles on world rank 0 the full tensor of parameter i as held by EP rank s (its expert
+// s·El + local index; non-expert tensors have s = 0). Every element has exactly one owner,
+// which writes it: the TP rank holding its slice (tp rank 0 for tensors replicated over TP),
+// the EP rank s, and in the data-parallel dimension the first replica (weights) or the ZeRO
+// shard owner (Adam state, src). A sum over the world then gives the whole tensor.
+static float *assemble(const Model *M, const Zero *z, int i, int s, const float *src) {
+    const Registry *r = &M->reg;
+    const Param *p = &r->p[i];
+    const Topology *t = M->topo;
     long n = p->shape[0] * p->shape[1];
-    float *full = ted_alloc(sizeof(float) * n, MEM_TEMP);
-    for (long i = 0; i < p->numel; i++) full[param_full_index(r, p, i)] = src[i];
+    float *full = ted_alloc(sizeof(float) * n, MEM_COMM);
+    int owner = (p->split_dim >= 0 || t->tp_idx == 0) && (p->expert < 0 || t->ep_idx == s);
+    if (owner && !src && (p->tag == TAG_EDP ? t->edp_idx : t->dp_idx) == 0)
+        for (long j = 0; j < p->numel; j++) full[param_full_index(r, p, j)] = p->w[j];
+    if (owner && src) {
+        const Shard *sh = &z->sh[i];
+        for (long j = 0; j < sh->len; j++) full[param_full_index(r, p, sh->off + j)] = src[sh->base + j];
+    }
+    comm_allreduce((Group *)&t->g[GROUP_WORLD], full, n, DT_F32);
     return full;
 }
 
-int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerState *st) {
+// How many versions of each tensor the world holds: one per EP rank for experts.
+static int versions(const Model *M, const Param *p) { return p->expert < 0 ? 1 : M->topo->ep; }
+
+// Writes one safetensors file of full tensors: for each kind q, the weights (src[q] NULL) or
+// an Adam state (src[q] = z->m or z->v), named with suffix[q]. Collective; rank 0 writes.
+// Returns rank 0's result on every rank.
+static int save_tensors(const char *path, const Model *M, const Zero *z, const float *const *src,
+                        const char *const *suffix, int kinds) {
     const Registry *r = &M->reg;
-    CHECK(M->topo->world == 1, "saving from several ranks is not supported yet");
+    int total = 0, rank0 = M->topo->rank == 0, k = 0;
+    for (int i = 0; i < r->n; i++) total += kinds * versions(M, &r->p[i]);
+    StTensor *t = ted_alloc(sizeof(StTensor) * total, MEM_TEMP);
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        for (int s = 0; s < versions(M, p); s++)
+            for (int q = 0; q < kinds; q++, k++) {
+                char name[140];
+                param_name_for_expert(p, s * M->El + (p->expert - M->topo->ep_idx * M->El), name, sizeof name);
+                snprintf(t[k].name, sizeof t[k].name, "%s%s", name, suffix[q]);
+                t[k].ndim = p->ndim; t[k].shape[0] = p->save_rows; t[k].shape[1] = p->shape[1];
+                t[k].data = assemble(M, z, i, s, src[q]);   // first save_rows rows: padding is not stored
+                if (!rank0) { ted_free((void *)t[k].data); t[k].data = NULL; }
+            }
+    }
+    int rc = rank0 ? st_write(path, t, total) : 0;
+    for (k = 0; k < total; k++) ted_free((void *)t[k].data);
+    ted_free(t);
+    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
+    return rc;
+}
+
+int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerState *st) {
+    int rank0 = M->topo->rank == 0, rc = 0;
     char dir[1200], tmp[1200], old[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
     snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp", root, st->step);
     snprintf(old, sizeof old, "%s/.step_%08ld.old", root, st->step);
-    if (mkdir(root, 0777) && errno != EEXIST) { ted_error("%s: cannot create: %s", root, strerror(errno)); return -1; }
-    rm_tree(tmp);
-    if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); return -1; }
-    int n = r->n, rc = 0;
-    StTensor *t = ted_alloc(sizeof(StTensor) * 2 * n, MEM_TEMP);
-    for (int i = 0; i < n; i++) {
-        const Param *p = &r->p[i];
-        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->ndim; t[i].shape[0] = p->save_rows; t[i].shape[1] = p->shape[1];
-        t[i].data = full_tensor(r, p, p->w);   // the first save_rows rows: padding is not stored
+    if (rank0) {
+        rm_tree(tmp);
+        if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }
     }
+    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
+    if (rc) return -1;
+    const float *w[1] = {NULL}, *mv[2] = {z->m, z->v};
+    const char *ws[1] = {""}, *mvs[2] = {".exp_avg", ".exp_avg_sq"};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc |= st_write(path, t, n);
-    for (int i = 0; i < n; i++) ted_free((void *)t[i].data);
-    // Adam state: this rank's shards are the whole local tensors on one process
-    for (int i = 0; i < n; i++) {
-        const Param *p = &r->p[i];
-        const Shard *s = &z->sh[i];
-        for (int j = 0; j < 2; j++) {
-            StTensor *x = &t[2 * i + j];
-            snprintf(x->name, sizeof x->name, "%s.%s", p->name, j ? "exp_avg_sq" : "exp_avg");
-            x->ndim = p->ndim; x->shape[0] = p->save_rows; x->shape[1] = p->shape[1];
-            x->data = full_tensor(r, p, (j ? z->v : z->m) + s->base);
+    rc = save_tensors(path, M, z, w, ws, 1);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
+    if (rank0) {
+        if (!rc) {
+            char *cfg = config_model_json(&M->cfg);
+            snprintf(path, sizeof path, "%s/config.json", tmp);
+            rc = write_text(path, cfg);
+            ted_free(cfg);
+        }
+        char state[512];
+        snprintf(state, sizeof state,
+                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"}\n",
+                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
+        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+        if (!rc) rc = write_text(path, state);
+        if (rc) rm_tree(tmp);
+        else {   // swap in: an existing checkpoint of the same step goes only once the new one is whole
+            rm_tree(old);
+            int had = rename(dir, old) == 0;
+            if (rename(tmp, dir)) {
+                ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
+                if (had) rename(old, dir);
+                rc = -1;
+            } else if (had) rm_tree(old);
         }
     }
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (!rc) rc |= st_write(path, t, 2 * n);
-    for (int i = 0; i < 2 * n; i++) ted_free((void *)t[i].data);
-    ted_free(t);
-    char *cfg = config_model_json(&M->cfg);
-    snprintf(path, sizeof path, "%s/config.json", tmp);
-    if (!rc) rc |= write_text(path, cfg);
-    ted_free(cfg);
-    char state[512];
-    snprintf(state, sizeof state,
-             "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"}\n", st->step,
-             st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
-    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
-    if (!rc) rc |= write_text(path, state);
-    if (rc) { rm_tree(tmp); return -1; }
-    // swap in: an existing checkpoint of the same step is replaced only after the new one is whole
-    rm_tree(old);
-    int had = rename(dir, old) == 0;
-    if (rename(tmp, dir)) {
-        ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
-        if (had) rename(old, dir);
-        return -1;
-    }
-    if (had) rm_tree(old);
-    return 0;
+    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
+    return rc;
 }
 
 int ckpt_check_root(const char *root) {

@@ -3,12 +3,33 @@
 // a dropped choice has row -1 and contributes nothing. (With expert parallelism the
 // expert buffer is what the all-to-all exchanges.)
 #pragma once
+#include "comm.h"
+#include "router.h"
 
-// row[N,k] and exp_off[E+1] (first row of each expert; exp_off[E] = R) from the router's
-// choices, slots and per-(group, expert) slot counts kept[G,E]; start[G,E] is filled with
-// the first row of each (group, expert).
-void dispatch_plan(int *row, long *exp_off, long *start, const int *choice, const int *slot, const int *kept,
-                   long N, int k, int E, int group_tokens);
+// The token-side expert buffer: rows grouped by global expert, then routing group, then slot.
+// In capacity mode every (expert, group) has C_g rows whether used or not (fixed-size buffers
+// for the all-to-all; unused rows are zero); dropless, only the kept rows. Fills row[N,k],
+// exp_rows[E] (rows per expert) and start[G,E] (first row of each (group, expert)).
+void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
+                   long N, int k, const RouterCfg *c);
+
+// Expert parallelism: the token side of this rank ↔ the expert side, where the rows of each
+// local expert from every rank of the EP group are contiguous (one GEMM per local expert).
+typedef struct {
+    Group *ep;
+    int E, El;
+    long *scnt;     // [E] rows sent to each global expert
+    long *rcnt;     // [ep][El] rows received from each source for each local expert
+    long *exp_off;  // [El+1] expert-side first row of each local expert
+    long Rs, Rr;    // token-side and expert-side rows
+} Exchange;
+// known_sizes: every rank's exp_rows are the same (capacity mode, equal batches), so no
+// counts need to travel; otherwise the counts go first (an all-to-all of El integers).
+void exchange_plan(Exchange *x, const long *exp_rows, int known_sizes);
+// buf is a scratch of max(Rs, Rr)·d floats (unused when the EP group has one rank).
+void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d);
+void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d);
+
 // xin[row] = x[t]
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d);
 // dx[t] += Σ_j dxin[row_j]

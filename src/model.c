@@ -96,7 +96,7 @@ static void *take(Bump *b, size_t bytes) {
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
 static void layout_acts(Model *M, Bump *a) {
-    long N = (long)M->Bmax * M->T, R = N * M->k;
+    long N = (long)M->Bmax * M->T;
     int d = M->d, G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
     for (int l = 0; l <= M->L; l++) M->resid[l] = TAKE(a, float, N * d);
     for (int l = 0; l < M->L; l++) {
@@ -116,9 +116,10 @@ static void layout_acts(Model *M, Bump *a) {
         x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
         x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
         x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-        x->exp_off = TAKE(a, long, E + 1); x->start = TAKE(a, long, (long)G * E);
-        x->xin = TAKE(a, float, R * d); x->y = TAKE(a, float, R * d);
-        x->h = TAKE(a, float, R * M->fl); x->hg = TAKE(a, float, R * M->fl);
+        x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
+        x->scnt = TAKE(a, long, E); x->rcnt = TAKE(a, long, E); x->exp_off = TAKE(a, long, M->El + 1);
+        x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d);
+        x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
     }
     M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
     M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
@@ -128,17 +129,18 @@ static void layout_acts(Model *M, Bump *a) {
 }
 
 static void layout_grads(Model *M, Bump *a) {
-    long N = (long)M->Bmax * M->T, R = N * M->k;
+    long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
     long big = N * 3 * M->Hl * M->hd;
     if (N * M->fl > big) big = N * M->fl;
-    if (M->E > 1 && R * M->fl > big) big = R * M->fl;
+    if (M->E > 1 && M->Rr * M->fl > big) big = M->Rr * M->fl;
     M->dres = TAKE(a, float, N * M->d); M->dln = TAKE(a, float, N * M->d); M->tmp = TAKE(a, float, N * M->d);
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
     M->att_scratch = TAKE(a, float, (long)omp_get_max_threads() * M->T * M->T);
-    if (M->E > 1) {
-        M->dxin = TAKE(a, float, R * M->d); M->dy = TAKE(a, float, R * M->d);
+    if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
+        M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
+        M->a2a_buf = TAKE(a, float, R * M->d);
         M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
     }
 }
@@ -157,6 +159,17 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->El = M->E / topo->ep;
     M->k = m->num_experts > 1 ? m->top_k : 1;
     M->rcfg = (RouterCfg){M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T};
+    // expert buffer rows: token side (this rank's choices), expert side (what its experts receive)
+    long N = (long)Bmax * T;
+    if (m->capacity_factor > 0) {
+        long per_expert = 0;
+        for (long t0 = 0; t0 < N; t0 += M->rcfg.group_tokens)
+            per_expert += router_capacity(&M->rcfg, N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens);
+        M->Rs = M->Rr = per_expert * M->E;      // E·C slots per group, every rank the same
+    } else {
+        M->Rs = N * M->k;
+        M->Rr = N * M->k * topo->ep;            // at worst every rank's choices land here
+    }
     M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
     M->ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
     M->resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
@@ -195,20 +208,33 @@ static void residual_add(float *out, const float *base, float *part, long n, Mod
     for (long i = 0; i < n; i++) out[i] = base[i] + part[i];
 }
 
+static Exchange exchange_of(Model *M, BlockActs *x) {
+    return (Exchange){(Group *)&M->topo->g[GROUP_EP], M->E, M->El, x->scnt, x->rcnt, x->exp_off, 0, 0};
+}
+
+// MoE FFN (SEED 000 Fig. 3): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
+// → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
 static void moe_forward(Model *M, int l, long N) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k;
+    int d = M->d, k = M->k, ep1 = M->topo->ep == 1;
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, &M->rstats);
-    dispatch_plan(x->row, x->exp_off, x->start, x->choice, x->slot, x->kept, N, k, M->E, M->rcfg.group_tokens);
-    dispatch_forward(x->xin, x->ln2, x->row, N, k, d);
-    Experts ex = experts_of(M, b);
-    experts_forward(&ex, x->h, x->hg, x->y, x->xin, x->exp_off, M->topo->tp_idx == 0);
-    comm_allreduce(tp_group(M), x->y, x->exp_off[M->E] * d, DT_F32);           // sum of the f shards
+    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg);
+    Exchange ex = exchange_of(M, x);
+    exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
+    float *tok = ep1 ? x->xexp : M->tok_buf;
+    memset(tok, 0, sizeof(float) * ex.Rs * d);                 // unused capacity slots are zero
+    dispatch_forward(tok, x->ln2, x->row, N, k, d);
+    exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
+    Experts e = experts_of(M, b);
+    float *y = ep1 ? x->ysend : M->exp_buf;
+    experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
+    comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);          // sum of the f shards
+    exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
     float *out = M->resid[l + 1];
     memcpy(out, x->mid, sizeof(float) * N * d);
-    combine_forward(out, x->y, x->gate, x->row, N, k, d);
+    combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
 }
 
 // Sampling needs whole rows of logits: with a vocabulary split over TP, rank 0 gathers them
@@ -277,12 +303,20 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k;
-    combine_backward(M->dy, M->dgate, M->dres, x->y, x->gate, x->row, N, k, d);
-    Experts ex = experts_of(M, b);
-    experts_backward(&ex, M->dxin, M->dbig, M->dy, x->xin, x->h, x->hg, x->exp_off, 1);
+    int d = M->d, k = M->k, ep1 = M->topo->ep == 1;
+    Exchange ex = exchange_of(M, x);
+    ex.Rs = 0; ex.Rr = x->exp_off[M->El];
+    for (int e = 0; e < M->E; e++) ex.Rs += x->scnt[e];
+    float *dtok = M->tok_buf, *dexp = ep1 ? M->tok_buf : M->exp_buf;
+    memset(dtok, 0, sizeof(float) * ex.Rs * d);                // unused slots get no gradient
+    combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
+    exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
+    Experts e = experts_of(M, b);
+    // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
+    experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
+    exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
     memset(M->dln, 0, sizeof(float) * N * d);
-    dispatch_backward(M->dln, M->dxin, x->row, N, k, d);
+    dispatch_backward(M->dln, dtok, x->row, N, k, d);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg, aux_scale,
                     z_scale);

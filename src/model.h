@@ -23,8 +23,10 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *fch, *fchg;                  // dense [N,f/tp]
     float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
     int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
-    long *exp_off, *start;              // [E+1] first row per expert; [G,E] per (group, expert)
-    float *xin, *h, *hg, *y;            // expert buffer [R,d] [R,f/tp] [R,f/tp] [R,d]
+    long *start, *exp_rows;             // [G,E] first token-side row per (group, expert); [E] rows per expert
+    long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
+    float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,f/tp] [Rr,f/tp]
+    float *ysend;                       // expert outputs back on the token side [Rs,d]
 } BlockActs;
 
 typedef struct {
@@ -46,7 +48,10 @@ typedef struct {
     float *full_logits;                                    // [N,V] after a forward without targets
     // backward scratch
     float *grad; size_t grad_floats;
-    float *dres, *dln, *datty, *dqkv, *dbig, *dxin, *dy, *dgate, *dlogits_r, *tmp, *att_scratch;
+    float *dres, *dln, *datty, *dqkv, *dbig, *dgate, *dlogits_r, *tmp, *att_scratch;
+    float *tok_buf, *exp_buf, *a2a_buf;   // MoE scratch: token side [Rs,d], expert side [Rr,d], all-to-all
+    long Rs, Rr;                // expert-buffer rows at most: token side, expert side
+    int uneven;                 // EP ranks may run different batch sizes (evaluation): counts travel
     RouterCfg rcfg;
     RouterStats rstats;         // accumulated over forwards since the last reset
     int *tok, *tgt;             // the current micro-batch (copied)

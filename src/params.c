@@ -31,6 +31,12 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     p->numel = p->lshape[0] * p->lshape[1];
     p->tag = tag;
     p->decay = ndim >= 2;
+    p->expert = -1;
+    int layer, e, used = 0;
+    if (sscanf(name, "transformer.h.%d.mlp.experts.%d.%n", &layer, &e, &used) == 2 && used > 0) {
+        p->layer = layer; p->expert = e;
+        snprintf(p->suffix, sizeof p->suffix, "%s", name + used);
+    }
     p->init_std = std; p->init_val = val;
     p->off = (size_t)r->total;
     r->total += p->numel;
@@ -68,6 +74,11 @@ void reg_init_weights(Registry *r, uint64_t seed) {
 int reg_find(const Registry *r, const char *name) {
     for (int i = 0; i < r->n; i++) if (!strcmp(r->p[i].name, name)) return i;
     return -1;
+}
+
+void param_name_for_expert(const Param *p, int e, char *out, size_t len) {
+    if (p->expert < 0) snprintf(out, len, "%s", p->name);
+    else snprintf(out, len, "transformer.h.%d.mlp.experts.%d.%s", p->layer, e, p->suffix);
 }
 
 void reg_free(Registry *r) { ted_free(r->w); ted_free(r->g); ted_free(r->p); memset(r, 0, sizeof *r); }

@@ -20,6 +20,8 @@ typedef struct {
     long numel;         // this rank's element count
     SyncTag tag;
     int decay;          // weight decay applies (ndim >= 2)
+    int layer, expert;  // an expert's tensor: its block and global expert index (expert −1 otherwise)
+    char suffix[24];    // an expert's tensor: the name after "experts.{e}." (c_fc.weight, …)
     float init_std;     // N(0, std); std 0 → constant init_val
     float init_val;
     size_t off;         // offset in the flat buffers
@@ -43,6 +45,8 @@ void reg_alloc(Registry *r);
 // Initial weights: element i of the full tensor gets N(0, std) from (seed, name, i).
 void reg_init_weights(Registry *r, uint64_t seed);
 int reg_find(const Registry *r, const char *name);
+// The name of parameter p for global expert e (p itself when p is not an expert's tensor).
+void param_name_for_expert(const Param *p, int e, char *out, size_t len);
 // Full-tensor index of local element i (row-major local → row-major full).
 long param_full_index(const Registry *r, const Param *p, long i);
 void reg_free(Registry *r);

@@ -169,7 +169,7 @@ enum { RN = 16, RE = 4, RK = 2, RD = 3 };
 typedef struct {
     float *logits, *probs, *lse, *gate, *fcount, *y, *out, *R;
     int *choice, *slot, *kept, *row;
-    long *off, *start;
+    long *rows, *start;
     RouterCfg cfg;
     float aux, z;
     int ref_choice[RN * RK];
@@ -182,18 +182,18 @@ static double f_router(void *p) {
     RouterStats st = {0};
     router_forward(c->probs, c->lse, c->choice, c->gate, c->slot, c->fcount, c->kept, RN, &c->cfg, &st);
     if (memcmp(c->choice, c->ref_choice, sizeof c->ref_choice)) c->flipped = 1;
-    dispatch_plan(c->row, c->off, c->start, c->choice, c->slot, c->kept, RN, RK, RE, c->cfg.group_tokens);
+    dispatch_plan(c->row, c->rows, c->start, c->choice, c->slot, c->kept, RN, RK, &c->cfg);
     memset(c->out, 0, sizeof(float) * RN * RD);
     combine_forward(c->out, c->y, c->gate, c->row, RN, RK, RD);
     return dot(c->out, c->R, RN * RD) + c->aux * st.aux_sum + c->z * st.z_sum;
 }
 
 static void test_router(float cf, const char *name) {
-    RCtx c = {buf(RN * RE), buf(RN * RE), buf(RN), buf(RN * RK), buf(RN * RE), buf(RN * RK * RD), buf(RN * RD),
+    RCtx c = {buf(RN * RE), buf(RN * RE), buf(RN), buf(RN * RK), buf(RN * RE), buf(RN * RK * RD * 4), buf(RN * RD),
               buf(RN * RD), NULL, NULL, NULL, NULL, NULL, NULL, {RE, RK, cf, 1, 8}, 0.3f, 0.05f, {0}, 0};
     c.choice = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP); c.slot = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP);
     c.kept = ted_alloc(sizeof(int) * RN * RE, MEM_TEMP); c.row = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP);
-    c.off = ted_alloc(sizeof(long) * (RE + 1), MEM_TEMP); c.start = ted_alloc(sizeof(long) * RN * RE, MEM_TEMP);
+    c.rows = ted_alloc(sizeof(long) * RE, MEM_TEMP); c.start = ted_alloc(sizeof(long) * RN * RE, MEM_TEMP);
     // logits 0.4 apart within a token (a per-token permutation), so that no perturbation flips the top-k
     for (int t = 0; t < RN; t++)
         for (int e = 0; e < RE; e++) c.logits[t * RE + e] = 0.4f * (float)((e + t * 3 + (t / RE)) % RE) + 0.05f * randn();
@@ -204,7 +204,7 @@ static void test_router(float cf, const char *name) {
     long dropped = 0;
     for (int i = 0; i < RN * RK; i++) dropped += c.slot[i] < 0;
     // analytic: dgate from combine_backward, then router_backward
-    float *dy = buf(RN * RK * RD), *dgate = buf(RN * RK), *dl = buf(RN * RE);
+    float *dy = buf(RN * RK * RD * 4), *dgate = buf(RN * RK), *dl = buf(RN * RE);
     combine_backward(dy, dgate, c.R, c.y, c.gate, c.row, RN, RK, RD);
     router_backward(dl, dgate, c.probs, c.lse, c.choice, c.fcount, RN, &c.cfg, c.aux, c.z);
     char label[96];

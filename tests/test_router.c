@@ -14,7 +14,7 @@ static int pass = 0, fail = 0;
 typedef struct {
     float probs[64], lse[16], gate[32], fcount[32];
     int choice[32], slot[32], kept[32], row[32];
-    long off[9], start[32];
+    long rows[8], start[32];
     RouterStats st;
 } Out;
 
@@ -22,7 +22,7 @@ static void route(Out *o, const float *logits, long N, RouterCfg c) {
     memset(o, 0, sizeof *o);
     memcpy(o->probs, logits, sizeof(float) * N * c.E);
     router_forward(o->probs, o->lse, o->choice, o->gate, o->slot, o->fcount, o->kept, N, &c, &o->st);
-    dispatch_plan(o->row, o->off, o->start, o->choice, o->slot, o->kept, N, c.k, c.E, c.group_tokens);
+    dispatch_plan(o->row, o->rows, o->start, o->choice, o->slot, o->kept, N, c.k, &c);
 }
 
 static void case_choice_major_drops(void) {
@@ -74,8 +74,14 @@ static void case_empty_experts(void) {
     EXPECT(o.kept[0] == 0 && o.kept[1] == 4 && o.kept[2] == 0 && o.kept[3] == 0, "kept %d %d %d %d", o.kept[0], o.kept[1],
            o.kept[2], o.kept[3]);
     EXPECT(o.st.dropped == 2 && o.slot[4] == -1 && o.slot[5] == -1, "t4, t5 dropped (got %d %d)", o.slot[4], o.slot[5]);
-    EXPECT(o.off[0] == 0 && o.off[1] == 0 && o.off[2] == 4 && o.off[3] == 4 && o.off[4] == 4, "offsets %ld %ld %ld %ld %ld",
-           o.off[0], o.off[1], o.off[2], o.off[3], o.off[4]);
+    // capacity mode: every expert has its C = 4 slots in the buffer, used or not; t0 sits in e1's first
+    EXPECT(o.rows[0] == 4 && o.rows[1] == 4 && o.rows[2] == 4 && o.rows[3] == 4 && o.row[0] == 4,
+           "capacity rows %ld %ld %ld %ld, t0 at %d", o.rows[0], o.rows[1], o.rows[2], o.rows[3], o.row[0]);
+    // dropless: only kept rows, so the empty experts have none and e1 holds all six
+    Out q;
+    route(&q, lg, 6, (RouterCfg){4, 1, 0.0f, 4, 6});
+    EXPECT(q.rows[0] == 0 && q.rows[1] == 6 && q.rows[2] == 0 && q.rows[3] == 0 && q.row[5] == 5 && q.st.dropped == 0,
+           "dropless rows %ld %ld %ld %ld", q.rows[0], q.rows[1], q.rows[2], q.rows[3]);
     // aux: f = (0, 1, 0, 0), P_1 = softmax(0,1,-1,.5)[1] → l_aux = 4·P_1
     double Z = exp(0) + exp(1) + exp(-1) + exp(0.5), P1 = exp(1) / Z;
     EXPECT(fabs(o.st.aux_sum - 4 * P1) < 1e-5, "aux %g, want %g", o.st.aux_sum, 4 * P1);
