@@ -31,8 +31,20 @@ Subcommands (all take checkpoint directories holding model.safetensors + config.
   grad   gradient of the step-0 loss for every parameter, written as safetensors
 Run `torch_ref.py SUBCOMMAND --help` for the options.
 
-Reported "aux_loss" is everything in the loss that is not the LM cross-entropy, coefficients
-included: loss = lm_loss + aux_loss.
+Choices made where SPEC leaves room:
+  * "aux_loss" is everything in the loss that is not the LM cross-entropy, coefficients
+    included: loss = lm_loss + aux_loss.
+  * Steps are numbered from 0; train --out writes {"step": [...], "loss": [...], ...}.
+  * Routing groups never cross micro-batches; when group_size does not divide the micro-batch
+    the last group of each micro-batch is shorter, with its own S and C. The aux term divides
+    by the number of groups of the whole step, the z term by its number of tokens.
+  * C is computed exactly from the decimal capacity_factor (1.1*2*20/4 gives 11, not 12).
+  * top-k is taken on p (after the softmax), ties to the lower expert index.
+  * In float64 runs the router is float64 too (SPEC's "fp32" is a lower bound).
+  * A parameter the step did not touch (an expert without tokens) gets gradient 0, and
+    AdamW updates it like any other (moments decay, weight decay applies).
+  * grad_norm is reported before clipping; clip <= 0 turns clipping off.
+  * floor(0.9 N) is computed in integers (9N // 10).
 """
 
 import argparse

@@ -31,6 +31,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     mpi_on = 1;
+    ted_defer_errors(world_size > 1);
 }
 void comm_finalize(void) { if (mpi_on) { MPI_Finalize(); mpi_on = 0; } }
 int comm_world_size(void) { return world_size; }

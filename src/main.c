@@ -31,8 +31,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "tokenize")) rc = tok_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc - 1, argv + 1);
     else { ted_error("unknown command \"%s\" (ted --help lists them)", cmd); rc = TED_EXIT_USAGE; }
-    // the command has printed its one line; under MPI the other ranks must not be left waiting
-    if (rc && comm_world_size() > 1) ted_fatal(rc, "%s failed on rank %d", cmd, comm_world_rank());
+    // every rank ends here together: failures were agreed (ted_agree) where they can happen
+    ted_agree(rc != 0);
     comm_finalize();
     return rc;
 }

@@ -150,36 +150,50 @@ static int load_config(Config *c, int argc, char **argv) {
     return config_validate(c);
 }
 
+// Everything that can be wrong with a run's inputs, checked before any allocation of the
+// model: identical on every rank except file access, whose result the ranks then agree on.
+static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
+    if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
+    if (c->bf16 || c->fp16 || c->activation_checkpointing || c->dtd || c->cac) {
+        ted_error("bf16/fp16, activation checkpointing, --dtd and --cac are not implemented yet");
+        return TED_EXIT_USAGE;
+    }
+    char err[256];
+    if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
+    int T = seq_len_of(c), dp = comm_world_size() / c->tp;
+    if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
+    if (c->resume[0]) {   // the checkpoint must be of this model
+        if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
+        Config k = *c;
+        if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
+    }
+    if (data_load(ds, c->data)) return TED_EXIT_USAGE;
+    if (ds->max_token >= c->model.vocab_size) {
+        ted_error("%s: token id %d does not fit vocab_size %d", c->data, ds->max_token, c->model.vocab_size);
+        return TED_EXIT_USAGE;
+    }
+    if (ds->train.n < T + 1) {
+        ted_error("%s: the training split has %ld tokens, fewer than one window of %d", c->data, ds->train.n, T + 1);
+        return TED_EXIT_USAGE;
+    }
+    if (c->save[0] && comm_world_rank() == 0 && ckpt_check_root(c->save)) return TED_EXIT_USAGE;
+    if (c->log[0] && comm_world_rank() == 0) {
+        *log = fopen(c->log, c->resume[0] ? "a" : "w");
+        if (!*log) { ted_error("%s: cannot open the log: %s", c->log, strerror(errno)); return TED_EXIT_USAGE; }
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *v;
     if (find_flag(argc, argv, "--help", &v) || find_flag(argc, argv, "-h", &v)) { config_print_train_help(); return 0; }
     Config c;
-    if (load_config(&c, argc, argv)) return TED_EXIT_USAGE;
-    if (c.bf16 || c.fp16 || c.activation_checkpointing || c.dtd || c.cac) {
-        ted_error("bf16/fp16, activation checkpointing, --dtd and --cac are not implemented yet");
-        return TED_EXIT_USAGE;
-    }
-    set_threads(c.threads);
-    char err[256];
-    if (topo_check(comm_world_size(), c.tp, c.ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
-    int T = seq_len_of(&c);
-    // resume: the checkpoint must be of this model
+    Dataset ds = {0};
     char ckdir[1200] = "";
-    if (c.resume[0]) {
-        if (ckpt_resolve(c.resume, ckdir, sizeof ckdir)) return TED_EXIT_USAGE;
-        Config k = c;
-        if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
-    }
-    Dataset ds;
-    if (data_load(&ds, c.data)) return TED_EXIT_USAGE;
-    if (ds.max_token >= c.model.vocab_size) {
-        ted_error("%s: token id %d does not fit vocab_size %d", c.data, ds.max_token, c.model.vocab_size);
-        return TED_EXIT_USAGE;
-    }
-    if (ds.train.n < T + 1) {
-        ted_error("%s: the training split has %ld tokens, fewer than one window of %d", c.data, ds.train.n, T + 1);
-        return TED_EXIT_USAGE;
-    }
+    FILE *log = NULL;
+    if (ted_agree(prepare(&c, argc, argv, &ds, ckdir, sizeof ckdir, &log) != 0)) return TED_EXIT_USAGE;
+    set_threads(c.threads);
+    int T = seq_len_of(&c);
     Topology topo;
     topo_init(&topo, c.tp, c.ep);
     topo_print(&topo, c.model.num_experts);
@@ -188,9 +202,9 @@ int cmd_train(int argc, char **argv) {
     Zero z;
     TrainerState st = {0, 0, c.steps, c.seed, c.data_sequential};
     if (ckdir[0]) {
-        if (ckpt_load_weights(ckdir, &M)) return TED_EXIT_USAGE;
         zero_init(&z, &M.reg, &topo);
-        if (ckpt_load_state(ckdir, &M, &z, &st)) return TED_EXIT_USAGE;
+        int bad = ckpt_load_weights(ckdir, &M) || ckpt_load_state(ckdir, &M, &z, &st);
+        if (ted_agree(bad)) return TED_EXIT_USAGE;
         if (st.step > c.steps) {
             ted_error("%s: checkpoint is at step %ld, past --steps %d", ckdir, st.step, c.steps);
             return TED_EXIT_USAGE;
@@ -207,12 +221,6 @@ int cmd_train(int argc, char **argv) {
         st.steps = c.steps; st.seed = c.seed; st.sequential = c.data_sequential;
         if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
     } else zero_init(&z, &M.reg, &topo);
-    if (c.save[0] && ckpt_check_root(c.save)) return TED_EXIT_USAGE;   // before any training
-    FILE *log = NULL;
-    if (c.log[0] && topo.rank == 0) {
-        log = fopen(c.log, ckdir[0] ? "a" : "w");
-        if (!log) { ted_error("%s: cannot open the log: %s", c.log, strerror(errno)); return TED_EXIT_USAGE; }
-    }
     double peak = sgemm_peak_flops(1024, 5);
     double flops_tok = model_flops_per_token(&c.model, T);
     long gbatch = (long)c.micro_batch * c.grad_accum * topo.dp;
