@@ -19,7 +19,13 @@
 
 void openblas_set_num_threads(int);
 
+// Threads per process: as asked, else the cores shared out among the ranks on this node.
 static void set_threads(int n) {
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (n <= 0 && local && atoi(local) > 1) {
+        n = omp_get_num_procs() / atoi(local);
+        if (n < 1) n = 1;
+    }
     if (n <= 0) return;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
