@@ -9,6 +9,8 @@ forward, backward, global-norm clipping and the AdamW step — on all the machin
 Prints one JSON object: ms_per_step (mean over the timed steps), tokens_per_s, threads, torch,
 plus the median and minimum step times and the shape used. The timings are wall-clock: on a
 machine shared with other work they include its interference (use the median/min to judge).
+On an oversubscribed machine OMP_WAIT_POLICY=PASSIVE in the environment helps torch's OpenMP
+a lot (2-3x here with other jobs running); the policy in effect is printed.
 
     /usr/bin/python3 bench/torch_bench.py [--steps 10] [--warmup 3] [--batch 8] [--seq-len 256]
         [--n-embd 256] [--n-layer 4] [--n-head 4] [--n-inner 1024] [--num-experts 8] [--top-k 2]
@@ -89,6 +91,7 @@ def main():
         "tokens_per_s": round(a.batch * a.seq_len / (ms / 1000), 1),
         "threads": threads,
         "torch": torch.__version__,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
         "steps": a.steps,
         "shape": {"batch": a.batch, "seq_len": a.seq_len, "n_embd": a.n_embd,
                   "n_layer": a.n_layer, "n_head": a.n_head, "n_inner": cfg.n_inner,

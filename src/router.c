@@ -6,7 +6,9 @@
 
 int router_capacity(const RouterCfg *c, long S) {
     if (c->capacity_factor <= 0) return (int)S;     // dropless: an expert can take every token
-    long C = (long)ceil((double)c->capacity_factor * c->k * S / c->E - 1e-9);
+    // cf is a float (1.1 is 1.10000002): forgive that much relative error before rounding up
+    double x = (double)c->capacity_factor * c->k * S / c->E;
+    long C = (long)ceil(x * (1.0 - 1e-6));
     if (C < c->min_capacity) C = c->min_capacity;
     if (C > S) C = S;
     return (int)C;

@@ -50,6 +50,7 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
     long per = (long)mb * dp, nb = (nwin + per - 1) / per;
     int *inp = ted_alloc(sizeof(int) * mb * T, MEM_TEMP), *tgt = ted_alloc(sizeof(int) * mb * T, MEM_TEMP);
     double sums[4] = {0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer)
+    M->uneven = 1;                   // the last batch may differ between ranks: expert counts travel
     int nmoe = n_moe_layers(&M->m);
     for (long b = 0; b < nb; b++) {
         long first = b * per + (long)tp->dp_idx * mb;
@@ -65,6 +66,7 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
         sums[2] += M->rstats.z_sum - before.z_sum;
         sums[3] += nmoe ? (double)(M->rstats.groups - before.groups) / nmoe : 0;
     }
+    M->uneven = 0;
     comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
     ted_free(inp); ted_free(tgt);
     double ntok = (double)nwin * T;

@@ -119,6 +119,8 @@ static void case_capacity(void) {
     EXPECT(router_capacity(&c, 2) == 2, "C <= S: %d, want 2", router_capacity(&c, 2));
     c.capacity_factor = 0;
     EXPECT(router_capacity(&c, 100) == 100, "dropless: %d", router_capacity(&c, 100));
+    c = (RouterCfg){4, 2, 1.1f, 0, 20};
+    EXPECT(router_capacity(&c, 20) == 11, "1.1·2·20/4 = 11 exactly, got %d", router_capacity(&c, 20));
     c = (RouterCfg){3, 2, 1.0f, 0, 10};
     EXPECT(router_capacity(&c, 10) == 7, "ceil(20/3) = %d, want 7", router_capacity(&c, 10));
 }
