@@ -5,16 +5,9 @@
 #include "util.h"
 
 void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
-                   long N, int k, const RouterCfg *c) {
+                   long N, int k, const RouterCfg *c, int padded) {
     int E = c->E, G = router_ngroups(N, c->group_tokens);
-    int capacity = c->capacity_factor > 0;
-    // rows of one expert: capacity mode reserves C_g slots per group whether used or not
-    long per_expert = 0;
-    if (capacity)
-        for (int g = 0; g < G; g++) {
-            long t0 = (long)g * c->group_tokens, S = N - t0 < c->group_tokens ? N - t0 : c->group_tokens;
-            per_expert += router_capacity(c, S);
-        }
+    int capacity = padded && c->capacity_factor > 0;
     long r = 0;   // start[g][e]: first row of (group g, expert e)
     for (int e = 0; e < E; e++) {
         long first = r;
@@ -26,7 +19,6 @@ void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, con
             } else r += kept[(long)g * E + e];
         }
         exp_rows[e] = r - first;
-        (void)per_expert;
     }
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++) {

@@ -7,11 +7,11 @@
 #include "router.h"
 
 // The token-side expert buffer: rows grouped by global expert, then routing group, then slot.
-// In capacity mode every (expert, group) has C_g rows whether used or not (fixed-size buffers
-// for the all-to-all; unused rows are zero); dropless, only the kept rows. Fills row[N,k],
-// exp_rows[E] (rows per expert) and start[G,E] (first row of each (group, expert)).
+// padded (capacity mode with an all-to-all to feed): every (expert, group) has C_g rows whether
+// used or not — fixed-size buffers, unused rows zero. Otherwise only the kept rows. Fills
+// row[N,k], exp_rows[E] (rows per expert) and start[G,E] (first row of each (group, expert)).
 void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
-                   long N, int k, const RouterCfg *c);
+                   long N, int k, const RouterCfg *c, int padded);
 
 // Expert parallelism: the token side of this rank ↔ the expert side, where the rows of each
 // local expert from every rank of the EP group are contiguous (one GEMM per local expert).

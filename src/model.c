@@ -220,11 +220,12 @@ static void moe_forward(Model *M, int l, long N) {
     int d = M->d, k = M->k, ep1 = M->topo->ep == 1;
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, &M->rstats);
-    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg);
+    // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows
+    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg, !ep1);
     Exchange ex = exchange_of(M, x);
     exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
     float *tok = ep1 ? x->xexp : M->tok_buf;
-    memset(tok, 0, sizeof(float) * ex.Rs * d);                 // unused capacity slots are zero
+    if (!ep1) memset(tok, 0, sizeof(float) * ex.Rs * d);       // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
     exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
     Experts e = experts_of(M, b);

@@ -469,6 +469,7 @@ int cmd_bench(int argc, char **argv) {
     int *inp = ted_alloc(sizeof(int) * B * (T + 1), MEM_TEMP), *tgt = ted_alloc(sizeof(int) * B * T, MEM_TEMP);
     double total = 0, ntok = (double)B * T * c.grad_accum;
     for (int s = 0; s < warm + c.steps; s++) {
+        if (s == warm) memset(&M.rstats, 0, sizeof M.rstats);
         double t0 = now_ms();
         model_zero_grad(&M);
         for (int a = 0; a < c.grad_accum; a++) {
@@ -484,9 +485,11 @@ int cmd_bench(int argc, char **argv) {
     }
     double ms = total / c.steps, tps = ntok / (ms * 1e-3);
     double mfu = model_flops_per_token(m, T) * tps / peak;
+    double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"sgemm_peak_gflops\": %.1f, "
-           "\"model_gflop_per_step\": %.2f, \"threads\": %d, \"params\": %ld}\n", ms, tps, mfu, peak * 1e-9,
-           model_flops_per_token(m, T) * ntok * 1e-9, omp_get_max_threads(), model_num_params(m));
+           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld}\n", ms, tps,
+           mfu, peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           model_num_params(m));
     ted_free(inp); ted_free(tgt);
     zero_free(&z);
     model_free(&M);
