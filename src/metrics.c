@@ -91,3 +91,31 @@ double sgemm_peak_flops(int n, int reps) {
     ted_free(a); ted_free(b); ted_free(c);
     return 2.0 * n * n * (double)n / (best * 1e-3);
 }
+
+void comm_accumulate(CommStats *acc) {
+    const CommStats *s = comm_stats();
+    for (int c = 0; c < COLL_N; c++)
+        for (int g = 0; g < GROUP_N; g++) {
+            acc->c[c][g].calls += s->c[c][g].calls;
+            acc->c[c][g].bytes += s->c[c][g].bytes;
+            acc->c[c][g].ms += s->c[c][g].ms;
+        }
+}
+
+void comm_summary(FILE *out, const CommStats *acc, double total_ms, long steps) {
+    if (steps <= 0 || total_ms <= 0) return;
+    double comm = 0;
+    for (int c = 0; c < COLL_N; c++)
+        for (int g = 0; g < GROUP_N; g++) comm += acc->c[c][g].ms;
+    fprintf(out, "time per step (rank 0, %ld steps): %.1f ms\n", steps, total_ms / steps);
+    fprintf(out, "  %-24s %9.1f ms  %5.1f%%\n", "compute", (total_ms - comm) / steps, 100 * (total_ms - comm) / total_ms);
+    for (int c = 0; c < COLL_N; c++)
+        for (int g = 0; g < GROUP_N; g++) {
+            const CommCount *k = &acc->c[c][g];
+            if (!k->calls) continue;
+            char name[48];
+            snprintf(name, sizeof name, "%s.%s", comm_coll_name(c), comm_group_name(g));
+            fprintf(out, "  %-24s %9.1f ms  %5.1f%%  %6.1f calls  %10.0f bytes\n", name, k->ms / steps,
+                    100 * k->ms / total_ms, (double)k->calls / steps, (double)k->bytes / steps);
+        }
+}

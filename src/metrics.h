@@ -3,6 +3,7 @@
 // this rank) and `mem` (bytes: peaks overall and per phase, current per category).
 #pragma once
 #include <stdio.h>
+#include "comm.h"
 
 typedef struct {
     long step;
@@ -12,5 +13,10 @@ typedef struct {
 // Appends a step line (and flushes). f may be NULL (nothing written).
 void metrics_step(FILE *f, const StepMetrics *m);
 void metrics_eval(FILE *f, long step, double val_loss, double lm, double aux, long windows);
+// Adds this step's collective counts into acc.
+void comm_accumulate(CommStats *acc);
+// Where the time of `steps` steps went (seed 000 Fig. 5): compute (total − collectives) and
+// each collective.group, per step and as a share; one line each on out.
+void comm_summary(FILE *out, const CommStats *acc, double total_ms, long steps);
 // Measured single-precision GEMM peak of this machine (FLOP/s), best of a few sgemm calls.
 double sgemm_peak_flops(int n, int reps);

@@ -244,6 +244,9 @@ int cmd_train(int argc, char **argv) {
     long nval = data_nwindows(&ds.val, T), saved = -1;
     if (c.eval_windows > 0 && c.eval_windows < nval) nval = c.eval_windows;
     long first_step = st.step;
+    CommStats comm_total;
+    memset(&comm_total, 0, sizeof comm_total);
+    double train_ms = 0;
     for (long s = st.step; s < c.steps; s++) {
         comm_stats_reset();
         mem_reset_peaks();
@@ -268,6 +271,8 @@ int cmd_train(int argc, char **argv) {
         double sums[5] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices};
         comm_allreduce(&topo.g[GROUP_DP], sums, 5, DT_F64);
         double ms = now_ms() - t0;
+        train_ms += ms;
+        comm_accumulate(&comm_total);
         StepMetrics m = {s + 1, 0, sums[0] / ntok_step, 0, lr, norm, ms, ntok_step / (ms * 1e-3), 0,
                          sums[4] > 0 ? sums[3] / sums[4] : 0};
         if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
@@ -299,6 +304,7 @@ int cmd_train(int argc, char **argv) {
             if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, s + 1);
         }
     }
+    if (topo.rank == 0 && topo.world > 1) comm_summary(stdout, &comm_total, train_ms, c.steps - first_step);
     // with --save a run always ends saved, also when it ran no step (--steps 0: the initial weights)
     if (c.save[0] && saved != st.step) {
         st.adam_t = z.t;
@@ -468,8 +474,11 @@ int cmd_bench(int argc, char **argv) {
     zero_init(&z, &M.reg, &topo);
     int *inp = ted_alloc(sizeof(int) * B * (T + 1), MEM_TEMP), *tgt = ted_alloc(sizeof(int) * B * T, MEM_TEMP);
     double total = 0, ntok = (double)B * T * c.grad_accum;
+    CommStats comm_total;
+    memset(&comm_total, 0, sizeof comm_total);
     for (int s = 0; s < warm + c.steps; s++) {
         if (s == warm) memset(&M.rstats, 0, sizeof M.rstats);
+        comm_stats_reset();
         double t0 = now_ms();
         model_zero_grad(&M);
         for (int a = 0; a < c.grad_accum; a++) {
@@ -481,12 +490,13 @@ int cmd_bench(int argc, char **argv) {
             model_backward(&M, (float)(1.0 / ntok), m->aux_coef, m->z_coef);
         }
         zero_step(&z, &c, c.lr);
-        if (s >= warm) total += now_ms() - t0;
+        if (s >= warm) { total += now_ms() - t0; comm_accumulate(&comm_total); }
     }
-    double ms = total / c.steps, tps = ntok / (ms * 1e-3);
-    double mfu = model_flops_per_token(m, T) * tps / peak;
+    double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
+    double mfu = model_flops_per_token(m, T) * tps / (peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
-    printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"sgemm_peak_gflops\": %.1f, "
+    if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
+    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"sgemm_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld}\n", ms, tps,
            mfu, peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m));
