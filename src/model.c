@@ -95,31 +95,45 @@ static void *take(Bump *b, size_t bytes) {
 }
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
+// Per block: the activations its backward reads. With activation checkpointing they are one
+// scratch shared by all blocks (recomputed in backward from the block input resid[l]); what
+// stays per block is the exchange plan and, with CAC, the outputs of the block's collectives.
 static void layout_acts(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T;
-    int d = M->d, G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
+    int d = M->d, G = router_ngroups(N, M->m.group_size * M->T), E = M->E, ckpt = M->cfg.activation_checkpointing;
+    int cac = ckpt && M->cfg.cac, any_moe = 0;
+    for (int l = 0; l < M->L; l++) any_moe |= M->bp[l].moe;
     for (int l = 0; l <= M->L; l++) M->resid[l] = TAKE(a, float, N * d);
     for (int l = 0; l < M->L; l++) {
         BlockActs *x = &M->ba[l];
-        memset(x, 0, sizeof *x);
-        x->ln1 = TAKE(a, float, N * d); x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
-        x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
-        x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
-        x->atty = TAKE(a, float, N * M->Hl * M->hd);
-        x->mid = TAKE(a, float, N * d);
-        x->ln2 = TAKE(a, float, N * d); x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
-        if (!M->bp[l].moe) {
-            x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl);
-            continue;
+        int moe = M->bp[l].moe;
+        if (ckpt && l > 0) *x = M->ba[0];       // the shared scratch
+        else {
+            memset(x, 0, sizeof *x);
+            x->ln1 = TAKE(a, float, N * d); x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
+            x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+            x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
+            x->atty = TAKE(a, float, N * M->Hl * M->hd);
+            x->mid = TAKE(a, float, N * d);
+            x->ln2 = TAKE(a, float, N * d); x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+            if (!moe || ckpt) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
+            if (moe || (ckpt && any_moe)) {
+                x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
+                x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
+                x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
+                x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
+                x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
+                x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
+                if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+            }
         }
-        x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
-        x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
-        x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
-        x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-        x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
-        x->scnt = TAKE(a, long, E); x->rcnt = TAKE(a, long, E); x->exp_off = TAKE(a, long, M->El + 1);
-        x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d);
-        x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
+        x->ar_attn = x->ar_ffn = NULL;
+        if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
+            x->ar_attn = TAKE(a, float, N * d);
+            if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+            else x->ar_ffn = TAKE(a, float, N * d);
+        }
+        if (moe) { x->scnt = TAKE(a, long, E); x->rcnt = TAKE(a, long, E); x->exp_off = TAKE(a, long, M->El + 1); }
     }
     M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
     M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
@@ -201,41 +215,78 @@ void model_zero_grad(Model *M) { memset(M->reg.g, 0, sizeof(float) * M->reg.tota
 
 static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
 
-// out = base + part (+ the TP sum of part): the end of a row-parallel layer
-static void residual_add(float *out, const float *base, float *part, long n, Model *M) {
-    comm_allreduce(tp_group(M), part, n, DT_F32);
-    #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) out[i] = base[i] + part[i];
-}
-
 static Exchange exchange_of(Model *M, BlockActs *x) {
     return (Exchange){(Group *)&M->topo->g[GROUP_EP], M->E, M->El, x->scnt, x->rcnt, x->exp_off, 0, 0};
 }
 
-// MoE FFN (SEED 000 Fig. 3): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
+// MoE FFN (seed 000 Fig. 3): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
 // → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
-static void moe_forward(Model *M, int l, long N) {
+// A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
+// the exchanged rows from the first pass instead of communicating again.
+static void moe_forward(Model *M, int l, long N, int recompute) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k, ep1 = M->topo->ep == 1;
+    int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac;
+    RouterStats scratch = {0};
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
-    router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, &M->rstats);
+    router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg,
+                   recompute ? &scratch : &M->rstats);
     // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows
     dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg, !ep1);
+    Experts e = experts_of(M, b);
+    if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
+        experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
+        return;
+    }
     Exchange ex = exchange_of(M, x);
     exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
     float *tok = ep1 ? x->xexp : M->tok_buf;
     if (!ep1) memset(tok, 0, sizeof(float) * ex.Rs * d);       // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
     exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
-    Experts e = experts_of(M, b);
     float *y = ep1 ? x->ysend : M->exp_buf;
     experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
     comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);          // sum of the f shards
     exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
+    if (recompute) return;
     float *out = M->resid[l + 1];
     memcpy(out, x->mid, sizeof(float) * N * d);
     combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
+}
+
+// The end of a row-parallel layer: out = base + the TP sum of part. With CAC the summed part
+// is stashed in the first pass and read back in the recompute (no collective).
+static void row_parallel_end(Model *M, float *out, const float *base, float *part, float *stash, long n,
+                             int recompute) {
+    if (recompute && stash) part = stash;
+    else {
+        comm_allreduce(tp_group(M), part, n, DT_F32);
+        if (stash) memcpy(stash, part, sizeof(float) * n);
+    }
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) out[i] = base[i] + part[i];
+}
+
+// One block forward: the first pass, or the recompute of activation checkpointing.
+static void block_forward(Model *M, int l, int B, int T, int recompute) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, Dl = M->Hl * M->hd, tp0 = M->topo->tp_idx == 0;
+    long N = (long)B * T;
+    float *in = M->resid[l];
+    layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
+    matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+    attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
+    if (!(recompute && x->ar_attn))
+        matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
+    row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
+    layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
+    if (b->moe) { moe_forward(M, l, N, recompute); return; }
+    matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, d, M->fl, 0);
+    gelu_forward(x->fchg, x->fch, N * M->fl);
+    if (recompute && x->ar_ffn) return;                        // the backward needs nothing further
+    matmul_forward(M->tmp, x->fchg, W(b->fcprojw), tp0 ? W(b->fcprojb) : NULL, N, M->fl, d, 0);
+    row_parallel_end(M, recompute ? M->tmp : M->resid[l + 1], x->mid, M->tmp, x->ar_ffn, N * d, recompute);
 }
 
 // Sampling needs whole rows of logits: with a vocabulary split over TP, rank 0 gathers them
@@ -256,7 +307,7 @@ static void gather_logits(Model *M, long N) {
 }
 
 double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
-    int d = M->d, Dl = M->Hl * M->hd;
+    int d = M->d;
     long N = (long)B * T;
     CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
     M->B = B; M->Tc = T;
@@ -266,22 +317,7 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     int tp0 = M->topo->tp_idx == 0;
     encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
     comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
-    for (int l = 0; l < M->L; l++) {
-        BlockParams *b = &M->bp[l];
-        BlockActs *x = &M->ba[l];
-        float *in = M->resid[l];
-        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
-        matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
-        attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
-        matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
-        residual_add(x->mid, in, M->tmp, N * d, M);
-        layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
-        if (b->moe) { moe_forward(M, l, N); continue; }
-        matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, d, M->fl, 0);
-        gelu_forward(x->fchg, x->fch, N * M->fl);
-        matmul_forward(M->tmp, x->fchg, W(b->fcprojw), tp0 ? W(b->fcprojb) : NULL, N, M->fl, d, 0);
-        residual_add(M->resid[l + 1], x->mid, M->tmp, N * d, M);
-    }
+    for (int l = 0; l < M->L; l++) block_forward(M, l, B, T, 0);
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     // LM head on this rank's vocabulary shard, then the parallel cross-entropy
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
@@ -315,10 +351,10 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     Experts e = experts_of(M, b);
     // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
     experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
+    comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);      // mirrors the forward: sum of the f shards
     exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
     memset(M->dln, 0, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);
-    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg, aux_scale,
                     z_scale);
     matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
@@ -341,6 +377,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     for (int l = M->L - 1; l >= 0; l--) {
         BlockParams *b = &M->bp[l];
         BlockActs *x = &M->ba[l];
+        if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
         // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
         if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
         else {

@@ -27,6 +27,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
     float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,f/tp] [Rr,f/tp]
     float *ysend;                       // expert outputs back on the token side [Rs,d]
+    float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
 } BlockActs;
 
 typedef struct {

@@ -27,9 +27,9 @@ def want(name, key, value):
     checks.append(got == value)
     print(f"{'ok  ' if got == value else 'FAIL'} {name}.{key} = {got} (formula {value})")
 # TP all-reduces per micro-step: embedding 1, attention out L, FFN out L, cross-entropy 3 (max, target, sum);
-# backward: LM head 1, FFN input L, attention input L
+# backward: LM head 1, FFN input L, attention input L. A MoE block's FFN ones act on its Rr expert-side rows.
 want("allreduce.tp", "calls", A * (1 + 2 * L + 3 + 1 + 2 * L))
-want("allreduce.tp", "bytes", A * 4 * (N * d * (1 + L + n_dense + 1 + 2 * L) + n_moe * Rs * d + 3 * N))
+want("allreduce.tp", "bytes", A * 4 * (N * d * (2 + 2 * L + 2 * n_dense) + 2 * n_moe * Rs * d + 3 * N))
 # EP all-to-alls: 2 forward + 2 backward per MoE block, each the fixed E·C-slot buffer of d floats
 want("alltoall.ep", "calls", A * 4 * n_moe)
 want("alltoall.ep", "bytes", A * 4 * n_moe * Rs * d * 4)
