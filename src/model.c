@@ -154,7 +154,7 @@ static void layout_grads(Model *M, Bump *a) {
     M->att_scratch = TAKE(a, float, (long)omp_get_max_threads() * M->T * M->T);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
-        M->a2a_buf = TAKE(a, float, R * M->d);
+        M->a2a_buf = TAKE(a, float, 2 * R * M->d);
         M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
     }
 }
@@ -179,10 +179,11 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
         long per_expert = 0;
         for (long t0 = 0; t0 < N; t0 += M->rcfg.group_tokens)
             per_expert += router_capacity(&M->rcfg, N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens);
+        per_expert = (per_expert + topo->tp - 1) / topo->tp * topo->tp;   // DTD splits it over TP
         M->Rs = M->Rr = per_expert * M->E;      // E·C slots per group, every rank the same
     } else {
-        M->Rs = N * M->k;
-        M->Rr = N * M->k * topo->ep;            // at worst every rank's choices land here
+        M->Rs = N * M->k + (long)M->E * topo->tp;
+        M->Rr = M->Rs * topo->ep;               // at worst every rank's choices land here
     }
     M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
     M->ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
@@ -215,8 +216,11 @@ void model_zero_grad(Model *M) { memset(M->reg.g, 0, sizeof(float) * M->reg.tota
 
 static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
 
+static int dtd_on(const Model *M) { return M->cfg.dtd && M->topo->tp > 1; }   // tp 1: nothing to drop
+
 static Exchange exchange_of(Model *M, BlockActs *x) {
-    return (Exchange){(Group *)&M->topo->g[GROUP_EP], M->E, M->El, x->scnt, x->rcnt, x->exp_off, 0, 0};
+    return (Exchange){(Group *)&M->topo->g[GROUP_EP], tp_group(M), dtd_on(M), M->E, M->El, x->scnt, x->rcnt,
+                      x->exp_off, 0, 0};
 }
 
 // MoE FFN (seed 000 Fig. 3): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
@@ -226,13 +230,15 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
 static void moe_forward(Model *M, int l, long N, int recompute) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac;
+    int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac, dtd = dtd_on(M);
+    int alias = ep1 && !dtd;   // token side = expert side: nothing moves
     RouterStats scratch = {0};
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg,
                    recompute ? &scratch : &M->rstats);
     // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows
-    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg, !ep1);
+    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg, !ep1,
+                  dtd ? M->topo->tp : 1);
     Experts e = experts_of(M, b);
     if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
         experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
@@ -240,13 +246,13 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     }
     Exchange ex = exchange_of(M, x);
     exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
-    float *tok = ep1 ? x->xexp : M->tok_buf;
-    if (!ep1) memset(tok, 0, sizeof(float) * ex.Rs * d);       // unused capacity slots are zero
+    float *tok = alias ? x->xexp : M->tok_buf;
+    if (!alias) memset(tok, 0, sizeof(float) * ex.Rs * d);     // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
     exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
-    float *y = ep1 ? x->ysend : M->exp_buf;
+    float *y = alias ? x->ysend : M->exp_buf;
     experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
-    comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);          // sum of the f shards
+    if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
     exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
     if (recompute) return;
     float *out = M->resid[l + 1];
@@ -340,18 +346,18 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k, ep1 = M->topo->ep == 1;
+    int d = M->d, k = M->k, dtd = dtd_on(M), alias = M->topo->ep == 1 && !dtd;
     Exchange ex = exchange_of(M, x);
     ex.Rs = 0; ex.Rr = x->exp_off[M->El];
-    for (int e = 0; e < M->E; e++) ex.Rs += x->scnt[e];
-    float *dtok = M->tok_buf, *dexp = ep1 ? M->tok_buf : M->exp_buf;
+    for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
+    float *dtok = M->tok_buf, *dexp = alias ? M->tok_buf : M->exp_buf;
     memset(dtok, 0, sizeof(float) * ex.Rs * d);                // unused slots get no gradient
     combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
     exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
     Experts e = experts_of(M, b);
     // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
     experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
-    comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);      // mirrors the forward: sum of the f shards
+    if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
     exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
     memset(M->dln, 0, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);

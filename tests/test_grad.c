@@ -182,7 +182,7 @@ static double f_router(void *p) {
     RouterStats st = {0};
     router_forward(c->probs, c->lse, c->choice, c->gate, c->slot, c->fcount, c->kept, RN, &c->cfg, &st);
     if (memcmp(c->choice, c->ref_choice, sizeof c->ref_choice)) c->flipped = 1;
-    dispatch_plan(c->row, c->rows, c->start, c->choice, c->slot, c->kept, RN, RK, &c->cfg, 1);
+    dispatch_plan(c->row, c->rows, c->start, c->choice, c->slot, c->kept, RN, RK, &c->cfg, 1, 1);
     memset(c->out, 0, sizeof(float) * RN * RD);
     combine_forward(c->out, c->y, c->gate, c->row, RN, RK, RD);
     return dot(c->out, c->R, RN * RD) + c->aux * st.aux_sum + c->z * st.z_sum;

@@ -22,7 +22,7 @@ static void route(Out *o, const float *logits, long N, RouterCfg c) {
     memset(o, 0, sizeof *o);
     memcpy(o->probs, logits, sizeof(float) * N * c.E);
     router_forward(o->probs, o->lse, o->choice, o->gate, o->slot, o->fcount, o->kept, N, &c, &o->st);
-    dispatch_plan(o->row, o->rows, o->start, o->choice, o->slot, o->kept, N, c.k, &c, 1);
+    dispatch_plan(o->row, o->rows, o->start, o->choice, o->slot, o->kept, N, c.k, &c, 1, 1);
 }
 
 static void case_choice_major_drops(void) {
