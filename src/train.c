@@ -7,6 +7,7 @@
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
+#include "plan.h"
 #include "rng.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -240,6 +241,20 @@ int cmd_train(int argc, char **argv) {
         printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
                "sgemm peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
                gbatch, peak * 1e-9);
+    {   // the memory model (seed 000 Eq. 4) with this run's parameter counts, next to what was allocated
+        double np_exp = 0, np_all = 0;
+        for (int i = 0; i < M.reg.n; i++) {
+            np_all += M.reg.p[i].numel;
+            if (M.reg.p[i].tag == TAG_EDP) np_exp += M.reg.p[i].numel;
+        }
+        const MemStats *ms = mem_stats();
+        double pred = plan_state_bytes(np_all - np_exp, np_exp, topo.dp, topo.edp, 4);
+        double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
+        if (topo.rank == 0)
+            printf("model state per rank: Eq. 4 predicts %.0f bytes (fp32 weights and gradients), allocated %.0f "
+                   "(params %zu + grads %zu + optimizer %zu)\n", pred, meas, ms->current[MEM_PARAMS],
+                   ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
+    }
     int *inp = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
     int *tgt = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
     long nval = data_nwindows(&ds.val, T), saved = -1;

@@ -1,0 +1,86 @@
+// plan.c — `ted plan`: the TED memory model (seed 000 Eq. 2–6, SPEC §5).
+//   NP_exp = E/3·NP_base, NP_nonexp = 2/3·NP_base (a MoE FFN in every other block);
+//   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (Eq. 4)
+//   as G grows: NP_base ≤ tp/4 · M_gpu                                    (Eq. 6)
+#include "plan.h"
+#include "util.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double plan_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes) {
+    return (2.0 * wbytes + 12.0 / dp) * np_nonexp_gpu + (2.0 * wbytes + 12.0 / edp) * np_exp_gpu;
+}
+
+static int num(const char *flag, const char *s, double lo, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo)) { ted_error("plan: %s must be a number >= %g, got \"%s\"", flag, lo, s); return -1; }
+    *out = v;
+    return 0;
+}
+
+static void human(double b, char *out, size_t n) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int i = 0;
+    while (b >= 1000 && i < 5) { b /= 1000; i++; }
+    snprintf(out, n, "%.2f %s", b, u[i]);
+}
+
+// one layout: its state bytes for N base parameters, and the largest N that fits in mem
+static void row(double N, int E, int G, int tp, int ep, double mem, int wbytes) {
+    int dp = G / tp, edp = dp / ep;
+    double nonexp = 2.0 / 3 * N / tp, exp_ = (double)E / 3 * N / (tp * ep);
+    double bytes = plan_state_bytes(nonexp, exp_, dp, edp, wbytes);
+    double per_base = bytes / N, largest = mem / per_base;
+    char b[32];
+    human(bytes, b, sizeof b);
+    printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes (%s)  %-4s  largest base model %.3g params "
+           "(Eq. 6 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
+           (double)tp / (2 * wbytes) * mem);
+}
+
+int plan_main(int argc, char **argv) {
+    const char *vals[7] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16"};
+    const char *names[7] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision"};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: ted plan --base-params N --experts E --gpus G [--tp T] [--ep P] [--gpu-mem BYTES]\n"
+                   "                [--precision bf16|fp32]\n"
+                   "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
+                   "  an N-parameter base model) under TED with ZeRO-1 (seed 000 Eq. 4), and the largest base\n"
+                   "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n");
+            return 0;
+        }
+        int k = -1;
+        for (int j = 0; j < 7; j++) if (!strcmp(argv[i], names[j])) k = j;
+        if (k < 0) { ted_error("plan: unknown option %s (see ted plan --help)", argv[i]); return TED_EXIT_USAGE; }
+        if (i + 1 >= argc) { ted_error("plan: %s needs a value", argv[i]); return TED_EXIT_USAGE; }
+        vals[k] = argv[++i];
+    }
+    for (int j = 0; j < 3; j++)
+        if (!vals[j]) { ted_error("plan: %s is required", names[j]); return TED_EXIT_USAGE; }
+    double N, E, G, T = 0, P = 0, mem;
+    if (num("--base-params", vals[0], 1, &N) || num("--experts", vals[1], 1, &E) || num("--gpus", vals[2], 1, &G) ||
+        (vals[3] && num("--tp", vals[3], 1, &T)) || (vals[4] && num("--ep", vals[4], 1, &P)) ||
+        num("--gpu-mem", vals[5], 1, &mem))
+        return TED_EXIT_USAGE;
+    int wbytes = !strcmp(vals[6], "fp32") ? 4 : !strcmp(vals[6], "bf16") || !strcmp(vals[6], "fp16") ? 2 : 0;
+    if (!wbytes) { ted_error("plan: --precision must be bf16, fp16 or fp32, got \"%s\"", vals[6]); return TED_EXIT_USAGE; }
+    int e = (int)E, g = (int)G;
+    printf("base model %.3g params, %d experts (every other block): NP_nonexp %.3g, NP_exp %.3g; %d GPUs of %.3g bytes\n",
+           N, e, 2.0 / 3 * N, E / 3 * N, g, mem);
+    int shown = 0;
+    for (int tp = 1; tp <= g; tp++) {
+        if (g % tp || (T && tp != (int)T)) continue;
+        for (int ep = 1; ep <= e; ep++) {
+            if (e % ep || (g / tp) % ep || (P && ep != (int)P)) continue;
+            row(N, e, g, tp, ep, mem, wbytes);
+            shown++;
+        }
+    }
+    if (!shown) { ted_error("plan: no layout: --tp must divide --gpus, and --ep divide both --experts and gpus/tp"); return TED_EXIT_USAGE; }
+    return 0;
+}
