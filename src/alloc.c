@@ -8,14 +8,17 @@
 typedef struct { size_t bytes; int cat; char pad[64 - sizeof(size_t) - sizeof(int)]; } Header;
 static MemStats S;
 static MemPhase phase = PHASE_NONE;
+static size_t temp_at_optimizer;   // MEM_TEMP bytes alive when the optimizer phase began
 
 static void account(long long delta, int cat) {
     S.current[cat] += (size_t)delta;   // wraps correctly for negative deltas
     S.total += (size_t)delta;
     if (S.total > S.peak) S.peak = S.total;
     if (S.total > S.phase_peak[phase]) S.phase_peak[phase] = S.total;
-    if (phase == PHASE_OPTIMIZER && S.current[MEM_TEMP] > S.optimizer_temp_peak)
-        S.optimizer_temp_peak = S.current[MEM_TEMP];
+    // the optimizer's own temporaries: what it allocates beyond the temporaries alive before it
+    if (phase == PHASE_OPTIMIZER && S.current[MEM_TEMP] > temp_at_optimizer &&
+        S.current[MEM_TEMP] - temp_at_optimizer > S.optimizer_temp_peak)
+        S.optimizer_temp_peak = S.current[MEM_TEMP] - temp_at_optimizer;
 }
 
 void *ted_alloc(size_t bytes, MemCategory cat) {
@@ -54,7 +57,11 @@ char *ted_strdup(const char *s) {
     return d;
 }
 
-void mem_set_phase(MemPhase p) { phase = p; S.phase_peak[p] = S.total; }
+void mem_set_phase(MemPhase p) {
+    phase = p;
+    S.phase_peak[p] = S.total;
+    if (p == PHASE_OPTIMIZER) temp_at_optimizer = S.current[MEM_TEMP];
+}
 const MemStats *mem_stats(void) { return &S; }
 void mem_reset_peaks(void) {
     S.peak = S.total;

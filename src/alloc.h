@@ -19,7 +19,7 @@ typedef struct {
     size_t current[MEM_NCAT];
     size_t total, peak;
     size_t phase_peak[PHASE_N];
-    size_t optimizer_temp_peak;   // largest MEM_TEMP bytes alive during PHASE_OPTIMIZER
+    size_t optimizer_temp_peak;   // largest MEM_TEMP bytes the optimizer step itself had alive
 } MemStats;
 
 void mem_set_phase(MemPhase p);     // starts a phase: its peak restarts from the current total

@@ -3,6 +3,7 @@
 #include "checkpoint.h"
 #include "alloc.h"
 #include "comm.h"
+#include "half.h"
 #include "safetensors.h"
 #include "util.h"
 #include <cjson/cJSON.h>
@@ -102,7 +103,8 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
     if (rc) return -1;
-    const float *w[1] = {NULL}, *mv[2] = {z->m, z->v};
+    // weights: the fp32 masters when the model stores 16 bits (the truth a resume needs)
+    const float *w[1] = {M->reg.half ? z->master : NULL}, *mv[2] = {z->m, z->v};
     const char *ws[1] = {""}, *mvs[2] = {".exp_avg", ".exp_avg_sq"};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     rc = save_tensors(path, M, z, w, ws, 1);
@@ -186,6 +188,8 @@ static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {
     return 1;
 }
 
+static float *weights_of(const Model *M, const void *ctx, int i, long *lo, long *hi);
+
 // Copies this rank's elements of each parameter from the full tensors of file f
 // (name + suffix) into dst(param) — weights or Adam shards.
 static int load_tensors(StFile *f, const char *file, const Model *M, const char *suffix,
@@ -211,13 +215,16 @@ static int load_tensors(StFile *f, const char *file, const Model *M, const char 
             long fi = param_full_index(r, p, j);
             out[j - lo] = fi < stored ? src[fi] : 0.0f;    // padded vocabulary rows are zero
         }
+        if (dst == weights_of && r->half)
+            for (long j = lo; j < hi; j++) p->w16[j] = half_from_f32(r->half, out[j - lo]);
     }
     return 0;
 }
 
+// fp32 storage: the weights themselves; 16-bit: a scratch (ctx) that load_tensors then rounds
 static float *weights_of(const Model *M, const void *ctx, int i, long *lo, long *hi) {
     *lo = 0; *hi = M->reg.p[i].numel;
-    return M->reg.p[i].w;
+    return M->reg.half ? (float *)ctx : M->reg.p[i].w;
 }
 static float *adam_of(const Model *M, const void *ctx, int i, long *lo, long *hi) {
     const Zero *z = ((const void **)ctx)[0];
@@ -234,7 +241,11 @@ int ckpt_load_weights(const char *dir, Model *M) {
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     StFile *f = st_open(p);
     if (!f) return -1;
-    int rc = load_tensors(f, p, M, "", weights_of, NULL);
+    long big = 0;
+    for (int i = 0; i < M->reg.n; i++) if (M->reg.p[i].numel > big) big = M->reg.p[i].numel;
+    float *scratch = M->reg.half ? ted_alloc(sizeof(float) * big, MEM_TEMP) : NULL;
+    int rc = load_tensors(f, p, M, "", weights_of, scratch);
+    ted_free(scratch);
     st_close(f);
     return rc;
 }
@@ -249,8 +260,14 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     if (!rc) rc = load_tensors(f, p, M, ".exp_avg_sq", adam_of, v_ctx);
     st_close(f);
     if (rc) return -1;
-    for (int i = 0; i < M->reg.n; i++)   // master weights = the loaded fp32 weights
-        memcpy(z->master + z->sh[i].base, M->reg.p[i].w + z->sh[i].off, sizeof(float) * z->sh[i].len);
+    if (M->reg.half) {   // the exact fp32 masters, not the 16-bit weights rounded from them
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        if (!(f = st_open(p))) return -1;
+        const void *w_ctx[2] = {z, z->master};
+        rc = load_tensors(f, p, M, "", adam_of, w_ctx);
+        st_close(f);
+        if (rc) return -1;
+    } else zero_sync_master(z);
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     size_t len;
     char *text = read_file(p, &len);

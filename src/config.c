@@ -422,7 +422,7 @@ static const Flag flags[] = {
     {"--log-every", F_INT, CF(log_every), "N", "log_every", NULL, "progress line every N steps"},
     {"--sample-every", F_INT, CF(sample_every), "N", "sample_every", "0: never", "print a sample every N steps"},
     {"--threads", F_INT, CF(threads), "N", "threads", "0: OpenMP default", "OpenMP threads"},
-    {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer"},
+    {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
     {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
     {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
     {"--n-embd", F_INT, CF(model.n_embd), "N", "model.n_embd", NULL, "model width d"},
@@ -637,7 +637,7 @@ static int validate_training(const Config *c) {
     RULE(!(c->weight_decay >= 0), "weight_decay (%g) must be >= 0", (double)c->weight_decay);
     RULE(c->zero_stage < 0 || c->zero_stage > 1, "zero_optimization.stage (%d) not supported (0 or 1)", c->zero_stage);
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
-    RULE(c->tile_size < 1, "tile_size (%ld) must be >= 1", c->tile_size);
+    RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);
     RULE(c->save_every < 0, "save_every (%d) must be >= 0", c->save_every);
     RULE(c->eval_every < 0, "eval_every (%d) must be >= 0", c->eval_every);
     RULE(c->eval_windows < 0, "eval_windows (%d) must be >= 0", c->eval_windows);

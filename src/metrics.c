@@ -61,6 +61,8 @@ void metrics_step(FILE *f, const StepMetrics *m) {
     cJSON_AddNumberToObject(o, "tokens_per_s", m->tokens_per_s);
     cJSON_AddNumberToObject(o, "mfu", m->mfu);
     cJSON_AddNumberToObject(o, "dropped_frac", m->dropped_frac);
+    cJSON_AddNumberToObject(o, "loss_scale", m->loss_scale);
+    cJSON_AddBoolToObject(o, "skipped", m->skipped);
     cJSON_AddItemToObject(o, "comm", comm_json());
     cJSON_AddItemToObject(o, "mem", mem_json());
     emit(f, o);

@@ -8,6 +8,8 @@
 typedef struct {
     long step;
     double loss, lm_loss, aux_loss, lr, grad_norm, step_ms, tokens_per_s, mfu, dropped_frac;
+    double loss_scale;   // fp16 dynamic loss scale (1 otherwise)
+    int skipped;         // fp16: the step overflowed and was skipped
 } StepMetrics;
 
 // Appends a step line (and flushes). f may be NULL (nothing written).

@@ -5,6 +5,7 @@
 #include "comm.h"
 #include "dispatcher.h"
 #include "experts.h"
+#include "half.h"
 #include "ops.h"
 #include "util.h"
 #include <cblas.h>
@@ -69,11 +70,66 @@ static void add_params(Model *M) {
     }
     M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
     M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
-    reg_alloc(r);
+    reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_init_weights(r, M->cfg.seed);
     Param *wte = &r->p[M->wte];   // zero the padding rows (never indexed, never a gradient)
     for (long i = 0; i < wte->numel; i++)
-        if (param_full_index(r, wte, i) / d >= M->V) wte->w[i] = 0;
+        if (param_full_index(r, wte, i) / d >= M->V) {
+            if (r->half) wte->w16[i] = 0;
+            else wte->w[i] = 0;
+        }
+}
+
+// ---------------------------------------------------------------------------------------
+// 16-bit storage (--bf16 / --fp16): weights and gradients live in 16 bits; the CPU computes
+// in fp32. A stage's weights are up-cast into an fp32 buffer while it runs and its fp32
+// gradients are folded back into the 16-bit store after its backward. Stage 0 is the head
+// (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors are contiguous in
+// the registry. With fp32 storage the stages are the weights themselves and this does nothing.
+
+// The registry indices of stage s: idx[0..n) — the head's four, or a block's contiguous range
+// (returned as first index with n; idx unused).
+static int stage_params(const Model *M, int s, int idx[4], int *first) {
+    if (s == 0) { idx[0] = M->wte; idx[1] = M->wpe; idx[2] = M->lnfw; idx[3] = M->lnfb; *first = -1; return 4; }
+    *first = M->bp[s - 1].ln1w;
+    return (s < M->L ? M->bp[s].ln1w : M->lnfw) - *first;
+}
+#define STAGE_PARAM(k) (first < 0 ? idx[k] : first + (k))
+
+// Points the stage's params at fp32 copies of their 16-bit weights; zeroes the fp32 gradients
+// when `grads` (a backward follows).
+static void stage_in(Model *M, int s, int grads) {
+    Registry *r = &M->reg;
+    if (!r->half) return;
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    float *w = s ? M->stage_w : M->head_w, *g = s ? M->stage_g : M->head_g;
+    for (int k = 0; k < n; k++) {
+        Param *p = &r->p[STAGE_PARAM(k)];
+        p->w = w; p->g = g;
+        #pragma omp parallel for simd schedule(static)
+        for (long j = 0; j < p->numel; j++) p->w[j] = half_to_f32(r->half, p->w16[j]);
+        if (grads) memset(p->g, 0, sizeof(float) * p->numel);
+        w += p->numel; g += p->numel;
+    }
+}
+
+// Adds the stage's fp32 gradients into the 16-bit gradient store.
+static void stage_out(Model *M, int s) {
+    Registry *r = &M->reg;
+    if (!r->half) return;
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    for (int k = 0; k < n; k++) {
+        Param *p = &r->p[STAGE_PARAM(k)];
+        #pragma omp parallel for simd schedule(static)
+        for (long j = 0; j < p->numel; j++) p->g16[j] = half_from_f32(r->half, half_to_f32(r->half, p->g16[j]) + p->g[j]);
+    }
+}
+
+static long stage_numel(const Model *M, int s) {
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    long t = 0;
+    for (int k = 0; k < n; k++) t += M->reg.p[STAGE_PARAM(k)].numel;
+    return t;
 }
 
 #define W(i) (M->reg.p[i].w)
@@ -189,6 +245,12 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
     M->resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
     add_params(M);
+    if (M->reg.half) {   // fp32 working copies: the head, and the largest block
+        long big = 0, head = stage_numel(M, 0);
+        for (int s = 1; s <= M->L; s++) if (stage_numel(M, s) > big) big = stage_numel(M, s);
+        M->head_w = ted_alloc(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc(sizeof(float) * head, MEM_ACTIVATIONS);
+        M->stage_w = ted_alloc(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc(sizeof(float) * big, MEM_ACTIVATIONS);
+    }
     Bump a = {NULL, 0};
     layout_acts(M, &a);
     M->act_floats = a.off / sizeof(float);
@@ -204,12 +266,16 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
 
 void model_free(Model *M) {
     reg_free(&M->reg);
+    ted_free(M->head_w); ted_free(M->head_g); ted_free(M->stage_w); ted_free(M->stage_g);
     ted_free(M->act); ted_free(M->grad);
     ted_free(M->bp); ted_free(M->ba); ted_free(M->resid);
     memset(M, 0, sizeof *M);
 }
 
-void model_zero_grad(Model *M) { memset(M->reg.g, 0, sizeof(float) * M->reg.total); }
+void model_zero_grad(Model *M) {
+    if (M->reg.half) memset(M->reg.g16, 0, sizeof(uint16_t) * M->reg.total);
+    else memset(M->reg.g, 0, sizeof(float) * M->reg.total);
+}
 
 // ---------------------------------------------------------------------------------------
 // forward
@@ -321,9 +387,10 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     memcpy(M->tok, tokens, sizeof(int) * N);
     if (targets) memcpy(M->tgt, targets, sizeof(int) * N);
     int tp0 = M->topo->tp_idx == 0;
+    stage_in(M, 0, 1);
     encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
     comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
-    for (int l = 0; l < M->L; l++) block_forward(M, l, B, T, 0);
+    for (int l = 0; l < M->L; l++) { stage_in(M, l + 1, 0); block_forward(M, l, B, T, 0); }
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     // LM head on this rank's vocabulary shard, then the parallel cross-entropy
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
@@ -383,6 +450,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     for (int l = M->L - 1; l >= 0; l--) {
         BlockParams *b = &M->bp[l];
         BlockActs *x = &M->ba[l];
+        stage_in(M, l + 1, 1);
         if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
         // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
         if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
@@ -401,8 +469,10 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
         layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
                            x->ln1_rstd, N, d);
+        stage_out(M, l + 1);
     }
     encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, B, T, d);
+    stage_out(M, 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ typedef struct {
     float *tok_buf, *exp_buf, *a2a_buf;   // MoE scratch: token side [Rs,d], expert side [Rr,d], all-to-all
     long Rs, Rr;                // expert-buffer rows at most: token side, expert side
     int uneven;                 // EP ranks may run different batch sizes (evaluation): counts travel
+    float *head_w, *head_g, *stage_w, *stage_g;   // 16-bit storage: fp32 working copies (see model.c)
     RouterCfg rcfg;
     RouterStats rstats;         // accumulated over forwards since the last reset
     int *tok, *tgt;             // the current micro-batch (copied)

@@ -1,6 +1,7 @@
 // params.c — the parameter registry (see params.h).
 #include "params.h"
 #include "alloc.h"
+#include "half.h"
 #include "rng.h"
 #include "util.h"
 #include <string.h>
@@ -43,7 +44,14 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     return r->n++;
 }
 
-void reg_alloc(Registry *r) {
+void reg_alloc(Registry *r, int half) {
+    r->half = half;
+    if (half) {
+        r->w16 = ted_alloc(sizeof(uint16_t) * r->total, MEM_PARAMS);
+        r->g16 = ted_alloc(sizeof(uint16_t) * r->total, MEM_GRADS);
+        for (int i = 0; i < r->n; i++) { r->p[i].w16 = r->w16 + r->p[i].off; r->p[i].g16 = r->g16 + r->p[i].off; }
+        return;
+    }
     r->w = ted_alloc(sizeof(float) * r->total, MEM_PARAMS);
     r->g = ted_alloc(sizeof(float) * r->total, MEM_GRADS);
     for (int i = 0; i < r->n; i++) { r->p[i].w = r->w + r->p[i].off; r->p[i].g = r->g + r->p[i].off; }
@@ -65,9 +73,12 @@ void reg_init_weights(Registry *r, uint64_t seed) {
         Param *p = &r->p[k];
         uint64_t stream = rng_hash_str(p->name);
         #pragma omp parallel for schedule(static)
-        for (long i = 0; i < p->numel; i++)
-            p->w[i] = p->init_std > 0 ? p->init_std * rng_normal(seed, stream, (uint64_t)param_full_index(r, p, i))
+        for (long i = 0; i < p->numel; i++) {
+            float v = p->init_std > 0 ? p->init_std * rng_normal(seed, stream, (uint64_t)param_full_index(r, p, i))
                                       : p->init_val;
+            if (r->half) p->w16[i] = half_from_f32(r->half, v);
+            else p->w[i] = v;
+        }
     }
 }
 
@@ -81,4 +92,7 @@ void param_name_for_expert(const Param *p, int e, char *out, size_t len) {
     else snprintf(out, len, "transformer.h.%d.mlp.experts.%d.%s", p->layer, e, p->suffix);
 }
 
-void reg_free(Registry *r) { ted_free(r->w); ted_free(r->g); ted_free(r->p); memset(r, 0, sizeof *r); }
+void reg_free(Registry *r) {
+    ted_free(r->w); ted_free(r->g); ted_free(r->w16); ted_free(r->g16); ted_free(r->p);
+    memset(r, 0, sizeof *r);
+}

@@ -25,14 +25,17 @@ typedef struct {
     float init_std;     // N(0, std); std 0 → constant init_val
     float init_val;
     size_t off;         // offset in the flat buffers
-    float *w, *g;       // views: weights, gradients
+    float *w, *g;       // fp32 views: weights, gradients (16-bit storage: the staging buffers, see model.c)
+    uint16_t *w16, *g16; // 16-bit storage (bf16 or fp16): views into the flat 16-bit buffers
 } Param;
 
 typedef struct {
     Param *p;
     int n, cap;
     long total;         // local elements over all params
-    float *w, *g;       // flat buffers (MEM_PARAMS, MEM_GRADS)
+    float *w, *g;       // flat fp32 buffers (MEM_PARAMS, MEM_GRADS), or NULL with 16-bit storage
+    uint16_t *w16, *g16; // flat 16-bit buffers when half != 0
+    int half;           // storage: 0 fp32, 1 bf16, 2 fp16
     int tp, tp_idx;     // the TP slice this registry holds
 } Registry;
 
@@ -40,8 +43,9 @@ void reg_init(Registry *r, int cap, int tp, int tp_idx);
 // Adds a tensor; returns its index. Shapes are full shapes; the local shape follows split_dim.
 int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split_dim, int parts,
             SyncTag tag, float std, float val);
-// Allocates the flat buffers and points every Param into them.
-void reg_alloc(Registry *r);
+// Allocates the flat buffers (fp32, or 16-bit when half is 1 = bf16 / 2 = fp16) and points
+// every Param into them.
+void reg_alloc(Registry *r, int half);
 // Initial weights: element i of the full tensor gets N(0, std) from (seed, name, i).
 void reg_init_weights(Registry *r, uint64_t seed);
 int reg_find(const Registry *r, const char *name);

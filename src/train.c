@@ -163,10 +163,6 @@ static int load_config(Config *c, int argc, char **argv) {
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
-    if (c->bf16 || c->fp16) {
-        ted_error("bf16/fp16 are not implemented yet");
-        return TED_EXIT_USAGE;
-    }
     if (c->cac) c->activation_checkpointing = 1;   // communication-aware checkpointing is checkpointing
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
@@ -248,11 +244,12 @@ int cmd_train(int argc, char **argv) {
             if (M.reg.p[i].tag == TAG_EDP) np_exp += M.reg.p[i].numel;
         }
         const MemStats *ms = mem_stats();
-        double pred = plan_state_bytes(np_all - np_exp, np_exp, topo.dp, topo.edp, 4);
+        int wbytes = M.reg.half ? 2 : 4;
+        double pred = plan_state_bytes(np_all - np_exp, np_exp, topo.dp, topo.edp, wbytes);
         double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
         if (topo.rank == 0)
-            printf("model state per rank: Eq. 4 predicts %.0f bytes (fp32 weights and gradients), allocated %.0f "
-                   "(params %zu + grads %zu + optimizer %zu)\n", pred, meas, ms->current[MEM_PARAMS],
+            printf("model state per rank: Eq. 4 predicts %.0f bytes (%s weights and gradients), allocated %.0f "
+                   "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas, ms->current[MEM_PARAMS],
                    ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
     }
     int *inp = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
@@ -277,8 +274,9 @@ int cmd_train(int argc, char **argv) {
             mem_set_phase(PHASE_FORWARD);
             lm += model_forward(&M, inp, tgt, c.micro_batch, T);
             mem_set_phase(PHASE_BACKWARD);
-            model_backward(&M, (float)(1.0 / ntok_step), (float)(c.model.aux_coef / ngroups_step),
-                           (float)(c.model.z_coef / ntok_step));
+            float S = z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
+            model_backward(&M, (float)(S / ntok_step), (float)(S * c.model.aux_coef / ngroups_step),
+                           (float)(S * c.model.z_coef / ntok_step));
         }
         mem_set_phase(PHASE_OPTIMIZER);
         float lr = lr_at(&c, s);
@@ -289,11 +287,13 @@ int cmd_train(int argc, char **argv) {
         double ms = now_ms() - t0;
         train_ms += ms;
         comm_accumulate(&comm_total);
-        StepMetrics m = {s + 1, 0, sums[0] / ntok_step, 0, lr, norm, ms, ntok_step / (ms * 1e-3), 0,
-                         sums[4] > 0 ? sums[3] / sums[4] : 0};
+        StepMetrics m = {.step = s + 1, .lm_loss = sums[0] / ntok_step, .lr = lr, .grad_norm = norm, .step_ms = ms,
+                         .tokens_per_s = ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
         if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
         m.loss = m.lm_loss + m.aux_loss;
         m.mfu = flops_tok * m.tokens_per_s / (peak * topo.world);
+        m.loss_scale = z.loss_scale;
+        m.skipped = z.skipped;
         metrics_step(log, &m);
         if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
             printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "

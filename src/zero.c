@@ -2,6 +2,7 @@
 #include "zero.h"
 #include "alloc.h"
 #include "comm.h"
+#include "half.h"
 #include <math.h>
 #include <string.h>
 
@@ -27,8 +28,19 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo) {
     z->master = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
     z->m = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
     z->v = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
-    for (int i = 0; i < reg->n; i++)
-        memcpy(z->master + z->sh[i].base, reg->p[i].w + z->sh[i].off, sizeof(float) * z->sh[i].len);
+    zero_sync_master(z);
+    z->loss_scale = reg->half == 2 ? 65536.0f : 1.0f;   // DeepSpeed's initial_scale_power 16
+    z->window = 1000;
+}
+
+void zero_sync_master(Zero *z) {
+    const Registry *r = z->reg;
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        const Shard *s = &z->sh[i];
+        for (long j = 0; j < s->len; j++)
+            z->master[s->base + j] = r->half ? half_to_f32(r->half, p->w16[s->off + j]) : p->w[s->off + j];
+    }
 }
 
 void zero_free(Zero *z) {
@@ -47,69 +59,109 @@ float lr_at(const Config *c, long s) {
 // Sum the gradient over the DP group into the owner's shard (in place at p->g + off). Each
 // rank's loss gradient is already scaled by 1/(tokens of the whole step), so the sum is the
 // single-process gradient.
+// (16-bit storage: the sum is taken in fp32 and stored back in 16 bits.)
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     Group *g = dp_of(z, p);
+    int half = z->reg->half;
     if (g->size == 1) return;
     // reduce-scatter needs equal chunks: pad the tensor to chunk·size
     long padded = s->chunk * g->size;
     float *buf = ted_alloc(sizeof(float) * padded, MEM_COMM);
-    memcpy(buf, p->g, sizeof(float) * p->numel);
+    if (half) for (long j = 0; j < p->numel; j++) buf[j] = half_to_f32(half, p->g16[j]);
+    else memcpy(buf, p->g, sizeof(float) * p->numel);
     float *mine = ted_alloc(sizeof(float) * s->chunk, MEM_COMM);
     comm_reduce_scatter(g, buf, mine, s->chunk, DT_F32);
-    memcpy(p->g + s->off, mine, sizeof(float) * s->len);
+    if (half) for (long j = 0; j < s->len; j++) p->g16[s->off + j] = half_from_f32(half, mine[j]);
+    else memcpy(p->g + s->off, mine, sizeof(float) * s->len);
     ted_free(buf); ted_free(mine);
 }
 
 static void gather_param(Zero *z, Param *p, const Shard *s) {
     Group *g = dp_of(z, p);
     if (g->size == 1) return;
+    size_t es = z->reg->half ? 2 : 4;   // the parameters travel in their storage format
     long padded = s->chunk * g->size;
-    float *buf = ted_alloc(sizeof(float) * padded, MEM_COMM);
-    float *mine = ted_alloc(sizeof(float) * s->chunk, MEM_COMM);
-    memcpy(mine, p->w + s->off, sizeof(float) * s->len);
-    comm_allgather(g, mine, buf, s->chunk, DT_F32);
-    memcpy(p->w, buf, sizeof(float) * p->numel);
+    char *buf = ted_alloc(es * padded, MEM_COMM), *mine = ted_alloc(es * s->chunk, MEM_COMM);
+    char *w = z->reg->half ? (char *)p->w16 : (char *)p->w;
+    memcpy(mine, w + es * s->off, es * s->len);
+    comm_allgather(g, mine, buf, s->chunk * (long)es, DT_BYTE);
+    memcpy(w, buf, es * p->numel);
     ted_free(buf); ted_free(mine);
+}
+
+// AdamW on n elements of a shard, given their fp32 gradients (already clipped and unscaled).
+static void adam(float *w, float *m, float *v, const float *g, long n, float lr, float decay, const Config *c,
+                 float bc1, float bc2) {
+    float b1 = c->beta1, b2 = c->beta2;
+    #pragma omp parallel for simd schedule(static)
+    for (long j = 0; j < n; j++) {
+        m[j] = b1 * m[j] + (1 - b1) * g[j];
+        v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+        float denom = sqrtf(v[j]) / sqrtf(bc2) + c->eps;
+        w[j] = w[j] * decay - (lr / bc1) * m[j] / denom;
+    }
 }
 
 double zero_step(Zero *z, const Config *c, float lr) {
     Registry *r = z->reg;
+    int half = r->half;
+    float unscale = 1.0f / z->loss_scale;
     // 1. reduce gradients to the shard owners; squared norm of the owned shards
     double sq = 0;
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         reduce_grad(z, p, s);
-        const float *gr = p->g + s->off;
         double acc = 0;
-        for (long j = 0; j < s->len; j++) acc += (double)gr[j] * gr[j];
+        if (half)
+            for (long j = 0; j < s->len; j++) { double g = half_to_f32(half, p->g16[s->off + j]) * unscale; acc += g * g; }
+        else
+            for (long j = 0; j < s->len; j++) acc += (double)p->g[s->off + j] * p->g[s->off + j];
         // a tensor replicated over TP has the same gradient on every TP rank: count it once
         if (p->split_dim >= 0 || z->topo->tp_idx == 0) sq += acc;
     }
     comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], &sq, 1, DT_F64);
     double norm = sqrt(sq);
+    // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale
+    z->skipped = !isfinite(norm);
+    if (z->skipped) {
+        z->loss_scale = z->loss_scale > 2.0f ? z->loss_scale / 2 : 1.0f;
+        z->clean = 0;
+        return norm;
+    }
+    if (half == 2 && ++z->clean >= z->window) { z->loss_scale *= 2; z->clean = 0; }
     float coef = 1.0f;
     if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
-    // 2. AdamW on the shard
+    // 2. AdamW on the shard. 16-bit gradients are up-cast tile by tile into one fp32 buffer.
     z->t++;
-    float b1 = c->beta1, b2 = c->beta2;
-    float bc1 = 1.0f - powf(b1, (float)z->t), bc2 = 1.0f - powf(b2, (float)z->t);
+    float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
+    long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
+    float *buf = half ? ted_alloc(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP) : NULL;
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
-        float *gr = p->g + s->off, *w = z->master + s->base, *m = z->m + s->base, *v = z->v + s->base;
         float decay = p->decay ? 1.0f - lr * c->weight_decay : 1.0f;
-        #pragma omp parallel for simd schedule(static)
-        for (long j = 0; j < s->len; j++) {
-            float g = gr[j] * coef;
-            m[j] = b1 * m[j] + (1 - b1) * g;
-            v[j] = b2 * v[j] + (1 - b2) * g * g;
-            float denom = sqrtf(v[j]) / sqrtf(bc2) + c->eps;
-            w[j] = w[j] * decay - (lr / bc1) * m[j] / denom;
+        for (long j0 = 0; j0 < s->len; j0 += half ? tile : s->len) {
+            long n = s->len - j0 < (half ? tile : s->len) ? s->len - j0 : (half ? tile : s->len);
+            float *w = z->master + s->base + j0, *g;
+            if (half) {
+                const uint16_t *g16 = p->g16 + s->off + j0;
+                #pragma omp parallel for simd schedule(static)
+                for (long j = 0; j < n; j++) buf[j] = half_to_f32(half, g16[j]) * unscale * coef;
+                g = buf;
+            } else {
+                g = p->g + s->off + j0;
+                if (coef != 1.0f)
+                    for (long j = 0; j < n; j++) g[j] *= coef;
+            }
+            adam(w, z->m + s->base + j0, z->v + s->base + j0, g, n, lr, decay, c, bc1, bc2);
+            if (half)
+                for (long j = 0; j < n; j++) p->w16[s->off + j0 + j] = half_from_f32(half, w[j]);
+            else memcpy(p->w + s->off + j0, w, sizeof(float) * n);
         }
-        memcpy(p->w + s->off, w, sizeof(float) * s->len);
         // 3. every rank of the group gets the whole updated tensor
         gather_param(z, p, s);
     }
+    ted_free(buf);
     return norm;
 }

@@ -21,10 +21,18 @@ typedef struct {
     float *master, *m, *v;   // MEM_OPTIMIZER: 12 bytes per shard element
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
+    // fp16: dynamic loss scaling — the loss gradient is multiplied by loss_scale; a step whose
+    // gradients overflow is skipped and the scale halved; after `window` clean steps it doubles
+    float loss_scale;
+    int window, clean, skipped;
 } Zero;
 
 void zero_init(Zero *z, Registry *reg, const Topology *topo);
 void zero_free(Zero *z);
+// master = the registry's weights (after loading them)
+void zero_sync_master(Zero *z);
+// With 16-bit storage (reg->half) the shard's 16-bit gradients are up-cast to fp32 one tile of
+// c->tile_size elements at a time through one reused buffer (0: the whole shard at once).
 // Sums gradients over their DP groups (each rank's loss is normalised by the tokens of the
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW
 // on the shard, gathers the parameters. Returns the gradient norm before clipping.

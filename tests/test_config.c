@@ -379,7 +379,7 @@ CASE(v_both16, { c->bf16 = 1; c->fp16 = 1; })
 CASE(v_mincap, c->model.min_capacity = -1)
 CASE(v_group0, c->model.group_size = 0)
 CASE(v_zero, c->zero_stage = 3)
-CASE(v_tile, c->tile_size = 0)
+CASE(v_tile, c->tile_size = -1)
 CASE(v_aux, c->model.aux_coef = -1)
 CASE(v_threads, c->threads = -2)
 CASE(v_save_every, c->save_every = -1)
@@ -421,7 +421,7 @@ static void test_validate(void) {
         {v_mincap, "min_capacity (-1)"},
         {v_group0, "group_size (0)"},
         {v_zero, "zero_optimization.stage (3)"},
-        {v_tile, "tile_size (0)"},
+        {v_tile, "tile_size (-1)"},
         {v_aux, "aux_coef (-1)"},
         {v_threads, "threads (-2)"},
         {v_save_every, "save_every (-1)"},

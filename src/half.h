@@ -1,0 +1,32 @@
+// half.h — 16-bit storage formats: bfloat16 (round to nearest even) and IEEE fp16.
+#pragma once
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t bf16_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t fp16_from_f32(float f) {
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+static inline float fp16_to_f32(uint16_t u) {
+    _Float16 h;
+    memcpy(&h, &u, 2);
+    return (float)h;
+}
+// kind: 1 = bf16, 2 = fp16
+static inline uint16_t half_from_f32(int kind, float f) { return kind == 1 ? bf16_from_f32(f) : fp16_from_f32(f); }
+static inline float half_to_f32(int kind, uint16_t h) { return kind == 1 ? bf16_to_f32(h) : fp16_to_f32(h); }
