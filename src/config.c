@@ -551,6 +551,7 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
     }
     resolve_min_lr(c);
     if (c->seq_len == 0) c->seq_len = c->model.n_positions;
+    if (c->cac) c->activation_checkpointing = 1;   // communication-aware checkpointing is checkpointing
     return 0;
 }
 

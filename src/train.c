@@ -163,7 +163,6 @@ static int load_config(Config *c, int argc, char **argv) {
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
-    if (c->cac) c->activation_checkpointing = 1;   // communication-aware checkpointing is checkpointing
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / c->tp;
