@@ -15,6 +15,7 @@ static void account(long long delta, int cat) {
     S.total += (size_t)delta;
     if (S.total > S.peak) S.peak = S.total;
     if (S.total > S.phase_peak[phase]) S.phase_peak[phase] = S.total;
+    if (S.current[cat] > S.phase_cat_peak[phase][cat]) S.phase_cat_peak[phase][cat] = S.current[cat];
     // the optimizer's own temporaries: what it allocates beyond the temporaries alive before it
     if (phase == PHASE_OPTIMIZER && S.current[MEM_TEMP] > temp_at_optimizer &&
         S.current[MEM_TEMP] - temp_at_optimizer > S.optimizer_temp_peak)
@@ -60,12 +61,16 @@ char *ted_strdup(const char *s) {
 void mem_set_phase(MemPhase p) {
     phase = p;
     S.phase_peak[p] = S.total;
+    for (int c = 0; c < MEM_NCAT; c++) S.phase_cat_peak[p][c] = S.current[c];
     if (p == PHASE_OPTIMIZER) temp_at_optimizer = S.current[MEM_TEMP];
 }
 const MemStats *mem_stats(void) { return &S; }
 void mem_reset_peaks(void) {
     S.peak = S.total;
-    for (int i = 0; i < PHASE_N; i++) S.phase_peak[i] = 0;
+    for (int i = 0; i < PHASE_N; i++) {
+        S.phase_peak[i] = 0;
+        for (int c = 0; c < MEM_NCAT; c++) S.phase_cat_peak[i][c] = 0;
+    }
     S.optimizer_temp_peak = 0;
 }
 const char *mem_category_name(MemCategory c) {

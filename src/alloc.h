@@ -19,6 +19,7 @@ typedef struct {
     size_t current[MEM_NCAT];
     size_t total, peak;
     size_t phase_peak[PHASE_N];
+    size_t phase_cat_peak[PHASE_N][MEM_NCAT];   // per phase, the most bytes each category held
     size_t optimizer_temp_peak;   // largest MEM_TEMP bytes the optimizer step itself had alive
 } MemStats;
 
