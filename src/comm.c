@@ -1,5 +1,6 @@
 // comm.c — collectives over MPI on host buffers (see comm.h). Size-1 groups never call MPI.
 #include "comm.h"
+#include "half.h"
 #include "util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -8,13 +9,32 @@ static int mpi_on = 0, world_size = 1, world_rank = 0;
 static CommStats stats;
 
 static size_t dsize(DType t) {
-    switch (t) { case DT_F32: case DT_I32: return 4; case DT_F64: case DT_I64: return 8; default: return 1; }
+    switch (t) {
+        case DT_F32: case DT_I32: return 4; case DT_F64: case DT_I64: return 8;
+        case DT_BF16: case DT_F16: return 2; default: return 1;
+    }
 }
 static MPI_Datatype mtype(DType t) {
     switch (t) {
         case DT_F32: return MPI_FLOAT; case DT_F64: return MPI_DOUBLE; case DT_I32: return MPI_INT;
-        case DT_I64: return MPI_LONG_LONG; default: return MPI_BYTE;
+        case DT_I64: return MPI_LONG_LONG; case DT_BF16: case DT_F16: return MPI_UINT16_T; default: return MPI_BYTE;
     }
+}
+
+// MPI has no 16-bit float sum: these add element by element in fp32 and round back.
+static void sum_bf16(void *in, void *inout, int *n, MPI_Datatype *t) {
+    const uint16_t *a = in; uint16_t *b = inout;
+    for (int i = 0; i < *n; i++) b[i] = bf16_from_f32(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+static void sum_f16(void *in, void *inout, int *n, MPI_Datatype *t) {
+    const uint16_t *a = in; uint16_t *b = inout;
+    for (int i = 0; i < *n; i++) b[i] = fp16_from_f32(fp16_to_f32(a[i]) + fp16_to_f32(b[i]));
+}
+static MPI_Op sum_op(DType t) {
+    static MPI_Op bf16 = MPI_OP_NULL, f16 = MPI_OP_NULL;
+    if (t == DT_BF16) { if (bf16 == MPI_OP_NULL) MPI_Op_create(sum_bf16, 1, &bf16); return bf16; }
+    if (t == DT_F16) { if (f16 == MPI_OP_NULL) MPI_Op_create(sum_f16, 1, &f16); return f16; }
+    return MPI_SUM;
 }
 
 static int launched_by_mpi(void) {
@@ -58,7 +78,7 @@ static void count(Tick t, CollKind c, Group *g, long long bytes) {
 void comm_allreduce(Group *g, void *buf, long n, DType t) {
     if (g->size == 1) return;
     Tick k = tick();
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mtype(t), MPI_SUM, g->comm);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mtype(t), sum_op(t), g->comm);
     count(k, COLL_ALLREDUCE, g, (long long)n * dsize(t));
 }
 
@@ -81,7 +101,7 @@ void comm_allgather(Group *g, const void *send, void *recv, long n, DType t) {
 void comm_reduce_scatter(Group *g, const void *send, void *recv, long n, DType t) {
     if (g->size == 1) { if (send != recv) memmove(recv, send, n * dsize(t)); return; }
     Tick k = tick();
-    MPI_Reduce_scatter_block(send, recv, (int)n, mtype(t), MPI_SUM, g->comm);
+    MPI_Reduce_scatter_block(send, recv, (int)n, mtype(t), sum_op(t), g->comm);
     count(k, COLL_REDUCE_SCATTER, g, (long long)n * g->size * dsize(t));
 }
 

@@ -9,7 +9,7 @@
 typedef enum { GROUP_TP, GROUP_DP, GROUP_EP, GROUP_EDP, GROUP_PP, GROUP_WORLD, GROUP_N } GroupKind;
 typedef enum { COLL_ALLREDUCE, COLL_ALLTOALL, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST,
                COLL_N } CollKind;
-typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BYTE } DType;
+typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BYTE, DT_BF16, DT_F16 } DType;   // 16-bit: sums in fp32 per element
 
 typedef struct {
     GroupKind kind;

@@ -59,20 +59,19 @@ float lr_at(const Config *c, long s) {
 // Sum the gradient over the DP group into the owner's shard (in place at p->g + off). Each
 // rank's loss gradient is already scaled by 1/(tokens of the whole step), so the sum is the
 // single-process gradient.
-// (16-bit storage: the sum is taken in fp32 and stored back in 16 bits.)
+// (16-bit storage: the gradients travel in 16 bits, each addition done in fp32.)
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     Group *g = dp_of(z, p);
     int half = z->reg->half;
     if (g->size == 1) return;
     // reduce-scatter needs equal chunks: pad the tensor to chunk·size
+    size_t es = half ? 2 : 4;
     long padded = s->chunk * g->size;
-    float *buf = ted_alloc(sizeof(float) * padded, MEM_COMM);
-    if (half) for (long j = 0; j < p->numel; j++) buf[j] = half_to_f32(half, p->g16[j]);
-    else memcpy(buf, p->g, sizeof(float) * p->numel);
-    float *mine = ted_alloc(sizeof(float) * s->chunk, MEM_COMM);
-    comm_reduce_scatter(g, buf, mine, s->chunk, DT_F32);
-    if (half) for (long j = 0; j < s->len; j++) p->g16[s->off + j] = half_from_f32(half, mine[j]);
-    else memcpy(p->g + s->off, mine, sizeof(float) * s->len);
+    char *buf = ted_alloc(es * padded, MEM_COMM), *mine = ted_alloc(es * s->chunk, MEM_COMM);
+    char *grad = half ? (char *)p->g16 : (char *)p->g;
+    memcpy(buf, grad, es * p->numel);
+    comm_reduce_scatter(g, buf, mine, s->chunk, half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32);
+    memcpy(grad + es * s->off, mine, es * s->len);
     ted_free(buf); ted_free(mine);
 }
 

@@ -5,7 +5,9 @@
 #  - a bf16 run resumes bit-exactly (the fp32 masters are what the checkpoint holds);
 #  - tiled optimizer: mem.optimizer_temp_peak <= 4·tile_size bytes + 1 % with E = 4 and E = 16
 #    (same base model), and without tiling it grows with the expert parameters;
-#  - ted plan's model-state bytes equal a bf16 run's measured params + grads + optimizer within 5 %.
+#  - ted plan's model-state bytes equal a bf16 run's measured params + grads + optimizer within 5 %;
+#  - on 4 data-parallel ranks bf16 tracks one process, and gradients travel in 16 bits (half the
+#    reduce-scatter bytes of fp32).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -61,5 +63,23 @@ for layout in "1 1 1" "4 2 2" "4 1 4"; do
     ok "ted plan G $np tp $tp ep $ep: planned $planned bytes, measured $measured (rel $rel)"
   else bad "ted plan G $np tp $tp ep $ep: planned $planned, measured $measured (rel $rel)"; fi
 done
+dist=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64
+      --num-experts 4 --steps 40 --log-every 1000 --eval-windows 64)
+"$TED" train "${dist[@]}" --micro-batch 8 --bf16 --log $T/d1.jsonl >/dev/null
+"${MPIRUN[@]}" -np 4 "$TED" train "${dist[@]}" --micro-batch 2 --ep 2 --bf16 --log $T/d4.jsonl >/dev/null
+"${MPIRUN[@]}" -np 4 "$TED" train "${dist[@]}" --micro-batch 2 --ep 2 --steps 1 --log $T/d4f.jsonl >/dev/null
+r=$(/usr/bin/python3 - $T <<'PY'
+import json, sys
+L = lambda p: [json.loads(l) for l in open(f"{sys.argv[1]}/{p}")]
+a, b, f = L("d1.jsonl"), L("d4.jsonl"), L("d4f.jsonl")
+rel = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b) if "loss" in x)
+b16, b32 = b[0]["comm"]["reduce_scatter.dp"]["bytes"], f[0]["comm"]["reduce_scatter.dp"]["bytes"]
+print(f"{rel:.4f} {int(2 * b16 == b32)} {b16:.0f} {b32:.0f}")
+PY
+)
+read -r rel half b16 b32 <<<"$r"
+if /usr/bin/python3 -c "import sys; sys.exit(0 if $rel <= 0.01 and $half else 1)"; then
+  ok "bf16 on 4 ranks (ep 2) within $rel of one process over 40 steps; reduce_scatter.dp $b16 bytes (fp32: $b32)"
+else bad "bf16 on 4 ranks: rel $rel, reduce_scatter.dp bf16 $b16 vs fp32 $b32"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
