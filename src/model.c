@@ -151,51 +151,116 @@ static void *take(Bump *b, size_t bytes) {
 }
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
-// Per block: the activations its backward reads. With activation checkpointing they are one
-// scratch shared by all blocks (recomputed in backward from the block input resid[l]); what
-// stays per block is the exchange plan and, with CAC, the outputs of the block's collectives.
+// Per block: the activations its backward reads. The big ones (LN outputs, qkv, attention
+// probabilities, FFN and expert hidden states, the exchanged rows) are compute buffers shared by
+// all blocks when
+//  - activation checkpointing is on: the backward recomputes them from the block input resid[l];
+//  - the model stores 16 bits: after its forward a block's big activations are packed into a
+//    16-bit store of its own and unpacked before its backward.
+// The small exact ones (LN statistics, router state, indices) are per block unless
+// checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
+static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int cac) {
+    long N = (long)M->Bmax * M->T;
+    int d = M->d;
+    x->ln1 = TAKE(a, float, N * d);
+    x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+    x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
+    x->atty = TAKE(a, float, N * M->Hl * M->hd);
+    x->mid = TAKE(a, float, N * d);
+    x->ln2 = TAKE(a, float, N * d);
+    if (dense) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
+    if (moe) {
+        x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
+        if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+    }
+}
+
+static void take_small(Model *M, BlockActs *x, Bump *a, int moe) {
+    long N = (long)M->Bmax * M->T;
+    int G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
+    x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
+    x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+    if (!moe) return;
+    x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
+    x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
+    x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
+    x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
+    x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
+}
+
+// The big activations of block l at the largest batch: what its 16-bit store must hold.
+static long packed_floats(const Model *M, int l) {
+    long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
+    long n = 4 * N * d + N * 4 * Dl + (long)M->Bmax * M->Hl * M->T * M->T;
+    if (!M->bp[l].moe) return n + 2 * N * M->fl;
+    return n + 2 * M->Rr * M->fl + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
+}
+
 static void layout_acts(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T;
-    int d = M->d, G = router_ngroups(N, M->m.group_size * M->T), E = M->E, ckpt = M->cfg.activation_checkpointing;
-    int cac = ckpt && M->cfg.cac, any_moe = 0;
-    for (int l = 0; l < M->L; l++) any_moe |= M->bp[l].moe;
+    int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
+    int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
+    for (int l = 0; l < M->L; l++) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
     for (int l = 0; l <= M->L; l++) M->resid[l] = TAKE(a, float, N * d);
     for (int l = 0; l < M->L; l++) {
         BlockActs *x = &M->ba[l];
         int moe = M->bp[l].moe;
-        if (ckpt && l > 0) *x = M->ba[0];       // the shared scratch
+        if (l > 0 && shared) *x = M->ba[0];        // the shared compute buffers
         else {
             memset(x, 0, sizeof *x);
-            x->ln1 = TAKE(a, float, N * d); x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
-            x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
-            x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
-            x->atty = TAKE(a, float, N * M->Hl * M->hd);
-            x->mid = TAKE(a, float, N * d);
-            x->ln2 = TAKE(a, float, N * d); x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
-            if (!moe || ckpt) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
-            if (moe || (ckpt && any_moe)) {
-                x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
-                x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
-                x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
-                x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-                x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
-                x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
-                if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
-            }
+            take_big(M, x, a, shared ? any_dense : !moe, shared ? any_moe : moe, cac);
         }
+        if (l > 0 && ckpt) {}                      // small ones shared too (set by the copy above)
+        else take_small(M, x, a, ckpt ? any_moe : moe);
         x->ar_attn = x->ar_ffn = NULL;
+        x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
         if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
             x->ar_attn = TAKE(a, float, N * d);
             if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
             else x->ar_ffn = TAKE(a, float, N * d);
         }
-        if (moe) { x->scnt = TAKE(a, long, E); x->rcnt = TAKE(a, long, E); x->exp_off = TAKE(a, long, M->El + 1); }
+        if (moe) { x->scnt = TAKE(a, long, M->E); x->rcnt = TAKE(a, long, M->E); x->exp_off = TAKE(a, long, M->El + 1); }
     }
     M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
     M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
     M->ce_max = TAKE(a, float, N); M->ce_sum = TAKE(a, float, N); M->ce_tl = TAKE(a, float, N);
     M->tok = TAKE(a, int, N); M->tgt = TAKE(a, int, N);
     M->full_logits = TAKE(a, float, N * M->V);
+}
+
+// 16-bit activation storage: block l's big activations of the current batch to or from its store.
+static void pack_block(Model *M, int l, int B, int T, int unpack) {
+    BlockActs *x = &M->ba[l];
+    if (!x->store) return;
+    long N = (long)B * T, d = M->d, Dl = (long)M->Hl * M->hd;
+    struct { float *p; long n; } t[12];
+    int k = 0;
+    t[k].p = x->ln1; t[k++].n = N * d;
+    t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
+    t[k].p = x->att; t[k++].n = (long)B * M->Hl * T * T;
+    t[k].p = x->atty; t[k++].n = N * Dl;
+    t[k].p = x->mid; t[k++].n = N * d;
+    t[k].p = x->ln2; t[k++].n = N * d;
+    if (!M->bp[l].moe) { t[k].p = x->fch; t[k++].n = N * M->fl; t[k].p = x->fchg; t[k++].n = N * M->fl; }
+    else {
+        long Rr = x->exp_off[M->El], Rs = 0;
+        for (int e = 0; e < M->E; e++) Rs += x->exp_rows[e];
+        t[k].p = x->h; t[k++].n = Rr * M->fl; t[k].p = x->hg; t[k++].n = Rr * M->fl;
+        if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
+    }
+    uint16_t *s = x->store;
+    int half = M->reg.half;
+    for (int i = 0; i < k; i++) {
+        float *f = t[i].p;
+        if (unpack) {
+            #pragma omp parallel for simd schedule(static)
+            for (long j = 0; j < t[i].n; j++) f[j] = half_to_f32(half, s[j]);
+        } else {
+            #pragma omp parallel for simd schedule(static)
+            for (long j = 0; j < t[i].n; j++) s[j] = half_from_f32(half, f[j]);
+        }
+        s += t[i].n;
+    }
 }
 
 static void layout_grads(Model *M, Bump *a) {
@@ -390,7 +455,11 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     stage_in(M, 0, 1);
     encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
     comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
-    for (int l = 0; l < M->L; l++) { stage_in(M, l + 1, 0); block_forward(M, l, B, T, 0); }
+    for (int l = 0; l < M->L; l++) {
+        stage_in(M, l + 1, 0);
+        block_forward(M, l, B, T, 0);
+        pack_block(M, l, B, T, 0);
+    }
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     // LM head on this rank's vocabulary shard, then the parallel cross-entropy
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
@@ -452,6 +521,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
         BlockActs *x = &M->ba[l];
         stage_in(M, l + 1, 1);
         if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
+        pack_block(M, l, B, T, 1);
         // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
         if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
         else {

@@ -28,6 +28,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,f/tp] [Rr,f/tp]
     float *ysend;                       // expert outputs back on the token side [Rs,d]
     float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
+    uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
 } BlockActs;
 
 typedef struct {
