@@ -67,9 +67,8 @@ static void a2a_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, l
     }
 }
 
-// Copies rows between [source][local expert][n] (the all-to-all order, n = rcnt·mult rows per
-// block) and the expert side [local expert][source][n]; mult > 1 when each block is itself
-// `mult` consecutive pieces (DTD: one per TP rank).
+// Copies rows between [source][local expert][rcnt] (the all-to-all order) and the expert side
+// [local expert][source][rcnt].
 static void reorder(const Exchange *x, float *a2a_side, float *exp_side, int d, int to_exp) {
     int P = x->ep->size, El = x->El;
     long at = 0;

@@ -109,10 +109,7 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                      const float *w, long N, int C, int OC, int accumulate) {
-    if (N == 0) {
-        if (dinp && !accumulate) return;
-        return;
-    }
+    if (N == 0) return;
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, C, OC, 1.0f, dout, OC, w, OC,
                     accumulate ? 1.0f : 0.0f, dinp, C);

@@ -140,8 +140,9 @@ double zero_step(Zero *z, const Config *c, float lr) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         float decay = p->decay ? 1.0f - lr * c->weight_decay : 1.0f;
-        for (long j0 = 0; j0 < s->len; j0 += half ? tile : s->len) {
-            long n = s->len - j0 < (half ? tile : s->len) ? s->len - j0 : (half ? tile : s->len);
+        long step = half ? tile : s->len;   // fp32 gradients need no up-cast: one pass
+        for (long j0 = 0; j0 < s->len; j0 += step) {
+            long n = s->len - j0 < step ? s->len - j0 : step;
             float *w = z->master + s->base + j0, *g;
             if (half) {
                 const uint16_t *g16 = p->g16 + s->off + j0;
