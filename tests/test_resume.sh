@@ -24,9 +24,6 @@ set -euo pipefail
 : "${TED:?set TED to the ted binary}" "${TED_ROOT:?set TED_ROOT to the source tree}"
 : "${TED_TMP:?set TED_TMP to a scratch directory}"
 PY=/usr/bin/python3
-# OpenMP threads that sleep instead of spinning while they wait: on a busy machine (2 cores shared
-# with other jobs) spinning makes these tiny runs about 8x slower; the results do not change
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$TED_ROOT"
 rm -rf "$TED_TMP"
 mkdir -p "$TED_TMP"
