@@ -267,7 +267,7 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
         rc = load_tensors(f, p, M, "", adam_of, w_ctx);
         st_close(f);
         if (rc) return -1;
-    } else zero_sync_master(z);
+    }
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     size_t len;
     char *text = read_file(p, &len);

@@ -22,5 +22,7 @@ int ckpt_resolve(const char *path, char *dir, size_t len);
 int ckpt_read_config(const char *dir, Config *cfg);
 // Checks that the checkpoint's model shape is the run's, then loads the weights.
 int ckpt_load_weights(const char *dir, Model *M);
-// Loads the optimizer state and the trainer state (for --resume).
+// Loads the optimizer state and the trainer state (for --resume); with fp32 storage the
+// caller then sets the masters from the weights (zero_sync_master).
+// Checkpoints read and write the host views (reg_host_view, zero_host_view).
 int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st);

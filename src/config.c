@@ -385,7 +385,7 @@ char *config_model_json(const Config *c) {
 // ---------------------------------------------------------------------------------------
 // Flags
 
-typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG } FKind;
+typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE } FKind;
 
 typedef struct {
     const char *flag;
@@ -422,6 +422,7 @@ static const Flag flags[] = {
     {"--log-every", F_INT, CF(log_every), "N", "log_every", NULL, "progress line every N steps"},
     {"--sample-every", F_INT, CF(sample_every), "N", "sample_every", "0: never", "print a sample every N steps"},
     {"--threads", F_INT, CF(threads), "N", "threads", "0: OpenMP default", "OpenMP threads"},
+    {"--device", F_DEVICE, CF(device), "DEV", NULL, "cpu", "cpu, or cuda: model, optimizer and collectives on this rank's GPU"},
     {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
     {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
     {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
@@ -515,6 +516,10 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
         if (!*v) return bad_value(f, "a path", v);
         if (strlen(v) >= sizeof c->data) { ted_error("%s: path longer than %zu bytes", f->flag, sizeof c->data - 1); return -1; }
         strcpy(FIELD(c, f->off, char), v);
+        return 0;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return bad_value(f, "cpu or cuda", v);
+        *FIELD(c, f->off, int) = strcmp(v, "cuda") == 0;
         return 0;
     case F_ORDER:
         if (strcmp(v, "sequential") != 0 && strcmp(v, "shuffled") != 0) return bad_value(f, "sequential or shuffled", v);

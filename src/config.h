@@ -56,6 +56,7 @@ typedef struct {
     int log_every;        // progress line every N steps (terminal)
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
+    int device;           // 0 cpu, 1 cuda (--device)
 } Config;
 
 // Defaults (the values a run gets with neither JSON nor flags).

@@ -1,4 +1,5 @@
 // dispatcher.c — gather by expert, weighted scatter-back (see dispatcher.h).
+#include "backend.h"
 #include "dispatcher.h"
 #include <string.h>
 #include "comm.h"
@@ -76,8 +77,8 @@ static void reorder(const Exchange *x, float *a2a_side, float *exp_side, int d, 
         for (int l = 0; l < El; l++) {
             long n = x->rcnt[s * El + l], dst = x->exp_off[l];
             for (int q = 0; q < s; q++) dst += x->rcnt[q * El + l];
-            if (to_exp) memcpy(exp_side + dst * d, a2a_side + at * d, sizeof(float) * n * d);
-            else memcpy(a2a_side + at * d, exp_side + dst * d, sizeof(float) * n * d);
+            if (to_exp) buf_copy(exp_side + dst * d, a2a_side + at * d, sizeof(float) * n * d);
+            else buf_copy(a2a_side + at * d, exp_side + dst * d, sizeof(float) * n * d);
             at += n;
         }
 }
@@ -86,7 +87,7 @@ static void reorder(const Exchange *x, float *a2a_side, float *exp_side, int d, 
 // (ordered by local expert, then source rank) through the all-to-all buffer [source][expert].
 static void exchange(Exchange *x, const float *in, float *buf, float *out, int d, int to_experts) {
     int P = x->ep->size;
-    if (P == 1) { if (in != out) memcpy(out, in, sizeof(float) * (to_experts ? x->Rr : x->Rs) * d); return; }
+    if (P == 1) { if (in != out) buf_copy(out, in, sizeof(float) * (to_experts ? x->Rr : x->Rs) * d); return; }
     long cnt[4 * 64] = {0}, *sc = cnt, *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
     CHECK(P <= 64, "expert-parallel groups of more than 64 ranks are not supported (ep %d)", P);
     a2a_counts(x, d, sc, sd, rc, rd);
@@ -114,7 +115,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
         long at = 0, off = 0;                            // my share of each expert's token-side rows
         for (int e = 0; e < E; e++) {
             long q = x->scnt[e];
-            memcpy(A + at * d, in + (off + j * q) * d, sizeof(float) * q * d);
+            buf_copy(A + at * d, in + (off + j * q) * d, sizeof(float) * q * d);
             at += q; off += q * tp;
         }
         comm_alltoallv(x->ep, A, sc, sd, B, rc, rd, DT_F32);         // B: [source][expert][q]
@@ -126,7 +127,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
                 for (int l = 0; l < El; l++) {
                     long n = x->rcnt[s * El + l], dst = x->exp_off[l];
                     for (int q = 0; q < s; q++) dst += x->rcnt[q * El + l] * tp;
-                    memcpy(out + (dst + t * n) * d, A + (t * slice_r + at2) * d, sizeof(float) * n * d);
+                    buf_copy(out + (dst + t * n) * d, A + (t * slice_r + at2) * d, sizeof(float) * n * d);
                     at2 += n;
                 }
         }
@@ -137,7 +138,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
                 for (int l = 0; l < El; l++) {
                     long n = x->rcnt[s * El + l], src = x->exp_off[l];
                     for (int q = 0; q < s; q++) src += x->rcnt[q * El + l] * tp;
-                    memcpy(A + (t * slice_r + at2) * d, in + (src + t * n) * d, sizeof(float) * n * d);
+                    buf_copy(A + (t * slice_r + at2) * d, in + (src + t * n) * d, sizeof(float) * n * d);
                     at2 += n;
                 }
         }
@@ -147,7 +148,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
         long off = 0, at = 0;
         for (int e = 0; e < E; e++) {
             long q = x->scnt[e];
-            for (int t = 0; t < tp; t++) memcpy(out + (off + t * q) * d, B + (t * slice_s + at) * d, sizeof(float) * q * d);
+            for (int t = 0; t < tp; t++) buf_copy(out + (off + t * q) * d, B + (t * slice_s + at) * d, sizeof(float) * q * d);
             at += q; off += q * tp;
         }
     }
@@ -163,6 +164,7 @@ void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *t
 }
 
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
+    ON_GPU(cu_dispatch_forward(xin, x, row, N, k, d));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++)
@@ -170,6 +172,7 @@ void dispatch_forward(float *xin, const float *x, const int *row, long N, int k,
 }
 
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+    ON_GPU(cu_dispatch_backward(dx, dxin, row, N, k, d));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
@@ -181,6 +184,7 @@ void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int
 }
 
 void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d) {
+    ON_GPU(cu_combine_forward(out, y, gate, row, N, k, d));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
@@ -193,6 +197,7 @@ void combine_forward(float *out, const float *y, const float *gate, const int *r
 
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
                       const int *row, long N, int k, int d) {
+    ON_GPU(cu_combine_backward(dy, dgate, dout, y, gate, row, N, k, d));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {

@@ -1,10 +1,12 @@
 // experts.c — one GEMM per local expert over its block of rows (see experts.h).
+#include "backend.h"
 #include "experts.h"
 #include "ops.h"
 #include <stddef.h>
 
 void experts_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
                      int proj_bias) {
+    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, off, proj_bias));
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
@@ -20,6 +22,7 @@ void experts_forward(const Experts *x, float *h, float *hg, float *y, const floa
 
 void experts_backward(const Experts *x, float *dxin, float *dhg, const float *dy, const float *xin,
                       const float *h, const float *hg, const long *off, int proj_bias) {
+    ON_GPU(cu_experts_backward(x->El, x->d, x->f, x->wfc, x->wproj, x->gwfc, x->gbfc, x->gwproj, x->gbproj, dxin, dhg, dy, xin, h, hg, off, proj_bias));
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];

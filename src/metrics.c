@@ -37,6 +37,8 @@ static cJSON *mem_json(void) {
     cJSON_AddNumberToObject(o, "peak_optimizer", (double)s->phase_peak[PHASE_OPTIMIZER]);
     for (int c = 0; c < MEM_NCAT; c++) cJSON_AddNumberToObject(o, mem_category_name(c), (double)s->current[c]);
     cJSON_AddNumberToObject(o, "optimizer_temp_peak", (double)s->optimizer_temp_peak);
+    cJSON_AddNumberToObject(o, "device", (double)s->device);             // GPU bytes held (0 on the CPU)
+    cJSON_AddNumberToObject(o, "device_peak", (double)s->device_peak);
     // seed 000 Fig. 4: what each category held at most during each phase
     cJSON *ph = cJSON_AddObjectToObject(o, "by_phase");
     const char *names[] = {"forward", "backward", "optimizer"};

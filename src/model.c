@@ -8,7 +8,6 @@
 #include "half.h"
 #include "ops.h"
 #include "util.h"
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -71,6 +70,7 @@ static void add_params(Model *M) {
     M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
     M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
+    reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
     Param *wte = &r->p[M->wte];   // zero the padding rows (never indexed, never a gradient)
     for (long i = 0; i < wte->numel; i++)
@@ -78,6 +78,7 @@ static void add_params(Model *M) {
             if (r->half) wte->w16[i] = 0;
             else wte->w[i] = 0;
         }
+    reg_device_view(r, 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -106,9 +107,8 @@ static void stage_in(Model *M, int s, int grads) {
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
         p->w = w; p->g = g;
-        #pragma omp parallel for simd schedule(static)
-        for (long j = 0; j < p->numel; j++) p->w[j] = half_to_f32(r->half, p->w16[j]);
-        if (grads) memset(p->g, 0, sizeof(float) * p->numel);
+        convert_to_f32(p->w, p->w16, p->numel, r->half);
+        if (grads) buf_zero(p->g, sizeof(float) * p->numel);
         w += p->numel; g += p->numel;
     }
 }
@@ -120,8 +120,7 @@ static void stage_out(Model *M, int s) {
     int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
-        #pragma omp parallel for simd schedule(static)
-        for (long j = 0; j < p->numel; j++) p->g16[j] = half_from_f32(r->half, half_to_f32(r->half, p->g16[j]) + p->g[j]);
+        accumulate_half(p->g16, p->g, p->numel, r->half);
     }
 }
 
@@ -175,7 +174,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     }
 }
 
-static void take_small(Model *M, BlockActs *x, Bump *a, int moe) {
+static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
     long N = (long)M->Bmax * M->T;
     int G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
     x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
@@ -185,7 +184,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, int moe) {
     x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
     x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
     x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-    x->start = TAKE(a, long, (long)G * E); x->exp_rows = TAKE(a, long, E);
+    x->start = TAKE(h, long, (long)G * E); x->exp_rows = TAKE(h, long, E);
 }
 
 // The big activations of block l at the largest batch: what its 16-bit store must hold.
@@ -196,7 +195,8 @@ static long packed_floats(const Model *M, int l) {
     return n + 2 * M->Rr * M->fl + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
 
-static void layout_acts(Model *M, Bump *a) {
+// a: the run's device; h: host (the exchange plan, whole logits, the router's host copies)
+static void layout_acts(Model *M, Bump *a, Bump *h) {
     long N = (long)M->Bmax * M->T;
     int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
     int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
@@ -211,7 +211,7 @@ static void layout_acts(Model *M, Bump *a) {
             take_big(M, x, a, shared ? any_dense : !moe, shared ? any_moe : moe, cac);
         }
         if (l > 0 && ckpt) {}                      // small ones shared too (set by the copy above)
-        else take_small(M, x, a, ckpt ? any_moe : moe);
+        else take_small(M, x, a, h, ckpt ? any_moe : moe);
         x->ar_attn = x->ar_ffn = NULL;
         x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
         if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
@@ -219,13 +219,18 @@ static void layout_acts(Model *M, Bump *a) {
             if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
             else x->ar_ffn = TAKE(a, float, N * d);
         }
-        if (moe) { x->scnt = TAKE(a, long, M->E); x->rcnt = TAKE(a, long, M->E); x->exp_off = TAKE(a, long, M->El + 1); }
+        if (moe) { x->scnt = TAKE(h, long, M->E); x->rcnt = TAKE(h, long, M->E); x->exp_off = TAKE(h, long, M->El + 1); }
     }
     M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
     M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
     M->ce_max = TAKE(a, float, N); M->ce_sum = TAKE(a, float, N); M->ce_tl = TAKE(a, float, N);
     M->tok = TAKE(a, int, N); M->tgt = TAKE(a, int, N);
-    M->full_logits = TAKE(a, float, N * M->V);
+    M->full_logits = TAKE(h, float, N * M->V);
+    if (any_moe) {   // host copies of the router's choices for the dispatch plan (GPU runs)
+        int G = router_ngroups(N, M->m.group_size * M->T);
+        M->h_choice = TAKE(h, int, N * M->k); M->h_slot = TAKE(h, int, N * M->k);
+        M->h_row = TAKE(h, int, N * M->k); M->h_kept = TAKE(h, int, (long)G * M->E);
+    }
 }
 
 // 16-bit activation storage: block l's big activations of the current batch to or from its store.
@@ -249,16 +254,9 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
         if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
     }
     uint16_t *s = x->store;
-    int half = M->reg.half;
     for (int i = 0; i < k; i++) {
-        float *f = t[i].p;
-        if (unpack) {
-            #pragma omp parallel for simd schedule(static)
-            for (long j = 0; j < t[i].n; j++) f[j] = half_to_f32(half, s[j]);
-        } else {
-            #pragma omp parallel for simd schedule(static)
-            for (long j = 0; j < t[i].n; j++) s[j] = half_from_f32(half, f[j]);
-        }
+        if (unpack) convert_to_f32(t[i].p, s, t[i].n, M->reg.half);
+        else convert_from_f32(s, t[i].p, t[i].n, M->reg.half);
         s += t[i].n;
     }
 }
@@ -272,7 +270,9 @@ static void layout_grads(Model *M, Bump *a) {
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
-    M->att_scratch = TAKE(a, float, (long)omp_get_max_threads() * M->T * M->T);
+    // attention backward: T·T per OpenMP thread on the CPU, every (b, h) at once on the GPU
+    long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
+    M->att_scratch = TAKE(a, float, att_rows * M->T * M->T);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
         M->a2a_buf = TAKE(a, float, 2 * R * M->d);
@@ -313,33 +313,35 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
         long big = 0, head = stage_numel(M, 0);
         for (int s = 1; s <= M->L; s++) if (stage_numel(M, s) > big) big = stage_numel(M, s);
-        M->head_w = ted_alloc(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc(sizeof(float) * head, MEM_ACTIVATIONS);
-        M->stage_w = ted_alloc(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc(sizeof(float) * big, MEM_ACTIVATIONS);
+        M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
+        M->stage_w = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS);
     }
-    Bump a = {NULL, 0};
-    layout_acts(M, &a);
+    Bump a = {NULL, 0}, h = {NULL, 0};
+    layout_acts(M, &a, &h);
     M->act_floats = a.off / sizeof(float);
-    M->act = ted_alloc(a.off, MEM_ACTIVATIONS);
+    M->act = ted_alloc_buf(a.off, MEM_ACTIVATIONS);
+    M->host_act = ted_alloc(h.off, MEM_ACTIVATIONS);
     a.base = (char *)M->act; a.off = 0;
-    layout_acts(M, &a);
+    h.base = (char *)M->host_act; h.off = 0;
+    layout_acts(M, &a, &h);
     Bump g = {NULL, 0};
     layout_grads(M, &g);
     M->grad_floats = g.off / sizeof(float);
-    g.base = (char *)(M->grad = ted_alloc(g.off, MEM_ACTIVATIONS)); g.off = 0;
+    g.base = (char *)(M->grad = ted_alloc_buf(g.off, MEM_ACTIVATIONS)); g.off = 0;
     layout_grads(M, &g);
 }
 
 void model_free(Model *M) {
     reg_free(&M->reg);
-    ted_free(M->head_w); ted_free(M->head_g); ted_free(M->stage_w); ted_free(M->stage_g);
-    ted_free(M->act); ted_free(M->grad);
+    ted_free_buf(M->head_w); ted_free_buf(M->head_g); ted_free_buf(M->stage_w); ted_free_buf(M->stage_g);
+    ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
     ted_free(M->bp); ted_free(M->ba); ted_free(M->resid);
     memset(M, 0, sizeof *M);
 }
 
 void model_zero_grad(Model *M) {
-    if (M->reg.half) memset(M->reg.g16, 0, sizeof(uint16_t) * M->reg.total);
-    else memset(M->reg.g, 0, sizeof(float) * M->reg.total);
+    if (M->reg.half) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
+    else buf_zero(M->reg.g, sizeof(float) * M->reg.total);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -367,9 +369,14 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg,
                    recompute ? &scratch : &M->rstats);
-    // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows
-    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, k, &M->rcfg, !ep1,
-                  dtd ? M->topo->tp : 1);
+    // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows.
+    // The plan is made on the host (a GPU run copies the choices down and the rows up).
+    long Nk = N * k, GE = (long)router_ngroups(N, M->rcfg.group_tokens) * M->E;
+    int *row = ted_device == DEV_CPU ? x->row : M->h_row;
+    dispatch_plan(row, x->exp_rows, x->start, buf_to_host(M->h_choice, x->choice, sizeof(int) * Nk),
+                  buf_to_host(M->h_slot, x->slot, sizeof(int) * Nk), buf_to_host(M->h_kept, x->kept, sizeof(int) * GE),
+                  N, k, &M->rcfg, !ep1, dtd ? M->topo->tp : 1);
+    buf_copy(x->row, row, sizeof(int) * Nk);
     Experts e = experts_of(M, b);
     if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
         experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
@@ -378,7 +385,7 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     Exchange ex = exchange_of(M, x);
     exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
     float *tok = alias ? x->xexp : M->tok_buf;
-    if (!alias) memset(tok, 0, sizeof(float) * ex.Rs * d);     // unused capacity slots are zero
+    if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
     exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
     float *y = alias ? x->ysend : M->exp_buf;
@@ -387,7 +394,7 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
     if (recompute) return;
     float *out = M->resid[l + 1];
-    memcpy(out, x->mid, sizeof(float) * N * d);
+    buf_copy(out, x->mid, sizeof(float) * N * d);
     combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
 }
 
@@ -398,10 +405,9 @@ static void row_parallel_end(Model *M, float *out, const float *base, float *par
     if (recompute && stash) part = stash;
     else {
         comm_allreduce(tp_group(M), part, n, DT_F32);
-        if (stash) memcpy(stash, part, sizeof(float) * n);
+        if (stash) buf_copy(stash, part, sizeof(float) * n);
     }
-    #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) out[i] = base[i] + part[i];
+    residual_forward(out, base, part, n);
 }
 
 // One block forward: the first pass, or the recompute of activation checkpointing.
@@ -431,15 +437,13 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
 static void gather_logits(Model *M, long N) {
     Group *g = tp_group(M);
     float *all = g->size > 1 ? ted_alloc(sizeof(float) * N * M->Vp, MEM_TEMP) : NULL;
-    float *mine = all ? ted_alloc(sizeof(float) * N * M->Vl, MEM_TEMP) : NULL;
-    if (all) {
-        memcpy(mine, M->logits, sizeof(float) * N * M->Vl);
-        comm_allgather(g, mine, all, N * M->Vl, DT_F32);   // [tp][N][Vl]
-    }
+    float *mine = ted_alloc(sizeof(float) * N * M->Vl, MEM_TEMP);   // on the host
+    buf_copy(mine, M->logits, sizeof(float) * N * M->Vl);
+    if (all) comm_allgather(g, mine, all, N * M->Vl, DT_F32);   // [tp][N][Vl]
     for (long i = 0; i < N; i++)
         for (int v = 0; v < M->V; v++)
             M->full_logits[i * M->V + v] = all ? all[((long)(v / M->Vl) * N + i) * M->Vl + v % M->Vl]
-                                               : M->logits[i * M->Vl + v];
+                                               : mine[i * M->Vl + v];
     ted_free(all); ted_free(mine);
 }
 
@@ -449,8 +453,8 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
     M->B = B; M->Tc = T;
     M->rcfg.group_tokens = M->m.group_size * T;
-    memcpy(M->tok, tokens, sizeof(int) * N);
-    if (targets) memcpy(M->tgt, targets, sizeof(int) * N);
+    buf_copy(M->tok, tokens, sizeof(int) * N);
+    if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
     int tp0 = M->topo->tp_idx == 0;
     stage_in(M, 0, 1);
     encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
@@ -462,8 +466,7 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     }
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     // LM head on this rank's vocabulary shard, then the parallel cross-entropy
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f,
-                M->logits, M->Vl);
+    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f, M->logits, M->Vl);
     if (!targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
@@ -471,9 +474,7 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     crossentropy_exp(M->ce_sum, M->logits, M->ce_max, N, M->v0, M->Vl, M->V);
     comm_allreduce(tp_group(M), M->ce_sum, N, DT_F32);
     crossentropy_finish(M->losses, M->logits, M->ce_max, M->ce_sum, M->ce_tl, N, M->Vl);
-    double s = 0;
-    for (long i = 0; i < N; i++) s += M->losses[i];
-    return s;
+    return sum_forward(M->losses, N);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -487,7 +488,7 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     ex.Rs = 0; ex.Rr = x->exp_off[M->El];
     for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
     float *dtok = M->tok_buf, *dexp = alias ? M->tok_buf : M->exp_buf;
-    memset(dtok, 0, sizeof(float) * ex.Rs * d);                // unused slots get no gradient
+    buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
     combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
     exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
     Experts e = experts_of(M, b);
@@ -495,7 +496,7 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
     if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
     exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
-    memset(M->dln, 0, sizeof(float) * N * d);
+    buf_zero(M->dln, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);
     router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg, aux_scale,
                     z_scale);
@@ -508,12 +509,10 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     float *dlogits = M->logits;
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
     // LM head (tied, vocab shard): dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d,
-                0.0f, M->dln, d);
+    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f,
-                G(M->wte), d);
-    memset(M->dres, 0, sizeof(float) * N * d);
+    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->wte), d);
+    buf_zero(M->dres, sizeof(float) * N * d);
     layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
                        M->lnf_rstd, N, d);
     for (int l = M->L - 1; l >= 0; l--) {

@@ -1,5 +1,6 @@
 // model.h — the GPT/MoE model of SPEC §2 on one rank: parameters (registry), activations
-// (one flat buffer with per-layer views), forward and backward of a micro-batch.
+// (one flat buffer with per-layer views, on the run's device, plus a small host buffer for
+// what the host plans with), forward and backward of a micro-batch.
 #pragma once
 #include "config.h"
 #include "params.h"
@@ -47,7 +48,9 @@ typedef struct {
     BlockActs *ba;
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
     float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
-    float *full_logits;                                    // [N,V] after a forward without targets
+    float *full_logits;                                    // [N,V] after a forward without targets (host)
+    int *h_choice, *h_slot, *h_row, *h_kept;               // host copies for the dispatch plan (GPU runs)
+    void *host_act;                                        // the host side of the activations: the above, the exchange plans
     // backward scratch
     float *grad; size_t grad_floats;
     float *dres, *dln, *datty, *dqkv, *dbig, *dgate, *dlogits_r, *tmp, *att_scratch;

@@ -1,5 +1,7 @@
 // ops.c — forward/backward pairs (see ops.h).
+#include "backend.h"
 #include "ops.h"
+#include "half.h"
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -7,6 +9,7 @@
 
 void encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B, int T,
                      int d) {
+    ON_GPU(cu_encoder_forward(out, tok, wte, v0, Vl, wpe, B, T, d));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)B * T; i++) {
         int v = tok[i] - v0;
@@ -18,6 +21,7 @@ void encoder_forward(float *out, const int *tok, const float *wte, int v0, int V
 
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B, int T,
                       int d) {
+    ON_GPU(cu_encoder_backward(dwte, dwpe, dout, tok, v0, Vl, B, T, d));
     // positions: each thread owns whole rows of dwpe, summed over b in order
     if (dwpe) {
         #pragma omp parallel for schedule(static)
@@ -47,6 +51,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *to
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, long N, int d) {
+    ON_GPU(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, d));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *x = inp + i * d;
@@ -63,6 +68,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d) {
+    ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *g = dout + i * d, *x = inp + i * d;
@@ -93,6 +99,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
 
 void matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
                     int OC, int accumulate) {
+    ON_GPU(cu_matmul_forward(out, inp, w, bias, N, C, OC, accumulate));
     if (N == 0) return;
     if (bias) {
         if (accumulate) {
@@ -109,6 +116,7 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                      const float *w, long N, int C, int OC, int accumulate) {
+    ON_GPU(cu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate));
     if (N == 0) return;
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, C, OC, 1.0f, dout, OC, w, OC,
@@ -132,6 +140,7 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 // attention: per (batch, head) two small sgemms, run single-threaded inside the parallel loop
 
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    ON_GPU(cu_attention_forward(out, att, qkv, B, T, H, hd));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)
@@ -155,6 +164,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
 
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
                         int H, int hd, float *scratch) {
+    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)
@@ -190,6 +200,7 @@ extern float tanhf(float) __attribute__((__simd__("notinbranch")));
 #endif
 
 void gelu_forward(float *out, const float *inp, long n) {
+    ON_GPU(cu_gelu_forward(out, inp, n));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) {
         float x = inp[i];
@@ -198,6 +209,7 @@ void gelu_forward(float *out, const float *inp, long n) {
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+    ON_GPU(cu_gelu_backward(dinp, inp, dout, n));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) {
         float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
@@ -212,6 +224,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
 static inline int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 : n > Vl ? Vl : n; }
 
 void crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl, int V) {
+    ON_GPU(cu_crossentropy_max(mx, tl, logits, targets, N, v0, Vl, V));
     int nr = real_cols(v0, Vl, V);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
@@ -225,6 +238,7 @@ void crossentropy_max(float *mx, float *tl, const float *logits, const int *targ
 }
 
 void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
+    ON_GPU(cu_crossentropy_exp(sum, logits, mx, N, v0, Vl, V));
     int nr = real_cols(v0, Vl, V);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
@@ -238,6 +252,7 @@ void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0
 
 void crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
                          int Vl) {
+    ON_GPU(cu_crossentropy_finish(losses, probs, mx, sum, tl, N, Vl));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         float *r = probs + i * Vl, inv = 1.0f / sum[i];
@@ -247,6 +262,7 @@ void crossentropy_finish(float *losses, float *probs, const float *mx, const flo
 }
 
 void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale) {
+    ON_GPU(cu_crossentropy_backward(probs, targets, N, v0, Vl, scale));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         float *r = probs + i * Vl;
@@ -254,4 +270,47 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
         int t = targets[i] - v0;
         if (t >= 0 && t < Vl) r[t] -= scale;
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// plumbing: GEMM for the LM head, residual, 16-bit conversions, sum
+
+void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+          float beta, float *C, int ldc) {
+    ON_GPU(cu_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void residual_forward(float *out, const float *a, const float *b, long n) {
+    ON_GPU(cu_residual_forward(out, a, b, n));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void convert_to_f32(float *dst, const uint16_t *src, long n, int half) {
+    ON_GPU(cu_half_to_f32(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_to_f32(half, src[i]);
+}
+
+void convert_from_f32(uint16_t *dst, const float *src, long n, int half) {
+    ON_GPU(cu_f32_to_half(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, src[i]);
+}
+
+void accumulate_half(uint16_t *dst, const float *src, long n, int half) {
+    ON_GPU(cu_half_accumulate(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, half_to_f32(half, dst[i]) + src[i]);
+}
+
+double sum_forward(const float *x, long n) {
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) return cu_sum(x, n);
+#endif
+    double s = 0;
+    for (long i = 0; i < n; i++) s += x[i];
+    return s;
 }

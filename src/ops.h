@@ -52,3 +52,15 @@ void crossentropy_finish(float *losses, float *probs, const float *mx, const flo
                          int Vl);
 // dlogits = (probs − onehot)·scale, in place over probs
 void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
+
+// Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products).
+void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+          float beta, float *C, int ldc);
+// out[n] = a + b (the residual after a row-parallel layer)
+void residual_forward(float *out, const float *a, const float *b, long n);
+// 16-bit storage (half 1 = bf16, 2 = fp16): up-cast, round to nearest even, dst = half(dst + src)
+void convert_to_f32(float *dst, const uint16_t *src, long n, int half);
+void convert_from_f32(uint16_t *dst, const float *src, long n, int half);
+void accumulate_half(uint16_t *dst, const float *src, long n, int half);
+// Σ x in double (the batch's summed token losses)
+double sum_forward(const float *x, long n);

@@ -44,17 +44,42 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     return r->n++;
 }
 
+// Points every Param at the run buffers (device 1) or at the host mirror of the weights
+// (device 0; the gradient views stay on the run buffers).
+static void point(Registry *r, int device) {
+    for (int i = 0; i < r->n; i++) {
+        Param *p = &r->p[i];
+        if (r->half) {
+            p->w16 = (device ? r->w16 : r->host_w16) + p->off; p->g16 = r->g16 + p->off;
+        } else {
+            p->w = (device ? r->w : r->host_w) + p->off; p->g = r->g + p->off;
+        }
+    }
+}
+
 void reg_alloc(Registry *r, int half) {
     r->half = half;
-    if (half) {
-        r->w16 = ted_alloc(sizeof(uint16_t) * r->total, MEM_PARAMS);
-        r->g16 = ted_alloc(sizeof(uint16_t) * r->total, MEM_GRADS);
-        for (int i = 0; i < r->n; i++) { r->p[i].w16 = r->w16 + r->p[i].off; r->p[i].g16 = r->g16 + r->p[i].off; }
-        return;
-    }
-    r->w = ted_alloc(sizeof(float) * r->total, MEM_PARAMS);
-    r->g = ted_alloc(sizeof(float) * r->total, MEM_GRADS);
-    for (int i = 0; i < r->n; i++) { r->p[i].w = r->w + r->p[i].off; r->p[i].g = r->g + r->p[i].off; }
+    size_t es = half ? sizeof(uint16_t) : sizeof(float);
+    void *w = ted_alloc_buf(es * r->total, MEM_PARAMS), *g = ted_alloc_buf(es * r->total, MEM_GRADS);
+    // a GPU run keeps a host copy of the weights for initialisation and checkpoints
+    void *host = ted_device == DEV_CPU ? w : ted_alloc(es * r->total, MEM_MIRROR);
+    if (half) { r->w16 = w; r->g16 = g; r->host_w16 = host; }
+    else { r->w = w; r->g = g; r->host_w = host; }
+    point(r, 1);
+}
+
+void reg_host_view(Registry *r, int copy) {
+    size_t es = r->half ? sizeof(uint16_t) : sizeof(float);
+    if (copy) buf_copy(r->half ? (void *)r->host_w16 : (void *)r->host_w, r->half ? (void *)r->w16 : (void *)r->w,
+                       es * r->total);
+    point(r, 0);
+}
+
+void reg_device_view(Registry *r, int copy) {
+    size_t es = r->half ? sizeof(uint16_t) : sizeof(float);
+    if (copy) buf_copy(r->half ? (void *)r->w16 : (void *)r->w, r->half ? (void *)r->host_w16 : (void *)r->host_w,
+                       es * r->total);
+    point(r, 1);
 }
 
 long param_full_index(const Registry *r, const Param *p, long i) {
@@ -93,6 +118,8 @@ void param_name_for_expert(const Param *p, int e, char *out, size_t len) {
 }
 
 void reg_free(Registry *r) {
-    ted_free(r->w); ted_free(r->g); ted_free(r->w16); ted_free(r->g16); ted_free(r->p);
+    if (r->host_w != r->w) ted_free(r->host_w);
+    if (r->host_w16 != r->w16) ted_free(r->host_w16);
+    ted_free_buf(r->w); ted_free_buf(r->g); ted_free_buf(r->w16); ted_free_buf(r->g16); ted_free(r->p);
     memset(r, 0, sizeof *r);
 }

@@ -35,6 +35,9 @@ typedef struct {
     long total;         // local elements over all params
     float *w, *g;       // flat fp32 buffers (MEM_PARAMS, MEM_GRADS), or NULL with 16-bit storage
     uint16_t *w16, *g16; // flat 16-bit buffers when half != 0
+    // On a GPU run the flat buffers are device memory and the weights have a host copy (the
+    // same pointers on the CPU). Initialisation and checkpoints work on the host view.
+    float *host_w; uint16_t *host_w16;
     int half;           // storage: 0 fp32, 1 bf16, 2 fp16
     int tp, tp_idx;     // the TP slice this registry holds
 } Registry;
@@ -46,7 +49,12 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
 // Allocates the flat buffers (fp32, or 16-bit when half is 1 = bf16 / 2 = fp16) and points
 // every Param into them.
 void reg_alloc(Registry *r, int half);
-// Initial weights: element i of the full tensor gets N(0, std) from (seed, name, i).
+// Host view: Param weight views point at the host copy (copy: after downloading the run's
+// weights into it). Device view: back to the run buffers (copy: after uploading the host copy).
+// On the CPU both copies are no-ops.
+void reg_host_view(Registry *r, int copy);
+void reg_device_view(Registry *r, int copy);
+// Initial weights (into the current view): element i of the full tensor gets N(0, std) from (seed, name, i).
 void reg_init_weights(Registry *r, uint64_t seed);
 int reg_find(const Registry *r, const char *name);
 // The name of parameter p for global expert e (p itself when p is not an expert's tensor).

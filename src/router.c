@@ -1,4 +1,5 @@
 // router.c — top-k token-choice routing, capacity and drops, aux and z losses (see router.h).
+#include "backend.h"
 #include "router.h"
 #include "alloc.h"
 #include <math.h>
@@ -16,6 +17,7 @@ int router_capacity(const RouterCfg *c, long S) {
 
 void router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
                     int *kept, long N, const RouterCfg *c, RouterStats *st) {
+    ON_GPU(cu_router_forward(probs, lse, choice, gate, slot, fcount, kept, N, c, st));
     int E = c->E, k = c->k;
     // softmax, logsumexp, top-k (strictly greater wins, so ties go to the lower index)
     #pragma omp parallel for schedule(static)
@@ -76,6 +78,7 @@ void router_forward(float *probs, float *lse, int *choice, float *gate, int *slo
 void router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
                      const int *choice, const float *fcount, long N, const RouterCfg *c,
                      float aux_scale, float z_scale) {
+    ON_GPU(cu_router_backward(dlogits, dgate, probs, lse, choice, fcount, N, c, aux_scale, z_scale));
     int E = c->E, k = c->k;
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++) {

@@ -3,6 +3,9 @@
 // of a batch may be shorter. Per group: C = max(min_capacity, ceil(cf·k·S/E)), C ≤ S;
 // slots are taken choice-major, then in token order; a full expert drops the choice.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct {
     int E, k;
@@ -34,3 +37,6 @@ void router_forward(float *probs, float *lse, int *choice, float *gate, int *slo
 void router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
                      const int *choice, const float *fcount, long N, const RouterCfg *c,
                      float aux_scale, float z_scale);
+#ifdef __cplusplus
+}
+#endif

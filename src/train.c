@@ -2,6 +2,7 @@
 // the benchmark. One process is the world of size one: the same code runs under mpirun.
 #include "train.h"
 #include "alloc.h"
+#include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
@@ -31,6 +32,16 @@ static void set_threads(int n) {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
 }
+
+// --device: before the topology, whose groups open NCCL communicators on a GPU run
+static int start_device(const Config *c) {
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return device_select(c->device ? "cuda" : "cpu", lr ? atoi(lr) : 0, c->bf16);
+}
+
+// Checkpoints read and write the host copies of the weights and the optimizer state.
+static void host_view(Model *M, Zero *z, int copy) { reg_host_view(&M->reg, copy); zero_host_view(z, copy); }
+static void device_view(Model *M, Zero *z, int copy) { reg_device_view(&M->reg, copy); zero_device_view(z, copy); }
 
 static int n_moe_layers(const ModelConfig *m) {
     int n = 0;
@@ -182,6 +193,7 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
         return TED_EXIT_USAGE;
     }
     if (c->save[0] && comm_world_rank() == 0 && ckpt_check_root(c->save)) return TED_EXIT_USAGE;
+    if (start_device(c)) return TED_EXIT_USAGE;   // last but one: the log is only opened once all is well
     if (c->log[0] && comm_world_rank() == 0) {
         *log = fopen(c->log, c->resume[0] ? "a" : "w");
         if (!*log) { ted_error("%s: cannot open the log: %s", c->log, strerror(errno)); return TED_EXIT_USAGE; }
@@ -208,8 +220,11 @@ int cmd_train(int argc, char **argv) {
     TrainerState st = {0, 0, c.steps, c.seed, c.data_sequential};
     if (ckdir[0]) {
         zero_init(&z, &M.reg, &topo);
+        host_view(&M, &z, 0);
         int bad = ckpt_load_weights(ckdir, &M) || ckpt_load_state(ckdir, &M, &z, &st);
         if (ted_agree(bad)) return TED_EXIT_USAGE;
+        device_view(&M, &z, 1);
+        if (!M.reg.half) zero_sync_master(&z);
         if (st.step > c.steps) {
             ted_error("%s: checkpoint is at step %ld, past --steps %d", ckdir, st.step, c.steps);
             return TED_EXIT_USAGE;
@@ -280,6 +295,7 @@ int cmd_train(int argc, char **argv) {
         mem_set_phase(PHASE_OPTIMIZER);
         float lr = lr_at(&c, s);
         double norm = zero_step(&z, &c, lr);
+        buf_sync();
         mem_set_phase(PHASE_NONE);
         double sums[5] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices};
         comm_allreduce(&topo.g[GROUP_DP], sums, 5, DT_F64);
@@ -314,7 +330,9 @@ int cmd_train(int argc, char **argv) {
         st.step = s + 1;
         if (c.save[0] && ((c.save_every > 0 && (s + 1) % c.save_every == 0) || last)) {
             st.adam_t = z.t;
+            host_view(&M, &z, 1);
             if (ckpt_save(c.save, &M, &z, &st)) return 1;
+            device_view(&M, &z, 0);
             saved = st.step;
             if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, s + 1);
         }
@@ -323,6 +341,7 @@ int cmd_train(int argc, char **argv) {
     // with --save a run always ends saved, also when it ran no step (--steps 0: the initial weights)
     if (c.save[0] && saved != st.step) {
         st.adam_t = z.t;
+        host_view(&M, &z, 1);
         if (ckpt_save(c.save, &M, &z, &st)) return 1;
         if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, st.step);
     }
@@ -479,10 +498,15 @@ int cmd_bench(int argc, char **argv) {
     c.micro_batch = 8; c.steps = 5; c.warmup = 1;
     if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
     set_threads(c.threads);
+    if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
     int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
     Topology topo;
     topo_init(&topo, c.tp, c.ep);
+    // MFU against the measured sgemm peak on the CPU, the datasheet bf16 peak on a GPU
     double peak = sgemm_peak_flops(2048, 4);
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) peak = cu_peak_flops();
+#endif
     Model M;
     model_build(&M, &c, &topo, B, T);
     Zero z;
@@ -505,16 +529,18 @@ int cmd_bench(int argc, char **argv) {
             model_backward(&M, (float)(1.0 / ntok), m->aux_coef, m->z_coef);
         }
         zero_step(&z, &c, c.lr);
+        buf_sync();
         if (s >= warm) { total += now_ms() - t0; comm_accumulate(&comm_total); }
     }
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
     double mfu = model_flops_per_token(m, T) * tps / (peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
-    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"sgemm_peak_gflops\": %.1f, "
-           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld}\n", ms, tps,
-           mfu, peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m));
+    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
+           "\"device_bytes_peak\": %zu}\n", ms, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
+           peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           model_num_params(m), mem_stats()->device_peak);
     ted_free(inp); ted_free(tgt);
     zero_free(&z);
     model_free(&M);

@@ -1,6 +1,8 @@
 // zero.c — ZeRO-1 AdamW (see zero.h).
 #include "zero.h"
 #include "alloc.h"
+#include "backend.h"
+#include "ops.h"
 #include "comm.h"
 #include "half.h"
 #include <math.h>
@@ -25,9 +27,12 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo) {
         s->base = z->total;
         z->total += s->len;
     }
-    z->master = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
-    z->m = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
-    z->v = ted_alloc(sizeof(float) * z->total, MEM_OPTIMIZER);
+    // the shard lives on the run's device; a GPU run keeps a host copy for checkpoints
+    size_t bytes = sizeof(float) * z->total;
+    z->dev[0] = z->master = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+    z->dev[1] = z->m = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+    z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+    for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
     zero_sync_master(z);
     z->loss_scale = reg->half == 2 ? 65536.0f : 1.0f;   // DeepSpeed's initial_scale_power 16
     z->window = 1000;
@@ -38,14 +43,38 @@ void zero_sync_master(Zero *z) {
     for (int i = 0; i < r->n; i++) {
         const Param *p = &r->p[i];
         const Shard *s = &z->sh[i];
-        for (long j = 0; j < s->len; j++)
-            z->master[s->base + j] = r->half ? half_to_f32(r->half, p->w16[s->off + j]) : p->w[s->off + j];
+        if (r->half) convert_to_f32(z->master + s->base, p->w16 + s->off, s->len, r->half);
+        else buf_copy(z->master + s->base, p->w + s->off, sizeof(float) * s->len);
     }
 }
 
+static void view(Zero *z, float **from, float **to, int copy) {
+    for (int i = 0; i < 3; i++) if (copy) buf_copy(to[i], from[i], sizeof(float) * z->total);
+    z->master = to[0]; z->m = to[1]; z->v = to[2];
+}
+void zero_host_view(Zero *z, int copy) { view(z, z->dev, z->host, copy); }
+void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
+
 void zero_free(Zero *z) {
-    ted_free(z->sh); ted_free(z->master); ted_free(z->m); ted_free(z->v);
+    for (int i = 0; i < 3; i++) { if (z->host[i] != z->dev[i]) ted_free(z->host[i]); ted_free_buf(z->dev[i]); }
+    ted_free(z->sh); ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); ted_free_buf(z->tile);
     memset(z, 0, sizeof *z);
+}
+
+// The optimizer's buffers, made at the first step and kept (nothing is allocated per step):
+// the two communication buffers of the largest padded tensor, and the up-cast tile.
+static void plan_buffers(Zero *z, long tile) {
+    if (z->comm[0] || z->tile) return;
+    size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
+    for (int i = 0; i < z->reg->n; i++) {
+        const Shard *s = &z->sh[i];
+        size_t padded = (size_t)s->chunk * dp_of(z, &z->reg->p[i])->size;
+        if (dp_of(z, &z->reg->p[i])->size == 1) continue;
+        if (padded > big) big = padded;
+        if ((size_t)s->chunk > chunk) chunk = s->chunk;
+    }
+    if (big) { z->comm[0] = ted_alloc_buf(es * big, MEM_COMM); z->comm[1] = ted_alloc_buf(es * chunk, MEM_COMM); }
+    if (z->reg->half) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
 }
 
 float lr_at(const Config *c, long s) {
@@ -67,31 +96,30 @@ static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     // reduce-scatter needs equal chunks: pad the tensor to chunk·size
     size_t es = half ? 2 : 4;
     long padded = s->chunk * g->size;
-    char *buf = ted_alloc(es * padded, MEM_COMM), *mine = ted_alloc(es * s->chunk, MEM_COMM);
+    char *buf = z->comm[0], *mine = z->comm[1];
     char *grad = half ? (char *)p->g16 : (char *)p->g;
-    memcpy(buf, grad, es * p->numel);
+    buf_copy(buf, grad, es * p->numel);
+    buf_zero(buf + es * p->numel, es * (padded - p->numel));
     comm_reduce_scatter(g, buf, mine, s->chunk, half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32);
-    memcpy(grad + es * s->off, mine, es * s->len);
-    ted_free(buf); ted_free(mine);
+    buf_copy(grad + es * s->off, mine, es * s->len);
 }
 
 static void gather_param(Zero *z, Param *p, const Shard *s) {
     Group *g = dp_of(z, p);
     if (g->size == 1) return;
     size_t es = z->reg->half ? 2 : 4;   // the parameters travel in their storage format
-    long padded = s->chunk * g->size;
-    char *buf = ted_alloc(es * padded, MEM_COMM), *mine = ted_alloc(es * s->chunk, MEM_COMM);
+    char *buf = z->comm[0], *mine = z->comm[1];
     char *w = z->reg->half ? (char *)p->w16 : (char *)p->w;
-    memcpy(mine, w + es * s->off, es * s->len);
+    buf_copy(mine, w + es * s->off, es * s->len);
     comm_allgather(g, mine, buf, s->chunk * (long)es, DT_BYTE);
-    memcpy(w, buf, es * p->numel);
-    ted_free(buf); ted_free(mine);
+    buf_copy(w, buf, es * p->numel);
 }
 
 // AdamW on n elements of a shard, given their fp32 gradients (already clipped and unscaled).
 static void adam(float *w, float *m, float *v, const float *g, long n, float lr, float decay, const Config *c,
                  float bc1, float bc2) {
     float b1 = c->beta1, b2 = c->beta2;
+    ON_GPU(cu_adamw(w, m, v, g, n, lr, decay, b1, b2, c->eps, bc1, bc2));
     #pragma omp parallel for simd schedule(static)
     for (long j = 0; j < n; j++) {
         m[j] = b1 * m[j] + (1 - b1) * g[j];
@@ -101,21 +129,52 @@ static void adam(float *w, float *m, float *v, const float *g, long n, float lr,
     }
 }
 
+// dst = s·f32(src): a tile of 16-bit gradients, unscaled and clipped
+static void upcast(float *dst, const uint16_t *src, long n, int half, float s) {
+    ON_GPU(cu_upcast_scale(dst, src, n, half, s));
+    #pragma omp parallel for simd schedule(static)
+    for (long j = 0; j < n; j++) dst[j] = half_to_f32(half, src[j]) * s;
+}
+
+static void scale(float *x, long n, float s) {
+    ON_GPU(cu_scale(x, n, s));
+    for (long j = 0; j < n; j++) x[j] *= s;
+}
+
+// Σ (s·x)² over a shard, in double
+static double sumsq(const void *x, long n, int half, float s) {
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) {
+        static double *slot;   // one device double, made once
+        double r;
+        if (!slot) slot = ted_alloc_buf(sizeof(double), MEM_TEMP);
+        if (half) cu_sumsq_half(slot, x, n, half, s);
+        else cu_sumsq(slot, x, n);
+        buf_copy(&r, slot, sizeof r);
+        return half ? r : r * s * s;
+    }
+#endif
+    double acc = 0;
+    if (half)
+        for (long j = 0; j < n; j++) { double g = half_to_f32(half, ((const uint16_t *)x)[j]) * s; acc += g * g; }
+    else
+        for (long j = 0; j < n; j++) acc += (double)((const float *)x)[j] * ((const float *)x)[j];
+    return acc;
+}
+
 double zero_step(Zero *z, const Config *c, float lr) {
     Registry *r = z->reg;
     int half = r->half;
     float unscale = 1.0f / z->loss_scale;
+    long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
+    plan_buffers(z, tile);
     // 1. reduce gradients to the shard owners; squared norm of the owned shards
     double sq = 0;
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         reduce_grad(z, p, s);
-        double acc = 0;
-        if (half)
-            for (long j = 0; j < s->len; j++) { double g = half_to_f32(half, p->g16[s->off + j]) * unscale; acc += g * g; }
-        else
-            for (long j = 0; j < s->len; j++) acc += (double)p->g[s->off + j] * p->g[s->off + j];
+        double acc = half ? sumsq(p->g16 + s->off, s->len, half, unscale) : sumsq(p->g + s->off, s->len, 0, 1.0f);
         // a tensor replicated over TP has the same gradient on every TP rank: count it once
         if (p->split_dim >= 0 || z->topo->tp_idx == 0) sq += acc;
     }
@@ -134,8 +193,7 @@ double zero_step(Zero *z, const Config *c, float lr) {
     // 2. AdamW on the shard. 16-bit gradients are up-cast tile by tile into one fp32 buffer.
     z->t++;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
-    long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
-    float *buf = half ? ted_alloc(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP) : NULL;
+    float *buf = z->tile;
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
@@ -145,23 +203,18 @@ double zero_step(Zero *z, const Config *c, float lr) {
             long n = s->len - j0 < step ? s->len - j0 : step;
             float *w = z->master + s->base + j0, *g;
             if (half) {
-                const uint16_t *g16 = p->g16 + s->off + j0;
-                #pragma omp parallel for simd schedule(static)
-                for (long j = 0; j < n; j++) buf[j] = half_to_f32(half, g16[j]) * unscale * coef;
+                upcast(buf, p->g16 + s->off + j0, n, half, unscale * coef);
                 g = buf;
             } else {
                 g = p->g + s->off + j0;
-                if (coef != 1.0f)
-                    for (long j = 0; j < n; j++) g[j] *= coef;
+                if (coef != 1.0f) scale(g, n, coef);
             }
             adam(w, z->m + s->base + j0, z->v + s->base + j0, g, n, lr, decay, c, bc1, bc2);
-            if (half)
-                for (long j = 0; j < n; j++) p->w16[s->off + j0 + j] = half_from_f32(half, w[j]);
-            else memcpy(p->w + s->off + j0, w, sizeof(float) * n);
+            if (half) convert_from_f32(p->w16 + s->off + j0, w, n, half);
+            else buf_copy(p->w + s->off + j0, w, sizeof(float) * n);
         }
         // 3. every rank of the group gets the whole updated tensor
         gather_param(z, p, s);
     }
-    ted_free(buf);
     return norm;
 }

@@ -18,7 +18,10 @@ typedef struct {
     Registry *reg;
     const Topology *topo;
     Shard *sh;
-    float *master, *m, *v;   // MEM_OPTIMIZER: 12 bytes per shard element
+    float *master, *m, *v;   // MEM_OPTIMIZER: 12 bytes per shard element (the current view)
+    float *dev[3], *host[3]; // master, m, v on the run's device and their host copies (the same on the CPU)
+    void *comm[2];           // reduce-scatter / all-gather buffers, made at the first step
+    float *tile;             // 16-bit storage: the fp32 up-cast tile, made at the first step
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
     // fp16: dynamic loss scaling — the loss gradient is multiplied by loss_scale; a step whose
@@ -29,8 +32,12 @@ typedef struct {
 
 void zero_init(Zero *z, Registry *reg, const Topology *topo);
 void zero_free(Zero *z);
-// master = the registry's weights (after loading them)
+// master = the registry's weights (after loading them; both in their device views)
 void zero_sync_master(Zero *z);
+// master, m, v point at the host copies (copy: downloaded first) or back at the device
+// (copy: uploaded first): checkpoints read and write the host view. No-ops on the CPU.
+void zero_host_view(Zero *z, int copy);
+void zero_device_view(Zero *z, int copy);
 // With 16-bit storage (reg->half) the shard's 16-bit gradients are up-cast to fp32 one tile of
 // c->tile_size elements at a time through one reused buffer (0: the whole shard at once).
 // Sums gradients over their DP groups (each rank's loss is normalised by the tokens of the

@@ -160,6 +160,9 @@ train_bad "top_k > num_experts"        top_k            "${D[@]}" --top-k 5
 train_bad "n_head does not divide"     n_head           "${D[@]}" --n-head 5
 train_bad "seq_len > n_positions"      seq_len          "${D[@]}" --seq-len 128
 train_bad "micro_batch % group_size"   group_size       "${D[@]}" --group-size 3
+train_bad "bad --device"               --device         "${D[@]}" --device gpu
+# (a machine with a GPU runs this one, so only without one)
+[ -e /dev/nvidia0 ] || train_bad "--device cuda without a GPU" --device "${D[@]}" --device cuda
 # --- checkpoints
 train_bad "resume: another n_embd"     n_embd           "${D[@]}" --resume "$IN/ck64" --n-embd 32
 train_bad "resume: corrupt header"     model.safetensors "${D[@]}" --resume "$IN/ck_corrupt"

@@ -20,18 +20,22 @@ int cu_device_count(void);                 // 0 when there is no GPU or no drive
 // else plain fp32 (no TF32), so that fp32 runs match the CPU.
 void cu_init(int local_rank, int bf16);
 const char *cu_device_name(void);
+double cu_peak_flops(void);                // datasheet dense bf16 peak in FLOP/s; 0 if unknown
 void *cu_malloc(size_t bytes);             // NULL when the device is out of memory
 void cu_free(void *p);
-void cu_memcpy(void *dst, const void *src, size_t bytes);   // any direction; returns when done
+// any direction; returns when done, except device to device (ordered in the stream)
+void cu_memcpy(void *dst, const void *src, size_t bytes);
 void cu_memset0(void *p, size_t bytes);
 void cu_sync(void);
 int cu_is_device_ptr(const void *p);
+void *cu_stream_ptr(void);                 // the stream, as a cudaStream_t (for NCCL calls from C)
 // Row-major GEMM as cblas_sgemm: C[M,N] = alpha·op(A)·op(B) + beta·C (fp32 storage).
 void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
-// Row-major grouped GEMM: for g < n, C_g[M_g,N] = op(A_g)·op(B_g) + beta·C_g with host arrays
-// of M_g (= rows; groups with M_g == 0 are skipped), K and N shared. One cuBLAS grouped call.
-void cu_gemm_grouped(int transA, int transB, int n, const int *M, int N, int K, const float *const *A,
+// Row-major grouped GEMM, one cuBLAS call: for g < n, C_g[M_g,N_g] = op(A_g)·op(B_g) + beta·C_g,
+// with host arrays of the sizes. Groups with an empty size are skipped (their C_g untouched,
+// also with beta 0). Equal groups at equal strides run as one strided batched GEMM.
+void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const float *const *A,
                      int lda, const float *const *B, int ldb, float beta, float *const *C, int ldc);
 #ifdef __CUDACC__
 }

@@ -3,6 +3,7 @@
 #include "cuda_ops.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static cudaStream_t stream;
 static cublasHandle_t blas;
@@ -27,6 +28,7 @@ extern "C" void cu_check_blas_(int status, const char *what, const char *file, i
 }
 
 cudaStream_t cu_stream(void) { return stream; }
+extern "C" void *cu_stream_ptr(void) { return (void *)stream; }
 cublasHandle_t cu_blas(void) { return blas; }
 cublasComputeType_t cu_compute(void) { return compute; }
 
@@ -53,6 +55,17 @@ extern "C" void cu_init(int local_rank, int bf16) {
 
 extern "C" const char *cu_device_name(void) { return prop.name; }
 
+// Datasheet dense bf16 tensor-core peak of the GPU, FLOP/s (0 when not known).
+extern "C" double cu_peak_flops(void) {
+    if (prop.major == 9) {
+        if (strstr(prop.name, "PCIe")) return 756e12;
+        if (strstr(prop.name, "NVL")) return 835e12;
+        return 989.4e12;                       // H100 SXM, H200 SXM
+    }
+    if (prop.major == 8 && prop.minor == 0) return 312e12;   // A100
+    return 0;
+}
+
 extern "C" void *cu_malloc(size_t bytes) {
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) { cudaGetLastError(); return NULL; }
@@ -69,7 +82,8 @@ extern "C" void cu_free(void *p) {
 extern "C" void cu_memcpy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-    CU_CHECK(cudaStreamSynchronize(stream));
+    // the host may read or reuse its side at once; device-to-device copies stay in the stream
+    if (!cu_is_device_ptr(dst) || !cu_is_device_ptr(src)) CU_CHECK(cudaStreamSynchronize(stream));
 }
 
 extern "C" void cu_memset0(void *p, size_t bytes) {
@@ -93,57 +107,74 @@ extern "C" void cu_gemm(int transA, int transB, int M, int N, int K, float alpha
                               CUBLAS_GEMM_DEFAULT));
 }
 
-extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, int N, int K, const float *const *A,
-                                int lda, const float *const *B, int ldb, float beta, float *const *C, int ldc) {
-    // the groups that have rows; each group holds one problem
-    int g = 0;
-    enum { MAXG = 1024 };
-    static int m[MAXG], nn[MAXG], kk[MAXG], la[MAXG], lb[MAXG], lc[MAXG], size[MAXG];
-    static cublasOperation_t ta[MAXG], tb[MAXG];
-    static float alpha[MAXG], betas[MAXG];
-    if (n > MAXG) { fprintf(stderr, "ted: more than %d experts on one rank\n", MAXG); exit(2); }
-    size_t need = 3 * (size_t)n * sizeof(void *);
-    if (need > ptr_cap) {   // grows once, to the number of local experts (planned at the first call)
-        if (ptr_buf) { CU_CHECK(cudaStreamSynchronize(stream)); CU_CHECK(cudaFree(ptr_buf)); CU_CHECK(cudaFreeHost(ptr_host)); }
-        CU_CHECK(cudaMalloc(&ptr_buf, need));
-        CU_CHECK(cudaMallocHost((void **)&ptr_host, need));
-        ptr_cap = need;
+// Host tables of the grouped GEMM, grown to the largest group count seen (the local experts).
+static int tab_cap;
+static int *m_, *n_, *k_, *la_, *lb_, *lc_, *size_;
+static cublasOperation_t *ta_, *tb_;
+static float *alpha_, *beta_;
+static const void **pa_, **pb_;
+static void **pc_;
+static void grow_tables(int n) {
+    if (n <= tab_cap) return;
+    void **all[] = {(void **)&m_, (void **)&n_, (void **)&k_, (void **)&la_, (void **)&lb_, (void **)&lc_,
+                    (void **)&size_, (void **)&ta_, (void **)&tb_, (void **)&alpha_, (void **)&beta_, (void **)&pa_,
+                    (void **)&pb_, (void **)&pc_};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        free(*all[i]);
+        *all[i] = malloc(8 * (size_t)n);   // every element is at most 8 bytes
+        if (!*all[i]) { fprintf(stderr, "ted: out of host memory (grouped GEMM tables)\n"); exit(1); }
     }
-    static const void *pa[MAXG], *pb[MAXG];
-    static void *pc[MAXG];
+    tab_cap = n;
+}
+
+extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K,
+                                const float *const *A, int lda, const float *const *B, int ldb, float beta,
+                                float *const *C, int ldc) {
+    grow_tables(n);
+    int g = 0;   // the groups with work; each holds one problem
     for (int i = 0; i < n; i++) {
-        if (M[i] == 0) continue;
+        if (M[i] == 0 || N[i] == 0 || K[i] == 0) continue;
         // column-major view, as in cu_gemm: B first
-        ta[g] = transB ? CUBLAS_OP_T : CUBLAS_OP_N; tb[g] = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-        m[g] = N; nn[g] = M[i]; kk[g] = K; la[g] = ldb; lb[g] = lda; lc[g] = ldc; size[g] = 1;
-        alpha[g] = 1.0f; betas[g] = beta;
-        pa[g] = B[i]; pb[g] = A[i]; pc[g] = C[i];
+        ta_[g] = transB ? CUBLAS_OP_T : CUBLAS_OP_N; tb_[g] = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+        m_[g] = N[i]; n_[g] = M[i]; k_[g] = K[i]; la_[g] = ldb; lb_[g] = lda; lc_[g] = ldc; size_[g] = 1;
+        alpha_[g] = 1.0f; beta_[g] = beta;
+        pa_[g] = B[i]; pb_[g] = A[i]; pc_[g] = C[i];
         g++;
     }
     if (!g) return;
     // equal groups at equal strides (capacity mode: every expert has E·C slots) are one
     // strided batched GEMM, which also runs the bf16 fast path
-    long long sa = g > 1 ? (const char *)pa[1] - (const char *)pa[0] : 0;
-    long long sb = g > 1 ? (const char *)pb[1] - (const char *)pb[0] : 0;
-    long long sc = g > 1 ? (const char *)pc[1] - (const char *)pc[0] : 0;
+    long long sa = g > 1 ? (const char *)pa_[1] - (const char *)pa_[0] : 0;
+    long long sb = g > 1 ? (const char *)pb_[1] - (const char *)pb_[0] : 0;
+    long long sc = g > 1 ? (const char *)pc_[1] - (const char *)pc_[0] : 0;
     int uniform = 1;
     for (int i = 1; i < g && uniform; i++)
-        uniform = nn[i] == nn[0] && (const char *)pa[i] - (const char *)pa[i - 1] == sa &&
-                  (const char *)pb[i] - (const char *)pb[i - 1] == sb && (const char *)pc[i] - (const char *)pc[i - 1] == sc;
+        uniform = m_[i] == m_[0] && n_[i] == n_[0] && k_[i] == k_[0] &&
+                  (const char *)pa_[i] - (const char *)pa_[i - 1] == sa &&
+                  (const char *)pb_[i] - (const char *)pb_[i - 1] == sb &&
+                  (const char *)pc_[i] - (const char *)pc_[i - 1] == sc;
     if (uniform) {
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, ta[0], tb[0], m[0], nn[0], kk[0], &alpha[0], pa[0], CUDA_R_32F,
-                                                la[0], sa / 4, pb[0], CUDA_R_32F, lb[0], sb / 4, &betas[0], pc[0],
-                                                CUDA_R_32F, lc[0], sc / 4, g, compute, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, ta_[0], tb_[0], m_[0], n_[0], k_[0], &alpha_[0], pa_[0],
+                                                CUDA_R_32F, la_[0], sa / 4, pb_[0], CUDA_R_32F, lb_[0], sb / 4,
+                                                &beta_[0], pc_[0], CUDA_R_32F, lc_[0], sc / 4, g, compute,
+                                                CUBLAS_GEMM_DEFAULT));
         return;
     }
     // grouped GEMM takes fp32 operands with fp32 or TF32 compute only
     cublasComputeType_t gc = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32 : compute;
+    size_t need = 3 * (size_t)n * sizeof(void *);
+    if (need > ptr_cap) {   // grows once, to the number of local experts
+        if (ptr_buf) { CU_CHECK(cudaStreamSynchronize(stream)); CU_CHECK(cudaFree(ptr_buf)); CU_CHECK(cudaFreeHost(ptr_host)); }
+        CU_CHECK(cudaMalloc(&ptr_buf, need));
+        CU_CHECK(cudaMallocHost((void **)&ptr_host, need));
+        ptr_cap = need;
+    }
+    CU_CHECK(cudaStreamSynchronize(stream));   // the pinned table may still be in flight from the last call
+    for (int i = 0; i < g; i++) { ptr_host[i] = (void *)pa_[i]; ptr_host[n + i] = (void *)pb_[i]; ptr_host[2 * n + i] = pc_[i]; }
     const void **dA = (const void **)ptr_buf, **dB = dA + n;
     void **dC = (void **)(dB + n);
-    CU_CHECK(cudaStreamSynchronize(stream));   // the pinned table may still be in flight from the last call
-    for (int i = 0; i < g; i++) { ptr_host[i] = (void *)pa[i]; ptr_host[n + i] = (void *)pb[i]; ptr_host[2 * n + i] = pc[i]; }
     CU_CHECK(cudaMemcpyAsync(ptr_buf, ptr_host, need, cudaMemcpyHostToDevice, stream));
-    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas, ta, tb, m, nn, kk, alpha, (const void *const *)dA, CUDA_R_32F, la,
-                                            (const void *const *)dB, CUDA_R_32F, lb, betas, dC, CUDA_R_32F, lc, g,
-                                            size, gc));
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas, ta_, tb_, m_, n_, k_, alpha_, (const void *const *)dA, CUDA_R_32F,
+                                            la_, (const void *const *)dB, CUDA_R_32F, lb_, beta_, dC, CUDA_R_32F,
+                                            lc_, g, size_, gc));
 }

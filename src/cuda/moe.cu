@@ -1,0 +1,426 @@
+// moe.cu — the MoE layer on the GPU: router (router.c), dispatcher (dispatcher.c) and experts
+// (experts.c), with the semantics of the CPU functions (see cuda_ops.h). Each kernel follows
+// its CPU loop; the comments name the loop it replaces.
+#include "cuda_ops.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { THREADS = 256, WARPS = 4 };
+
+static unsigned blocks_for(long n, int per_block) {
+    long b = (n + per_block - 1) / per_block;   // one thread per item (the loops also stride)
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// A device buffer that grows (never shrinks) to the largest size asked for so far.
+static void *grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        if (*buf) { CU_CHECK(cudaStreamSynchronize(cu_stream())); CU_CHECK(cudaFree(*buf)); }
+        CU_CHECK(cudaMalloc(buf, bytes));
+        *cap = bytes;
+    }
+    return *buf;
+}
+
+// A host buffer likewise (plain malloc).
+static void *grow_host(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        *buf = malloc(bytes);
+        if (!*buf) { fprintf(stderr, "ted: out of host memory (%zu bytes)\n", bytes); exit(1); }
+        *cap = bytes;
+    }
+    return *buf;
+}
+
+// =======================================================================================
+// router (router.c)
+
+// One thread per token: softmax in place, logsumexp, top-k (strictly greater wins: ties to
+// the lower index), gates (normalised over the k choices when k > 1).
+static __global__ void router_topk_kernel(float *probs, float *lse, int *choice, float *gate, long N, int E, int k) {
+    long t = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= N) return;
+    float *p = probs + t * E, mx = -INFINITY;
+    double s = 0;
+    for (int e = 0; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+    for (int e = 0; e < E; e++) s += exp((double)(p[e] - mx));
+    lse[t] = (float)(log(s) + mx);
+    for (int e = 0; e < E; e++) p[e] = (float)exp((double)(p[e] - mx)) / (float)s;
+    int *ch = choice + t * k;
+    float sum = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= ch[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        ch[j] = best;
+        sum += p[best];
+    }
+    for (int j = 0; j < k; j++) gate[t * k + j] = k == 1 ? p[ch[0]] : p[ch[j]] / sum;
+}
+
+// One thread per (group g, expert e): walks the group's choices in the CPU's order (choice j
+// outer, token t inner) and hands out e's slots; counts f_e and the drops; sums P_e = Σ_t p_e
+// in token order (double, as router.c). The aux loss itself is put together on the host.
+static __global__ void router_capacity_kernel(int *slot, float *fcount, int *kept, double *psum, int *ndrop,
+                                              const int *choice, const float *probs, long N, int E, int k, int gt,
+                                              int G, int C_full, int C_last) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)G * E) return;
+    int g = (int)(i / E), e = (int)(i % E);
+    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
+    int C = g == G - 1 ? C_last : C_full;
+    int used = 0, cnt = 0, drop = 0;
+    for (int j = 0; j < k; j++)
+        for (long t = t0; t < t0 + S; t++) {
+            if (choice[t * k + j] != e) continue;
+            cnt++;
+            if (used < C) slot[t * k + j] = used++;
+            else { slot[t * k + j] = -1; drop++; }
+        }
+    fcount[i] = (float)cnt / (float)(k * S);   // router.c: f_e += 1.0f per choice, then /= k·S
+    kept[i] = used;
+    ndrop[i] = drop;
+    double P = 0;
+    for (long t = t0; t < t0 + S; t++) P += probs[t * E + e];
+    psum[i] = P;
+}
+
+extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
+                                  int *kept, long N, const RouterCfg *c, RouterStats *st) {
+    int E = c->E, k = c->k, gt = c->group_tokens;
+    if (N <= 0) return;
+    router_topk_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(probs, lse, choice, gate, N, E, k);
+    CU_LAUNCH_CHECK();
+    int G = router_ngroups(N, gt);
+    long S_last = N - (long)(G - 1) * gt;
+    int C_full = router_capacity(c, gt), C_last = router_capacity(c, S_last);
+    long GE = (long)G * E;
+    static void *d_psum, *d_ndrop;
+    static size_t cap_psum, cap_ndrop;
+    double *psum = (double *)grow(&d_psum, &cap_psum, sizeof(double) * GE);
+    int *ndrop = (int *)grow(&d_ndrop, &cap_ndrop, sizeof(int) * GE);
+    router_capacity_kernel<<<blocks_for(GE, 128), 128, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice,
+                                                                          probs, N, E, k, gt, G, C_full, C_last);
+    CU_LAUNCH_CHECK();
+    // statistics on the host, in router.c's order
+    static void *h_buf;
+    static size_t h_cap;
+    size_t bytes = sizeof(double) * GE + sizeof(float) * GE + sizeof(int) * GE + sizeof(float) * N;
+    char *hb = (char *)grow_host(&h_buf, &h_cap, bytes);
+    double *hP = (double *)hb;
+    float *hf = (float *)(hP + GE);
+    int *hd = (int *)(hf + GE);
+    float *hl = (float *)(hd + GE);
+    cu_memcpy(hP, psum, sizeof(double) * GE);
+    cu_memcpy(hf, fcount, sizeof(float) * GE);
+    cu_memcpy(hd, ndrop, sizeof(int) * GE);
+    cu_memcpy(hl, lse, sizeof(float) * N);
+    for (int g = 0; g < G; g++) {
+        long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
+        double aux = 0;
+        for (int e = 0; e < E; e++) {
+            aux += hf[(long)g * E + e] * (hP[(long)g * E + e] / S);
+            st->dropped += hd[(long)g * E + e];
+        }
+        st->aux_sum += E * aux;
+    }
+    double z = 0;
+    for (long t = 0; t < N; t++) z += (double)hl[t] * hl[t];
+    st->z_sum += z;
+    st->groups += G;
+    st->tokens += N;
+    st->choices += N * k;
+}
+
+// One thread per token, as router_backward's loop body.
+static __global__ void router_backward_kernel(float *dlogits, const float *dgate, const float *probs, const float *lse,
+                                              const int *choice, const float *fcount, long N, int E, int k, int gt,
+                                              float aux_scale, float z_scale) {
+    long t = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= N) return;
+    const float *p = probs + t * E;
+    float *dl = dlogits + t * E;   // first dprobs, then dlogits
+    int g = (int)(t / gt);
+    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
+    const float *f = fcount + (long)g * E;
+    for (int e = 0; e < E; e++) dl[e] = aux_scale * E * f[e] / (float)S;
+    const int *ch = choice + t * k;
+    const float *dg = dgate + t * k;
+    if (k == 1) dl[ch[0]] += dg[0];
+    else {
+        float sum = 0, dot = 0;
+        for (int j = 0; j < k; j++) sum += p[ch[j]];
+        for (int j = 0; j < k; j++) dot += dg[j] * p[ch[j]] / sum;
+        for (int j = 0; j < k; j++) dl[ch[j]] += (dg[j] - dot) / sum;
+    }
+    float s = 0;
+    for (int e = 0; e < E; e++) s += p[e] * dl[e];
+    float zg = z_scale * 2.0f * lse[t];
+    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - s) + zg * p[e];
+}
+
+extern "C" void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
+                                   const int *choice, const float *fcount, long N, const RouterCfg *c,
+                                   float aux_scale, float z_scale) {
+    if (N <= 0) return;
+    router_backward_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(
+        dlogits, dgate, probs, lse, choice, fcount, N, c->E, c->k, c->group_tokens, aux_scale, z_scale);
+    CU_LAUNCH_CHECK();
+}
+
+// =======================================================================================
+// dispatcher (dispatcher.c)
+
+// xin[row[t,j], c] = x[t, c]: one thread per (t, j, c)
+static __global__ void dispatch_forward_kernel(float *xin, const float *x, const int *row, long N, int k, int d) {
+    long n = N * k * d;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long tj = i / d;
+        int c = (int)(i % d), r = row[tj];
+        if (r >= 0) xin[(long)r * d + c] = x[(tj / k) * d + c];
+    }
+}
+
+// dx[t, c] += Σ_j dxin[row[t,j], c], j in order: one thread per (t, c)
+static __global__ void dispatch_backward_kernel(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+    long n = N * d;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long t = i / d;
+        int c = (int)(i % d);
+        float o = dx[i];
+        for (int j = 0; j < k; j++) {
+            int r = row[t * k + j];
+            if (r >= 0) o += dxin[(long)r * d + c];
+        }
+        dx[i] = o;
+    }
+}
+
+// out[t, c] += Σ_j gate[t,j] · y[row[t,j], c], j in order: one thread per (t, c)
+static __global__ void combine_forward_kernel(float *out, const float *y, const float *gate, const int *row, long N,
+                                              int k, int d) {
+    long n = N * d;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long t = i / d;
+        int c = (int)(i % d);
+        float o = out[i];
+        for (int j = 0; j < k; j++) {
+            int r = row[t * k + j];
+            if (r >= 0) o += gate[t * k + j] * y[(long)r * d + c];
+        }
+        out[i] = o;
+    }
+}
+
+// dy[row[t,j], c] = gate[t,j] · dout[t, c]: one thread per (t, j, c)
+static __global__ void combine_backward_dy_kernel(float *dy, const float *dout, const float *gate, const int *row,
+                                                  long N, int k, int d) {
+    long n = N * k * d;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long tj = i / d;
+        int c = (int)(i % d), r = row[tj];
+        if (r >= 0) dy[(long)r * d + c] = gate[tj] * dout[(tj / k) * d + c];
+    }
+}
+
+// dgate[t,j] = y[row[t,j]]·dout[t] (0 when dropped): one warp per (t, j)
+static __global__ void combine_backward_dgate_kernel(float *dgate, const float *dout, const float *y, const int *row,
+                                                     long N, int k, int d) {
+    long tj = (long)blockIdx.x * WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (tj >= N * k) return;   // the whole warp leaves together
+    int r = row[tj];
+    float dot = 0;
+    if (r >= 0) {
+        const float *yr = y + (long)r * d, *go = dout + (tj / k) * d;
+        for (int c = lane; c < d; c += 32) dot += yr[c] * go[c];
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) dgate[tj] = r >= 0 ? dot : 0.0f;
+}
+
+extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
+    long n = N * k * d;
+    if (n <= 0) return;
+    dispatch_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(xin, x, row, N, k, d);
+    CU_LAUNCH_CHECK();
+}
+
+extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+    long n = N * d;
+    if (n <= 0) return;
+    dispatch_backward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(dx, dxin, row, N, k, d);
+    CU_LAUNCH_CHECK();
+}
+
+extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
+                                   int d) {
+    long n = N * d;
+    if (n <= 0) return;
+    combine_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(out, y, gate, row, N, k, d);
+    CU_LAUNCH_CHECK();
+}
+
+extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
+                                    const int *row, long N, int k, int d) {
+    long nk = N * k;
+    if (nk <= 0) return;
+    if (d > 0) {
+        combine_backward_dy_kernel<<<blocks_for(nk * d, THREADS), THREADS, 0, cu_stream()>>>(dy, dout, gate, row, N,
+                                                                                           k, d);
+        CU_LAUNCH_CHECK();
+    }
+    combine_backward_dgate_kernel<<<(unsigned)((nk + WARPS - 1) / WARPS), WARPS * 32, 0, cu_stream()>>>(
+        dgate, dout, y, row, N, k, d);
+    CU_LAUNCH_CHECK();
+}
+
+// =======================================================================================
+// experts (experts.c): the GEMMs of all local experts are one grouped GEMM each; bias, bias
+// gradients and GELU (cu_gelu_forward / cu_gelu_backward, kernels.cu) are kernels over all
+// rows, a row's expert found from the offsets.
+
+// the expert of row r: the largest e < El with off[e] <= r (an empty expert e has
+// off[e] == off[e+1], so e+1 qualifies too and wins). Needs off[0] <= r < off[El].
+static __device__ __forceinline__ int expert_of(const long *off, int El, long r) {
+    int lo = 0, hi = El - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (off[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
+static __global__ void fill_bias_rows_kernel(float *out, const float *bias, const long *off, int El, long r0, long r1,
+                                             int n) {
+    long total = (r1 - r0) * n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        long r = r0 + i / n;
+        int c = (int)(i % n);
+        out[r * n + c] = bias[(long)expert_of(off, El, r) * n + c];
+    }
+}
+
+// gb[e, c] += Σ_{r in expert e's rows, in order} g[r, c]: one thread per (e, c)
+static __global__ void bias_grad_kernel(float *gb, const float *g, const long *off, int El, int n) {
+    long total = (long)El * n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int e = (int)(i / n), c = (int)(i % n);
+        float acc = gb[i];
+        for (long r = off[e]; r < off[e + 1]; r++) acc += g[r * n + c];
+        gb[i] = acc;
+    }
+}
+
+// the El+1 offsets on the device (one buffer, grown when needed; stream-ordered reuse)
+static const long *upload_off(const long *off, int El) {
+    static void *buf;
+    static size_t cap;
+    long *d = (long *)grow(&buf, &cap, sizeof(long) * (El + 1));
+    CU_CHECK(cudaMemcpyAsync(d, off, sizeof(long) * (El + 1), cudaMemcpyHostToDevice, cu_stream()));
+    return d;
+}
+
+// host tables of the grouped GEMMs: rows per local expert, the widths d and f, A, B, C
+static int *g_M, *g_d, *g_f;
+static const float **g_A, **g_B;
+static float **g_C;
+static void tables(int El) {
+    static int cap;
+    if (El <= cap) return;
+    free(g_M); free(g_d); free(g_f); free(g_A); free(g_B); free(g_C);
+    g_M = (int *)malloc(sizeof(int) * El);
+    g_d = (int *)malloc(sizeof(int) * El);
+    g_f = (int *)malloc(sizeof(int) * El);
+    g_A = (const float **)malloc(sizeof(float *) * El);
+    g_B = (const float **)malloc(sizeof(float *) * El);
+    g_C = (float **)malloc(sizeof(float *) * El);
+    if (!g_M || !g_d || !g_f || !g_A || !g_B || !g_C) { fprintf(stderr, "ted: out of host memory\n"); exit(1); }
+    cap = El;
+}
+
+extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
+                                   const float *bproj, float *h, float *hg, float *y, const float *xin,
+                                   const long *off, int proj_bias) {
+    if (El <= 0) return;
+    long r0 = off[0], R = off[El];
+    tables(El);
+    const long *doff = upload_off(off, El);
+    for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
+    // h = xin·wfc + bfc: the bias rows first, then the GEMM adds (beta 1), as matmul_forward
+    if (R > r0 && f > 0) {
+        fill_bias_rows_kernel<<<blocks_for((R - r0) * f, THREADS), THREADS, 0, cu_stream()>>>(h, bfc, doff, El, r0, R,
+                                                                                             f);
+        CU_LAUNCH_CHECK();
+    }
+    for (int e = 0; e < El; e++) {
+        g_A[e] = xin + off[e] * d; g_B[e] = wfc + (long)e * d * f; g_C[e] = h + off[e] * f;
+    }
+    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 1.0f, g_C, f);
+    cu_gelu_forward(hg, h, R * f);   // hg = GELU(h) over rows [0, off[El]), as experts.c
+    // y = hg·wproj (+ bproj)
+    if (proj_bias && R > r0 && d > 0) {
+        fill_bias_rows_kernel<<<blocks_for((R - r0) * d, THREADS), THREADS, 0, cu_stream()>>>(y, bproj, doff, El, r0,
+                                                                                             R, d);
+        CU_LAUNCH_CHECK();
+    }
+    for (int e = 0; e < El; e++) {
+        g_A[e] = hg + off[e] * f; g_B[e] = wproj + (long)e * f * d; g_C[e] = y + off[e] * d;
+    }
+    cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
+}
+
+extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
+                                    float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
+                                    const float *dy, const float *xin, const float *h, const float *hg,
+                                    const long *off, int proj_bias) {
+    if (El <= 0) return;
+    long R = off[El];
+    tables(El);
+    const long *doff = upload_off(off, El);
+    for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
+    // c_proj: dhg = dy·wprojᵀ (written)
+    for (int e = 0; e < El; e++) {
+        g_A[e] = dy + off[e] * d; g_B[e] = wproj + (long)e * f * d; g_C[e] = dhg + off[e] * f;
+    }
+    cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
+    // gwproj += hgᵀ·dy
+    for (int e = 0; e < El; e++) {
+        g_A[e] = hg + off[e] * f; g_B[e] = dy + off[e] * d; g_C[e] = gwproj + (long)e * f * d;
+    }
+    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
+    // gbproj += Σ rows dy
+    if (proj_bias && d > 0) {
+        bias_grad_kernel<<<blocks_for((long)El * d, THREADS), THREADS, 0, cu_stream()>>>(gbproj, dy, doff, El, d);
+        CU_LAUNCH_CHECK();
+    }
+    cu_gelu_backward(dhg, h, dhg, R * f);   // in place over rows [0, off[El]), as experts.c
+    // c_fc: dxin = dhg·wfcᵀ (written)
+    for (int e = 0; e < El; e++) {
+        g_A[e] = dhg + off[e] * f; g_B[e] = wfc + (long)e * d * f; g_C[e] = dxin + off[e] * d;
+    }
+    cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
+    // gwfc += xinᵀ·dhg
+    for (int e = 0; e < El; e++) {
+        g_A[e] = xin + off[e] * d; g_B[e] = dhg + off[e] * f; g_C[e] = gwfc + (long)e * d * f;
+    }
+    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
+    // gbfc += Σ rows dhg
+    if (f > 0) {
+        bias_grad_kernel<<<blocks_for((long)El * f, THREADS), THREADS, 0, cu_stream()>>>(gbfc, dhg, doff, El, f);
+        CU_LAUNCH_CHECK();
+    }
+}

@@ -1,0 +1,422 @@
+// test_cuda_kernels.c — the CUDA kernels of kernels.cu against the CPU: each cu_X runs on the
+// same random inputs as its CPU reference (ops.c, or a plain loop for the optimizer and
+// conversion helpers) and must agree: max|gpu − cpu| / (max|cpu| + 1e-6) within 1e-5 for fp32
+// element-wise ops, 1e-4 for the GEMM-based ones, bit for bit for the conversions and the
+// ops that do the CPU's very additions in its order (encoder, residual, scale), 1e-9 for
+// the double reductions. Shapes are deliberately not multiples of 32. Exits 77 (skipped)
+// without a GPU.
+#include "alloc.h"
+#include "cuda/cuda_ops.h"
+#include "half.h"
+#include "ops.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+
+static uint64_t next(void) {   // xorshift64*
+    rs ^= rs >> 12; rs ^= rs << 25; rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+static float frand(void) { return (float)((next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }   // [-1, 1)
+static float *rnd(long n, float scale, float offset) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (long i = 0; i < n; i++) p[i] = frand() * scale + offset;
+    return p;
+}
+static float *copyf(const float *h, long n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(p, h, sizeof(float) * n);
+    return p;
+}
+static void *up(const void *h, size_t bytes) {
+    void *d = cu_malloc(bytes);
+    if (!d) { fprintf(stderr, "test_cuda_kernels: cu_malloc failed\n"); exit(1); }
+    cu_memcpy(d, h, bytes);
+    return d;
+}
+
+static void report(const char *name, double err, double tol) {
+    int ok = err <= tol;   // false for NaN
+    printf("%-40s max rel err %.3e (tol %.0e) %s\n", name, err, tol, ok ? "ok" : "FAIL");
+    if (!ok) fails++;
+}
+
+// max|a − b| / (max|b| + 1e-6); a NaN where b has none (or the other way) is an infinite error
+static double rel_err(const float *a, const float *b, long n) {
+    double md = 0, mb = 0;
+    for (long i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(b[i])) return INFINITY;
+        if (isnan(b[i])) continue;
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return md / (mb + 1e-6);
+}
+
+// compare the device array dev[n] with the host reference ref[n]
+static void cmp(const char *name, const float *dev, const float *ref, long n, double tol) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    cu_memcpy(h, dev, sizeof(float) * n);
+    report(name, rel_err(h, ref, n), tol);
+    free(h);
+}
+
+// bit-exact comparison of float arrays
+static void cmp_bits(const char *name, const float *dev, const float *ref, long n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    cu_memcpy(h, dev, sizeof(float) * n);
+    long bad = 0;
+    for (long i = 0; i < n; i++) if (memcmp(&h[i], &ref[i], 4)) bad++;
+    report(name, (double)bad, 0);
+    free(h);
+}
+
+static void cmp_double(const char *name, double gpu, double ref, double tol) {
+    report(name, fabs(gpu - ref) / (fabs(ref) + 1e-6), tol);
+}
+
+// ---------------------------------------------------------------------------------------
+
+// tokens in [0, vocab): some below v0, some at or past v0 + Vl, many repeated
+static void test_encoder(int B, int T, int d, int v0, int Vl, int vocab) {
+    int N = B * T;
+    int *tok = malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) tok[i] = (int)(next() % (uint64_t)vocab);
+    tok[1] = tok[4] = tok[N - 1] = v0 + 4;   // a repeated token of the shard
+    tok[2] = v0 - 1; tok[3] = v0 + Vl;       // just outside it
+    printf("encoder B=%d T=%d d=%d shard %d+%d\n", B, T, d, v0, Vl);
+    float *wte = rnd((long)Vl * d, 1, 0), *wpe = rnd((long)T * d, 1, 0), *out = rnd((long)N * d, 1, 0);
+    int *dtok = up(tok, sizeof(int) * N);
+    float *dwte = up(wte, sizeof(float) * Vl * d), *dwpe = up(wpe, sizeof(float) * T * d);
+    float *dout_ = up(out, sizeof(float) * N * d);
+    for (int with_pos = 1; with_pos >= 0; with_pos--) {
+        encoder_forward(out, tok, wte, v0, Vl, with_pos ? wpe : NULL, B, T, d);
+        cu_encoder_forward(dout_, dtok, dwte, v0, Vl, with_pos ? dwpe : NULL, B, T, d);
+        cmp_bits(with_pos ? "encoder_forward" : "encoder_forward (no wpe)", dout_, out, (long)N * d);
+    }
+    // backward: gradients start non-zero (they are added into)
+    float *g = rnd((long)N * d, 1, 0), *gwte = rnd((long)Vl * d, 1, 0), *gwpe = rnd((long)T * d, 1, 0);
+    float *dg = up(g, sizeof(float) * N * d), *dgwte = up(gwte, sizeof(float) * Vl * d);
+    float *dgwpe = up(gwpe, sizeof(float) * T * d);
+    encoder_backward(gwte, gwpe, g, tok, v0, Vl, B, T, d);
+    cu_encoder_backward(dgwte, dgwpe, dg, dtok, v0, Vl, B, T, d);
+    // the same additions in the same order as the CPU: bit for bit
+    cmp_bits("encoder_backward dwte", dgwte, gwte, (long)Vl * d);
+    cmp_bits("encoder_backward dwpe", dgwpe, gwpe, (long)T * d);
+    encoder_backward(gwte, NULL, g, tok, v0, Vl, B, T, d);
+    cu_encoder_backward(dgwte, NULL, dg, dtok, v0, Vl, B, T, d);
+    cmp_bits("encoder_backward dwte (no dwpe)", dgwte, gwte, (long)Vl * d);
+    cmp_bits("encoder_backward dwpe untouched", dgwpe, gwpe, (long)T * d);
+    cu_free(dtok); cu_free(dwte); cu_free(dwpe); cu_free(dout_); cu_free(dg); cu_free(dgwte); cu_free(dgwpe);
+    free(tok); free(wte); free(wpe); free(out); free(g); free(gwte); free(gwpe);
+}
+
+static void test_layernorm(void) {
+    long N = 37;
+    int d = 48;
+    long n = N * d;
+    float *x = rnd(n, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0);
+    float *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *dx = up(x, sizeof(float) * n), *dw = up(w, sizeof(float) * d), *db = up(b, sizeof(float) * d);
+    float *dout_ = cu_malloc(sizeof(float) * n), *dmean = cu_malloc(sizeof(float) * N);
+    float *drstd = cu_malloc(sizeof(float) * N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, d);
+    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d);
+    cmp("layernorm_forward out", dout_, out, n, 1e-5);
+    cmp("layernorm_forward mean", dmean, mean, N, 1e-5);
+    cmp("layernorm_forward rstd", drstd, rstd, N, 1e-5);
+    // backward from the CPU's mean and rstd, so that only the backward is measured
+    cu_memcpy(dmean, mean, sizeof(float) * N);
+    cu_memcpy(drstd, rstd, sizeof(float) * N);
+    float *g = rnd(n, 1, 0), *gin = rnd(n, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0);
+    float *dg = up(g, sizeof(float) * n), *dgin = up(gin, sizeof(float) * n);
+    float *dgw = up(gw, sizeof(float) * d), *dgb = up(gb, sizeof(float) * d);
+    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d);
+    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d);
+    cmp("layernorm_backward dinp", dgin, gin, n, 1e-5);
+    cmp("layernorm_backward dw", dgw, gw, d, 1e-5);
+    cmp("layernorm_backward db", dgb, gb, d, 1e-5);
+    cu_free(dx); cu_free(dw); cu_free(db); cu_free(dout_); cu_free(dmean); cu_free(drstd);
+    cu_free(dg); cu_free(dgin); cu_free(dgw); cu_free(dgb);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(gin); free(gw); free(gb);
+}
+
+static void test_matmul(void) {
+    long N = 37;
+    int C = 48, OC = 70;
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0);
+    float *dx = up(x, sizeof(float) * N * C), *dw = up(w, sizeof(float) * C * OC), *dbias = up(bias, sizeof(float) * OC);
+    char name[96];
+    for (int with_bias = 0; with_bias < 2; with_bias++)
+        for (int acc = 0; acc < 2; acc++) {
+            float *out = rnd(N * OC, 1, 0);
+            float *dout_ = up(out, sizeof(float) * N * OC);
+            matmul_forward(out, x, w, with_bias ? bias : NULL, N, C, OC, acc);
+            cu_matmul_forward(dout_, dx, dw, with_bias ? dbias : NULL, N, C, OC, acc);
+            snprintf(name, sizeof name, "matmul_forward bias %d accumulate %d", with_bias, acc);
+            cmp(name, dout_, out, N * OC, 1e-4);
+            cu_free(dout_); free(out);
+        }
+    // backward: all gradients, then some NULL
+    float *g = rnd(N * OC, 1, 0);
+    float *dg = up(g, sizeof(float) * N * OC);
+    for (int k = 0; k < 4; k++) {
+        int acc = k == 1 || k == 2, has_in = k != 3, has_w = k != 2, has_b = k != 2;
+        float *gin = rnd(N * C, 1, 0), *gw = rnd((long)C * OC, 1, 0), *gb = rnd(OC, 1, 0);
+        float *dgin = up(gin, sizeof(float) * N * C), *dgw = up(gw, sizeof(float) * C * OC);
+        float *dgb = up(gb, sizeof(float) * OC);
+        float *gin0 = copyf(gin, N * C), *gw0 = copyf(gw, (long)C * OC), *gb0 = copyf(gb, OC);
+        matmul_backward(has_in ? gin : NULL, has_w ? gw : NULL, has_b ? gb : NULL, g, x, w, N, C, OC, acc);
+        cu_matmul_backward(has_in ? dgin : NULL, has_w ? dgw : NULL, has_b ? dgb : NULL, dg, dx, dw, N, C, OC, acc);
+        snprintf(name, sizeof name, "matmul_backward dinp (acc %d%s)", acc, has_in ? "" : ", NULL");
+        cmp(name, dgin, has_in ? gin : gin0, N * C, has_in ? 1e-4 : 0);
+        snprintf(name, sizeof name, "matmul_backward dw (acc %d%s)", acc, has_w ? "" : ", NULL");
+        cmp(name, dgw, has_w ? gw : gw0, (long)C * OC, has_w ? 1e-4 : 0);
+        snprintf(name, sizeof name, "matmul_backward dbias (acc %d%s)", acc, has_b ? "" : ", NULL");
+        cmp(name, dgb, has_b ? gb : gb0, OC, has_b ? 1e-5 : 0);
+        cu_free(dgin); cu_free(dgw); cu_free(dgb);
+        free(gin); free(gw); free(gb); free(gin0); free(gw0); free(gb0);
+    }
+    cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg);
+    free(x); free(w); free(bias); free(g);
+}
+
+static void test_gelu(void) {
+    long n = 1037;
+    float *x = rnd(n, 4, 0), *g = rnd(n, 1, 0), *out = malloc(sizeof(float) * n), *gin = malloc(sizeof(float) * n);
+    float *dx = up(x, sizeof(float) * n), *dg = up(g, sizeof(float) * n);
+    float *dout_ = cu_malloc(sizeof(float) * n), *dgin = cu_malloc(sizeof(float) * n);
+    gelu_forward(out, x, n);
+    cu_gelu_forward(dout_, dx, n);
+    cmp("gelu_forward", dout_, out, n, 1e-5);
+    gelu_backward(gin, x, g, n);
+    cu_gelu_backward(dgin, dx, dg, n);
+    cmp("gelu_backward", dgin, gin, n, 1e-5);
+    cu_free(dx); cu_free(dg); cu_free(dout_); cu_free(dgin);
+    free(x); free(g); free(out); free(gin);
+}
+
+// one vocabulary shard [v0, v0 + Vl) of a vocabulary of V real entries
+static void test_crossentropy(int v0, int Vl, int V) {
+    long N = 37, n = N * Vl;
+    int targets[37];
+    for (int i = 0; i < N; i++) targets[i] = (int)(next() % (uint64_t)V);
+    float *logits = rnd(n, 4, 0), *mx = malloc(sizeof(float) * N), *tl = malloc(sizeof(float) * N);
+    float *sum = malloc(sizeof(float) * N), *losses = malloc(sizeof(float) * N);
+    int *dtg = up(targets, sizeof targets);
+    float *dlog = up(logits, sizeof(float) * n), *dmx = cu_malloc(sizeof(float) * N), *dtl = cu_malloc(sizeof(float) * N);
+    float *dsum = cu_malloc(sizeof(float) * N), *dloss = cu_malloc(sizeof(float) * N);
+    float scale = 1.0f / (float)N;
+    char name[96];
+    crossentropy_max(mx, tl, logits, targets, N, v0, Vl, V);
+    cu_crossentropy_max(dmx, dtl, dlog, dtg, N, v0, Vl, V);
+    snprintf(name, sizeof name, "crossentropy_max mx (%d+%d/%d)", v0, Vl, V);
+    cmp_bits(name, dmx, mx, N);
+    snprintf(name, sizeof name, "crossentropy_max tl (%d+%d/%d)", v0, Vl, V);
+    cmp_bits(name, dtl, tl, N);
+    crossentropy_exp(sum, logits, mx, N, v0, Vl, V);
+    cu_crossentropy_exp(dsum, dlog, dmx, N, v0, Vl, V);
+    snprintf(name, sizeof name, "crossentropy_exp exp (%d+%d/%d)", v0, Vl, V);
+    cmp(name, dlog, logits, n, 1e-5);
+    snprintf(name, sizeof name, "crossentropy_exp sum (%d+%d/%d)", v0, Vl, V);
+    cmp(name, dsum, sum, N, 1e-5);
+    // finish and backward from the CPU's state, so that each stage is measured alone
+    cu_memcpy(dlog, logits, sizeof(float) * n);
+    cu_memcpy(dsum, sum, sizeof(float) * N);
+    crossentropy_finish(losses, logits, mx, sum, tl, N, Vl);
+    cu_crossentropy_finish(dloss, dlog, dmx, dsum, dtl, N, Vl);
+    snprintf(name, sizeof name, "crossentropy_finish probs (%d+%d/%d)", v0, Vl, V);
+    cmp(name, dlog, logits, n, 1e-5);
+    snprintf(name, sizeof name, "crossentropy_finish losses (%d+%d/%d)", v0, Vl, V);
+    cmp(name, dloss, losses, N, 1e-5);
+    cu_memcpy(dlog, logits, sizeof(float) * n);
+    crossentropy_backward(logits, targets, N, v0, Vl, scale);
+    cu_crossentropy_backward(dlog, dtg, N, v0, Vl, scale);
+    snprintf(name, sizeof name, "crossentropy_backward (%d+%d/%d)", v0, Vl, V);
+    cmp(name, dlog, logits, n, 1e-5);
+    cu_free(dtg); cu_free(dlog); cu_free(dmx); cu_free(dtl); cu_free(dsum); cu_free(dloss);
+    free(logits); free(mx); free(tl); free(sum); free(losses);
+}
+
+static void test_residual_scale(void) {
+    long n = 1037;
+    float *a = rnd(n, 1, 0), *b = rnd(n, 1, 0), *out = malloc(sizeof(float) * n);
+    float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dout_ = cu_malloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+    cu_residual_forward(dout_, da, db, n);
+    cmp_bits("residual_forward", dout_, out, n);
+    float s = 0.37f;
+    for (long i = 0; i < n; i++) a[i] *= s;
+    cu_scale(da, n, s);
+    cmp_bits("scale", da, a, n);
+    cu_free(da); cu_free(db); cu_free(dout_);
+    free(a); free(b); free(out);
+}
+
+static const char *kind_name(int half) { return half == 1 ? "bf16" : "fp16"; }
+
+// values that exercise rounding: random magnitudes over many binades, ties, specials
+static float *conv_inputs(long n) {
+    float *x = malloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) x[i] = frand() * ldexpf(1.0f, (int)(next() % 60) - 30);
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, 65504.0f, 65519.0f, 65520.0f,
+                                    1e5f, -1e5f, 6.1e-5f, 1e-7f, 3e-8f, 2.9802322e-8f, 1e-40f, -1e-40f, 3.4e38f,
+                                    -3.4e38f, 1.00390625f, 1.01171875f, 1.00048828125f, 1.00146484375f};
+    long ns = (long)(sizeof special / sizeof *special);
+    for (long i = 0; i < ns && i < n; i++) x[i] = special[i];
+    return x;
+}
+
+static void test_conversions(void) {
+    char name[96];
+    for (int half = 1; half <= 2; half++) {
+        // half → f32 over every bit pattern (exact; NaN patterns need only stay NaN)
+        long n = 65536;
+        uint16_t *h = malloc(2 * n);
+        float *f = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+        for (long i = 0; i < n; i++) { h[i] = (uint16_t)i; f[i] = half_to_f32(half, h[i]); }
+        uint16_t *dh = up(h, 2 * n);
+        float *df = cu_malloc(sizeof(float) * n);
+        cu_half_to_f32(df, dh, n, half);
+        cu_memcpy(g, df, sizeof(float) * n);
+        long bad = 0;
+        for (long i = 0; i < n; i++)
+            bad += isnan(f[i]) ? !isnan(g[i]) : memcmp(&f[i], &g[i], 4) != 0;
+        snprintf(name, sizeof name, "half_to_f32 %s (all patterns)", kind_name(half));
+        report(name, (double)bad, 0);
+        // f32 → half (exact; a NaN input must give a NaN: bf16 bit for bit, fp16 any NaN)
+        long m = 4099;
+        float *x = conv_inputs(m);
+        x[m - 1] = NAN; x[m - 2] = -NAN;
+        uint16_t *r = malloc(2 * m), *q = malloc(2 * m);
+        for (long i = 0; i < m; i++) r[i] = half_from_f32(half, x[i]);
+        float *dx = up(x, sizeof(float) * m);
+        uint16_t *dq = cu_malloc(2 * m);
+        cu_f32_to_half(dq, dx, m, half);
+        cu_memcpy(q, dq, 2 * m);
+        bad = 0;
+        for (long i = 0; i < m; i++)
+            bad += half == 2 && isnan(x[i]) ? !isnan(fp16_to_f32(q[i])) : r[i] != q[i];
+        snprintf(name, sizeof name, "f32_to_half %s", kind_name(half));
+        report(name, (double)bad, 0);
+        // dst = half(f32(dst) + src)
+        float *src = rnd(m, 0.01f, 0);
+        for (long i = 0; i < m; i++) { r[i] = half_from_f32(half, frand()); }
+        uint16_t *ddst = up(r, 2 * m);
+        float *dsrc = up(src, sizeof(float) * m);
+        for (long i = 0; i < m; i++) r[i] = half_from_f32(half, half_to_f32(half, r[i]) + src[i]);
+        cu_half_accumulate(ddst, dsrc, m, half);
+        cu_memcpy(q, ddst, 2 * m);
+        bad = 0;
+        for (long i = 0; i < m; i++) bad += r[i] != q[i];
+        snprintf(name, sizeof name, "half_accumulate %s", kind_name(half));
+        report(name, (double)bad, 0);
+        // dst = s·f32(src)
+        float s = 0.75f / 1024.0f;
+        for (long i = 0; i < m; i++) { r[i] = half_from_f32(half, frand() * 100.0f); f[i] = half_to_f32(half, r[i]) * s; }
+        uint16_t *dr = up(r, 2 * m);
+        float *dup_ = cu_malloc(sizeof(float) * m);
+        cu_upcast_scale(dup_, dr, m, half, s);
+        snprintf(name, sizeof name, "upcast_scale %s", kind_name(half));
+        cmp_bits(name, dup_, f, m);
+        cu_free(dh); cu_free(df); cu_free(dx); cu_free(dq); cu_free(ddst); cu_free(dsrc); cu_free(dr); cu_free(dup_);
+        free(h); free(f); free(g); free(x); free(r); free(q); free(src);
+    }
+}
+
+static void test_reductions(void) {
+    char name[96];
+    double *dres = cu_malloc(sizeof(double)), res;
+    long sizes[] = {37, 1037, 300001};   // the last one needs the grid-stride loop of the first pass
+    for (int k = 0; k < 3; k++) {
+        long n = sizes[k];
+        float *x = rnd(n, 1, 0);
+        float *dx = up(x, sizeof(float) * n);
+        double ref = 0;
+        for (long i = 0; i < n; i++) ref += (double)x[i] * x[i];
+        cu_sumsq(dres, dx, n);
+        cu_memcpy(&res, dres, sizeof res);
+        snprintf(name, sizeof name, "sumsq n=%ld", n);
+        cmp_double(name, res, ref, 1e-9);
+        // Σx on values in [0, 1) (no cancellation)
+        for (long i = 0; i < n; i++) x[i] = 0.5f * x[i] + 0.5f;
+        cu_memcpy(dx, x, sizeof(float) * n);
+        ref = 0;
+        for (long i = 0; i < n; i++) ref += x[i];
+        snprintf(name, sizeof name, "sum n=%ld", n);
+        cmp_double(name, cu_sum(dx, n), ref, 1e-9);
+        for (int half = 1; half <= 2; half++) {
+            uint16_t *h = malloc(2 * n);
+            float s = 1.0f / 65536.0f * 0.8f;
+            for (long i = 0; i < n; i++) h[i] = half_from_f32(half, frand() * 1000.0f);
+            ref = 0;
+            for (long i = 0; i < n; i++) { double g = half_to_f32(half, h[i]) * s; ref += g * g; }   // as zero.c
+            uint16_t *dh = up(h, 2 * n);
+            cu_sumsq_half(dres, dh, n, half, s);
+            cu_memcpy(&res, dres, sizeof res);
+            snprintf(name, sizeof name, "sumsq_half %s n=%ld", kind_name(half), n);
+            cmp_double(name, res, ref, 1e-9);
+            cu_free(dh); free(h);
+        }
+        cu_free(dx); free(x);
+    }
+    // n = 0: the result is set to 0, not added to
+    res = 5.0;
+    cu_memcpy(dres, &res, sizeof res);
+    cu_sumsq(dres, NULL, 0);
+    cu_memcpy(&res, dres, sizeof res);
+    report("sumsq n=0 sets 0", fabs(res), 0);
+    report("sum n=0", fabs(cu_sum(NULL, 0)), 0);
+    cu_free(dres);
+}
+
+static void test_adamw(void) {
+    long n = 1037;
+    float *w = rnd(n, 1, 0), *m = rnd(n, 0.01f, 0), *v = rnd(n, 0.0001f, 0.0001f), *g = rnd(n, 0.1f, 0);
+    float *dw = up(w, sizeof(float) * n), *dm = up(m, sizeof(float) * n), *dv = up(v, sizeof(float) * n);
+    float *dg = up(g, sizeof(float) * n);
+    float lr = 3e-4f, decay = 1.0f - lr * 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    int t = 7;
+    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    for (long j = 0; j < n; j++) {   // zero.c's adam()
+        m[j] = b1 * m[j] + (1 - b1) * g[j];
+        v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+        float denom = sqrtf(v[j]) / sqrtf(bc2) + eps;
+        w[j] = w[j] * decay - (lr / bc1) * m[j] / denom;
+    }
+    cu_adamw(dw, dm, dv, dg, n, lr, decay, b1, b2, eps, bc1, bc2);
+    cmp("adamw w", dw, w, n, 1e-5);
+    cmp("adamw m", dm, m, n, 1e-5);
+    cmp("adamw v", dv, v, n, 1e-5);
+    cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dg);
+    free(w); free(m); free(v); free(g);
+}
+
+int main(void) {
+    if (cu_device_count() == 0) {
+        printf("test_cuda_kernels: no CUDA device, skipped\n");
+        return 77;
+    }
+    cu_init(0, 0);             // fp32 GEMMs (no TF32), as the CPU
+    ted_device = DEV_CPU;      // the ops of ops.h run on the host: they are the reference
+    printf("test_cuda_kernels on %s\n", cu_device_name());
+    test_encoder(2, 5, 48, 3, 20, 26);
+    test_encoder(4, 37, 50, 10, 30, 45);   // N = 148: the token scan crosses chunks of 32
+    test_layernorm();
+    test_matmul();
+    test_gelu();
+    test_crossentropy(0, 128, 100);   // one shard with 28 padding columns
+    test_crossentropy(64, 64, 100);   // a last shard: 36 real columns, targets below it
+    test_crossentropy(0, 64, 100);    // a first shard without padding, targets past it
+    test_residual_scale();
+    test_conversions();
+    test_reductions();
+    test_adamw();
+    printf("test_cuda_kernels: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,303 @@
+// test_cuda_moe.c — the CUDA attention, router, dispatcher and experts (src/cuda/attention.cu,
+// src/cuda/moe.cu) against the CPU ops on the same random inputs: outputs within 1e-4 (GEMMs)
+// or 1e-5 (the rest) of the CPU's, relative to the largest CPU value; router choices, slots,
+// kept and the statistics' counts exactly. Exits 77 (skipped) without a GPU.
+#include "cuda/cuda_ops.h"
+#include "dispatcher.h"
+#include "experts.h"
+#include "ops.h"
+#include "router.h"
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static float frand(void) {   // uniform in [-1, 1)
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+static int irand(int n) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (int)((rng >> 33) % (uint64_t)n);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return p;
+}
+static float *frandom(long n, float s) {
+    float *p = xmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) p[i] = s * frand();
+    return p;
+}
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = cu_malloc(bytes ? bytes : 1);
+    if (!d) { fprintf(stderr, "cu_malloc failed\n"); exit(1); }
+    if (bytes) cu_memcpy(d, h, bytes);
+    return d;
+}
+static void *host_copy(const void *d, size_t bytes) {
+    void *h = xmalloc(bytes);
+    if (bytes) cu_memcpy(h, d, bytes);
+    return h;
+}
+
+// max |a − b| / (max |b| + 1e-6) of the GPU's a against the CPU's b; prints one line
+static void check(const char *what, const float *gpu_dev, const float *cpu, long n, double tol) {
+    float *a = host_copy(gpu_dev, sizeof(float) * n);
+    double md = 0, mb = 0;
+    int bad = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - cpu[i]);
+        if (!(d <= md)) md = d;   // NaN sticks
+        if (fabs(cpu[i]) > mb) mb = fabs(cpu[i]);
+        if (isnan(a[i]) != isnan(cpu[i])) bad = 1;
+    }
+    double err = md / (mb + 1e-6);
+    int ok = !bad && err <= tol;
+    printf("%-44s rel err %.3e (max |cpu| %.3g)  %s\n", what, err, mb, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+    free(a);
+}
+
+static void check_int(const char *what, const int *gpu_dev, const int *cpu, long n) {
+    int *a = host_copy(gpu_dev, sizeof(int) * n);
+    long diff = 0, first = -1;
+    for (long i = 0; i < n; i++)
+        if (a[i] != cpu[i]) { if (first < 0) first = i; diff++; }
+    printf("%-44s %ld of %ld differ", what, diff, n);
+    if (diff) printf(" (first at %ld: gpu %d cpu %d)  FAIL\n", first, a[first], cpu[first]);
+    else printf("  ok\n");
+    if (diff) failures++;
+    free(a);
+}
+
+static void checkn(const char *op, const char *name, const char *field, const float *gpu_dev, const float *cpu,
+                   long n, double tol) {
+    char what[96];
+    snprintf(what, sizeof what, "%s %s %s", op, name, field);
+    check(what, gpu_dev, cpu, n, tol);
+}
+static void checkn_int(const char *op, const char *name, const char *field, const int *gpu_dev, const int *cpu,
+                       long n) {
+    char what[96];
+    snprintf(what, sizeof what, "%s %s %s", op, name, field);
+    check_int(what, gpu_dev, cpu, n);
+}
+
+static void expect(int cond, const char *what) {
+    printf("%-44s %s\n", what, cond ? "ok" : "FAIL");
+    if (!cond) failures++;
+}
+
+// ---------------------------------------------------------------------------------------
+
+static void test_attention(int B, int T, int H, int hd) {
+    int D = H * hd;
+    char what[96];
+    long N = (long)B * T, nq = N * 3 * D, na = (long)B * H * T * T, no = N * D;
+    float *qkv = frandom(nq, 1.5f), *dout = frandom(no, 1.0f);
+    float *out = xmalloc(sizeof(float) * no), *att = xmalloc(sizeof(float) * na);
+    float *dqkv = xmalloc(sizeof(float) * nq);
+    float *scratch = xmalloc(sizeof(float) * T * T * omp_get_max_threads());
+    attention_forward(out, att, qkv, B, T, H, hd);
+    attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch);
+
+    float *d_qkv = dev_copy(qkv, sizeof(float) * nq), *d_dout = dev_copy(dout, sizeof(float) * no);
+    float *junk = frandom(nq > na ? nq : na, 100.0f);   // outputs start as garbage: all must be written
+    float *d_out = dev_copy(junk, sizeof(float) * no), *d_att = dev_copy(junk, sizeof(float) * na);
+    float *d_dqkv = dev_copy(junk, sizeof(float) * nq), *d_scratch = dev_copy(junk, sizeof(float) * na);
+    cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
+    snprintf(what, sizeof what, "attention_forward T=%d att", T);  check(what, d_att, att, na, 1e-4);
+    snprintf(what, sizeof what, "attention_forward T=%d out", T);  check(what, d_out, out, no, 1e-4);
+    // backward from the CPU's att, so that it is tested on its own
+    cu_memcpy(d_att, att, sizeof(float) * na);
+    cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, B, T, H, hd, d_scratch);
+    snprintf(what, sizeof what, "attention_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, 1e-4);
+    cu_free(d_qkv); cu_free(d_dout); cu_free(d_out); cu_free(d_att); cu_free(d_dqkv); cu_free(d_scratch);
+    free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk);
+}
+
+// ---------------------------------------------------------------------------------------
+
+static void test_router(const char *name, long N, RouterCfg c, float bias0, int want_drops) {
+    int E = c.E, k = c.k, G = router_ngroups(N, c.group_tokens);
+    long NE = N * E, Nk = N * k, GE = (long)G * E;
+    char what[96];
+    float *logits = frandom(NE, 2.0f);
+    for (long t = 0; t < N; t++) logits[t * E] += bias0;   // crowd expert 0 so that it overflows
+    float *probs = xmalloc(sizeof(float) * NE), *lse = xmalloc(sizeof(float) * N);
+    float *gate = xmalloc(sizeof(float) * Nk), *fcount = xmalloc(sizeof(float) * GE);
+    int *choice = xmalloc(sizeof(int) * Nk), *slot = xmalloc(sizeof(int) * Nk), *kept = xmalloc(sizeof(int) * GE);
+    RouterStats st = {1.25, 3.5, 2, 40, 80, 7}, gst = st;   // the statistics are added to
+    memcpy(probs, logits, sizeof(float) * NE);
+    router_forward(probs, lse, choice, gate, slot, fcount, kept, N, &c, &st);
+
+    float *d_probs = dev_copy(logits, sizeof(float) * NE), *d_lse = cu_malloc(sizeof(float) * N);
+    float *d_gate = cu_malloc(sizeof(float) * Nk), *d_fcount = cu_malloc(sizeof(float) * GE);
+    int *d_choice = cu_malloc(sizeof(int) * Nk), *d_slot = cu_malloc(sizeof(int) * Nk);
+    int *d_kept = cu_malloc(sizeof(int) * GE);
+    cu_router_forward(d_probs, d_lse, d_choice, d_gate, d_slot, d_fcount, d_kept, N, &c, &gst);
+    checkn("router_forward", name, "probs", d_probs, probs, NE, 1e-5);
+    checkn("router_forward", name, "lse", d_lse, lse, N, 1e-5);
+    checkn("router_forward", name, "gate", d_gate, gate, Nk, 1e-5);
+    checkn("router_forward", name, "fcount", d_fcount, fcount, GE, 1e-5);
+    checkn_int("router_forward", name, "choice", d_choice, choice, Nk);
+    checkn_int("router_forward", name, "slot", d_slot, slot, Nk);
+    checkn_int("router_forward", name, "kept", d_kept, kept, GE);
+    printf("%-44s aux %.17g / %.17g, z %.17g / %.17g, dropped %ld / %ld\n", "  stats gpu / cpu", gst.aux_sum,
+           st.aux_sum, gst.z_sum, st.z_sum, gst.dropped, st.dropped);
+    snprintf(what, sizeof what, "router_forward %s stats", name);
+    expect(fabs(gst.aux_sum - st.aux_sum) <= 1e-9 * fabs(st.aux_sum) &&
+               fabs(gst.z_sum - st.z_sum) <= 1e-9 * fabs(st.z_sum) && gst.groups == st.groups &&
+               gst.tokens == st.tokens && gst.choices == st.choices && gst.dropped == st.dropped,
+           what);
+    snprintf(what, sizeof what, "router_forward %s %s", name, want_drops ? "drops some" : "drops none");
+    expect(want_drops ? st.dropped > 7 : st.dropped == 7, what);
+
+    // backward from the CPU's forward results; dgate 0 for dropped choices, as the model's
+    float *dgate = frandom(Nk, 1.0f), *dlogits = xmalloc(sizeof(float) * NE);
+    for (long i = 0; i < Nk; i++) if (slot[i] < 0) dgate[i] = 0;
+    router_backward(dlogits, dgate, probs, lse, choice, fcount, N, &c, 0.01f, 0.001f);
+    float *d_dgate = dev_copy(dgate, sizeof(float) * Nk), *d_dlogits = cu_malloc(sizeof(float) * NE);
+    cu_memcpy(d_probs, probs, sizeof(float) * NE);
+    cu_memcpy(d_lse, lse, sizeof(float) * N);
+    cu_memcpy(d_choice, choice, sizeof(int) * Nk);
+    cu_memcpy(d_fcount, fcount, sizeof(float) * GE);
+    cu_router_backward(d_dlogits, d_dgate, d_probs, d_lse, d_choice, d_fcount, N, &c, 0.01f, 0.001f);
+    checkn("router_backward", name, "dlogits", d_dlogits, dlogits, NE, 1e-5);
+
+    cu_free(d_probs); cu_free(d_lse); cu_free(d_gate); cu_free(d_fcount); cu_free(d_choice); cu_free(d_slot);
+    cu_free(d_kept); cu_free(d_dgate); cu_free(d_dlogits);
+    free(logits); free(probs); free(lse); free(gate); free(fcount); free(choice); free(slot); free(kept);
+    free(dgate); free(dlogits);
+}
+
+// ---------------------------------------------------------------------------------------
+
+static void test_dispatcher(void) {
+    long N = 37;
+    int k = 2, d = 45;   // d not a multiple of 32: the warp loops have a ragged tail
+    long Nk = N * k, R = Nk + 5;   // 5 rows no choice maps to
+    // each kept (t, j) gets its own row (a random permutation); about 1 in 5 dropped
+    int *perm = xmalloc(sizeof(int) * R), *row = xmalloc(sizeof(int) * Nk);
+    for (long i = 0; i < R; i++) perm[i] = (int)i;
+    for (long i = R - 1; i > 0; i--) { int j = irand((int)i + 1), x = perm[i]; perm[i] = perm[j]; perm[j] = x; }
+    for (long i = 0; i < Nk; i++) row[i] = irand(5) == 0 ? -1 : perm[i];
+    int *d_row = dev_copy(row, sizeof(int) * Nk);
+
+    // dispatch_forward: untouched rows keep their values
+    float *x = frandom(N * d, 1.0f), *xin = frandom(R * d, 1.0f);
+    float *d_x = dev_copy(x, sizeof(float) * N * d), *d_xin = dev_copy(xin, sizeof(float) * R * d);
+    dispatch_forward(xin, x, row, N, k, d);
+    cu_dispatch_forward(d_xin, d_x, d_row, N, k, d);
+    check("dispatch_forward xin", d_xin, xin, R * d, 1e-5);
+
+    // dispatch_backward: dx += Σ_j dxin[row_j]
+    float *dx = frandom(N * d, 1.0f), *dxin = frandom(R * d, 1.0f);
+    float *d_dx = dev_copy(dx, sizeof(float) * N * d), *d_dxin = dev_copy(dxin, sizeof(float) * R * d);
+    dispatch_backward(dx, dxin, row, N, k, d);
+    cu_dispatch_backward(d_dx, d_dxin, d_row, N, k, d);
+    check("dispatch_backward dx", d_dx, dx, N * d, 1e-5);
+
+    // combine_forward: out += Σ_j gate_j·y[row_j]
+    float *y = frandom(R * d, 1.0f), *gate = frandom(Nk, 1.0f), *out = frandom(N * d, 1.0f);
+    float *d_y = dev_copy(y, sizeof(float) * R * d), *d_gate = dev_copy(gate, sizeof(float) * Nk);
+    float *d_out = dev_copy(out, sizeof(float) * N * d);
+    combine_forward(out, y, gate, row, N, k, d);
+    cu_combine_forward(d_out, d_y, d_gate, d_row, N, k, d);
+    check("combine_forward out", d_out, out, N * d, 1e-5);
+
+    // combine_backward: dy[row_j] = gate_j·dout (other rows untouched), dgate_j = y[row_j]·dout
+    float *dout = frandom(N * d, 1.0f), *dy = frandom(R * d, 1.0f), *dgate = frandom(Nk, 1.0f);
+    float *d_dout = dev_copy(dout, sizeof(float) * N * d), *d_dy = dev_copy(dy, sizeof(float) * R * d);
+    float *d_dgate = dev_copy(dgate, sizeof(float) * Nk);
+    combine_backward(dy, dgate, dout, y, gate, row, N, k, d);
+    cu_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_row, N, k, d);
+    check("combine_backward dy", d_dy, dy, R * d, 1e-5);
+    check("combine_backward dgate", d_dgate, dgate, Nk, 1e-5);
+
+    cu_free(d_row); cu_free(d_x); cu_free(d_xin); cu_free(d_dx); cu_free(d_dxin); cu_free(d_y); cu_free(d_gate);
+    cu_free(d_out); cu_free(d_dout); cu_free(d_dy); cu_free(d_dgate);
+    free(perm); free(row); free(x); free(xin); free(dx); free(dxin); free(y); free(gate); free(out); free(dout);
+    free(dy); free(dgate);
+}
+
+// ---------------------------------------------------------------------------------------
+
+static void test_experts(const char *name, const long *off, int proj_bias) {
+    int El = 3, d = 16, f = 40;
+    long R = off[El];
+    Experts x = {El, d, f, frandom((long)El * d * f, 0.3f), frandom((long)El * f, 0.3f),
+                 frandom((long)El * f * d, 0.3f), frandom((long)El * d, 0.3f), frandom((long)El * d * f, 0.1f),
+                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f)};
+    Experts g = x;   // device copies
+    g.wfc = dev_copy(x.wfc, sizeof(float) * El * d * f);     g.bfc = dev_copy(x.bfc, sizeof(float) * El * f);
+    g.wproj = dev_copy(x.wproj, sizeof(float) * El * f * d); g.bproj = dev_copy(x.bproj, sizeof(float) * El * d);
+    g.gwfc = dev_copy(x.gwfc, sizeof(float) * El * d * f);   g.gbfc = dev_copy(x.gbfc, sizeof(float) * El * f);
+    g.gwproj = dev_copy(x.gwproj, sizeof(float) * El * f * d); g.gbproj = dev_copy(x.gbproj, sizeof(float) * El * d);
+    float *xin = frandom(R * d, 1.0f), *dy = frandom(R * d, 1.0f);
+    float *h = xmalloc(sizeof(float) * R * f), *hg = xmalloc(sizeof(float) * R * f);
+    float *y = xmalloc(sizeof(float) * R * d);
+    float *dxin = xmalloc(sizeof(float) * R * d), *dhg = xmalloc(sizeof(float) * R * f);
+    experts_forward(&x, h, hg, y, xin, off, proj_bias);
+    experts_backward(&x, dxin, dhg, dy, xin, h, hg, off, proj_bias);
+
+    float *junk = frandom(R * f, 50.0f);   // outputs start as garbage: everything must be written
+    float *d_xin = dev_copy(xin, sizeof(float) * R * d), *d_dy = dev_copy(dy, sizeof(float) * R * d);
+    float *d_h = dev_copy(junk, sizeof(float) * R * f), *d_hg = dev_copy(junk, sizeof(float) * R * f);
+    float *d_y = dev_copy(junk, sizeof(float) * R * d), *d_dxin = dev_copy(junk, sizeof(float) * R * d);
+    float *d_dhg = dev_copy(junk, sizeof(float) * R * f);
+    cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, off, proj_bias);
+    checkn("experts_forward", name, "h", d_h, h, R * f, 1e-4);
+    checkn("experts_forward", name, "hg", d_hg, hg, R * f, 1e-4);
+    checkn("experts_forward", name, "y", d_y, y, R * d, 1e-4);
+    // backward from the CPU's h and hg
+    cu_memcpy(d_h, h, sizeof(float) * R * f);
+    cu_memcpy(d_hg, hg, sizeof(float) * R * f);
+    cu_experts_backward(El, d, f, g.wfc, g.wproj, g.gwfc, g.gbfc, g.gwproj, g.gbproj, d_dxin, d_dhg, d_dy, d_xin, d_h,
+                        d_hg, off, proj_bias);
+    checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, 1e-4);
+    checkn("experts_backward", name, "gwfc", g.gwfc, x.gwfc, (long)El * d * f, 1e-4);
+    checkn("experts_backward", name, "gbfc", g.gbfc, x.gbfc, (long)El * f, 1e-4);
+    checkn("experts_backward", name, "gwproj", g.gwproj, x.gwproj, (long)El * f * d, 1e-4);
+    checkn("experts_backward", name, "gbproj", g.gbproj, x.gbproj, (long)El * d, 1e-4);
+
+    cu_free(g.wfc); cu_free(g.bfc); cu_free(g.wproj); cu_free(g.bproj);
+    cu_free(g.gwfc); cu_free(g.gbfc); cu_free(g.gwproj); cu_free(g.gbproj);
+    cu_free(d_xin); cu_free(d_dy); cu_free(d_h); cu_free(d_hg); cu_free(d_y); cu_free(d_dxin); cu_free(d_dhg);
+    free(x.wfc); free(x.bfc); free(x.wproj); free(x.bproj); free(x.gwfc); free(x.gbfc); free(x.gwproj); free(x.gbproj);
+    free(xin); free(dy); free(h); free(hg); free(y); free(dxin); free(dhg); free(junk);
+}
+
+int main(void) {
+    if (cu_device_count() == 0) {
+        printf("test_cuda_moe: no CUDA device, skipped\n");
+        return 77;
+    }
+    cu_init(0, 0);
+    printf("test_cuda_moe on %s\n", cu_device_name());
+    test_attention(2, 7, 3, 8);
+    test_attention(1, 45, 2, 16);   // rows longer than a warp
+    // E = 4, k = 2, groups of 8 tokens, the last one short (30 = 3·8 + 6): C = 4, last C = 3
+    test_router("capacity", 30, (RouterCfg){4, 2, 1.0f, 0, 8}, 1.0f, 1);
+    test_router("dropless", 30, (RouterCfg){4, 2, 0.0f, 0, 8}, 1.0f, 0);
+    test_router("top-1", 30, (RouterCfg){5, 1, 1.25f, 2, 10}, 0.5f, 1);
+    test_dispatcher();
+    long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
+    long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path
+    test_experts("uneven", uneven, 1);
+    test_experts("uneven, no proj bias", uneven, 0);
+    test_experts("even", even, 1);
+    long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
+    test_experts("empty", none, 1);
+    if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
+    printf("test_cuda_moe: all passed\n");
+    return 0;
+}
