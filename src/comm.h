@@ -1,6 +1,8 @@
 // comm.h — the communicator: every collective of ted goes through here, on a Group
 // (TP, DP, EP, expert-DP, PP or world; SPEC §4). A group of size 1 (one process) copies
-// locally and sends nothing. Each call is counted (calls, bytes of the send buffer, ms)
+// locally and sends nothing. Buffers may be host or device memory: on a GPU run a device
+// buffer goes through NCCL when each rank has a GPU of its own, else it is staged through
+// host memory and MPI (several ranks sharing one GPU, as the tests do). Each call is counted (calls, bytes of the send buffer, ms)
 // per collective and per group, for the `comm` metrics.
 #pragma once
 #include <mpi.h>
@@ -15,6 +17,7 @@ typedef struct {
     GroupKind kind;
     int size, rank;
     MPI_Comm comm;    // MPI_COMM_NULL when size == 1 without MPI
+    void *nccl;       // GPU runs: the group's NCCL communicator, or NULL (host-staged MPI)
 } Group;
 
 typedef struct { long long calls, bytes; double ms; } CommCount;
