@@ -1,3 +1,5 @@
+# The CUDA backend emulated on the CPU: ted_emu and the emulated op tests (tests/cuda_emu).
+include(${CMAKE_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cmake)
 # Every tests/test_*.c is a C test program; every tests/test_*.sh a script test that gets
 # TED (the binary), TED_ROOT (the source tree), PYTHON (Debian's python3 with torch) and
 # TED_TMP (a scratch directory) in its environment. Script tests that need MPI are
@@ -24,3 +26,8 @@ foreach(src ${TED_SH_TESTS})
     "TED=$<TARGET_FILE:ted>;TED_ROOT=${CMAKE_SOURCE_DIR};PYTHON=/usr/bin/python3;TED_TMP=${CMAKE_BINARY_DIR}/testtmp/${name};OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# tests/test_cuda_emu.sh runs the GPU path under the CPU emulation: it needs ted_emu (and exits
+# 77 without it)
+if(TARGET ted_emu)
+  set_property(TEST test_cuda_emu APPEND PROPERTY ENVIRONMENT "TED_EMU=$<TARGET_FILE:ted_emu>")
+endif()

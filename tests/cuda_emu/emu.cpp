@@ -1,0 +1,899 @@
+// emu.cpp — the CPU emulation of the CUDA runtime, cuBLAS and the kernel execution model
+// that ted's GPU path uses (see emu.h). Linked instead of cudart / cuBLAS / NCCL into ted_emu
+// and the emulated op tests. What it checks besides computing:
+//  - device memory is one arena that is unreadable from the host except while the stream
+//    runs: host code that dereferences a device pointer dies with a message (SIGSEGV handler);
+//  - stream work runs when the host synchronises, so a host that reads a pinned buffer before
+//    cudaStreamSynchronize, or rewrites one that a queued copy still reads, gets wrong numbers;
+//  - new device memory is NaN-filled; a red zone after every allocation is checked at free
+//    and at exit (out-of-bounds writes); freed memory is NaN-filled again;
+//  - kernel pointer arguments, copies, memsets and every GEMM operand lie inside device
+//    allocations; launch configurations are valid; warp operations see full warps;
+//  - GEMMs round their operands as the compute type allows (bf16, TF32, fp16).
+// TED_EMU_STATS=1 prints counts at exit; TED_EMU_NOPROTECT=1 leaves device memory readable
+// (for debuggers).
+#include "emu.h"
+#include <nccl.h>
+#include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+static struct {
+    long launches, blocks, fiber_blocks, switches, gemms, copies;
+    size_t dev_bytes, dev_peak;
+} stats;
+
+[[noreturn]] static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    void *bt[32];
+    backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+    abort();
+}
+
+// One lock for every entry point: host threads (OpenMP) may call in concurrently.
+static std::recursive_mutex api_mutex;
+#define LOCK std::lock_guard<std::recursive_mutex> lock_(api_mutex)
+
+// =======================================================================================
+// fibers: the threads of a block that synchronises
+
+static void fiber_main(void);
+
+#if defined(__x86_64__)
+// a context is its saved stack pointer; the callee-saved registers, MXCSR and the x87
+// control word are on that stack
+struct Ctx { void *sp; };
+extern "C" void emu_ctx_switch(void **save_sp, void *to_sp);
+extern "C" void emu_fiber_entry(void);
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .hidden emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+    .globl emu_fiber_entry
+    .hidden emu_fiber_entry
+    .type emu_fiber_entry, @function
+emu_fiber_entry:
+    callq *%r13
+    ud2
+    .size emu_fiber_entry, .-emu_fiber_entry
+)");
+// stack_top 16-aligned; the first switch pops the frame written here and returns into
+// emu_fiber_entry with r13 = fiber_main and a 16-aligned stack
+static void ctx_init(Ctx &c, char *stack_lo, size_t size) {
+    uint64_t *top = (uint64_t *)(((uintptr_t)(stack_lo + size)) & ~(uintptr_t)15);
+    uint32_t csr[2];
+    asm volatile("stmxcsr %0; fnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    top[-1] = (uint64_t)(uintptr_t)emu_fiber_entry;       // return address
+    top[-2] = 0; top[-3] = 0;                               // rbp, rbx
+    top[-4] = 0; top[-5] = (uint64_t)(uintptr_t)fiber_main; // r12, r13
+    top[-6] = 0; top[-7] = 0;                               // r14, r15
+    memcpy(&top[-8], csr, 8);
+    c.sp = &top[-8];
+}
+static inline void ctx_switch(Ctx &from, Ctx &to) { emu_ctx_switch(&from.sp, to.sp); }
+#else
+struct Ctx { ucontext_t uc; };
+static void ctx_init(Ctx &c, char *stack_lo, size_t size) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack_lo;
+    c.uc.uc_stack.ss_size = size;
+    c.uc.uc_link = NULL;
+    makecontext(&c.uc, fiber_main, 0);
+}
+static inline void ctx_switch(Ctx &from, Ctx &to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+// =======================================================================================
+// running a block
+
+enum State : uint8_t { READY, AT_WARP, AT_BLOCK, DONE };
+enum { WARP_BALLOT = 16, WARP_SYNC = 17 };   // warp operations besides the shuffles (EmuShfl)
+struct Fiber { Ctx ctx; State state; };
+struct Warp { int arrived, exited, op; unsigned gen; };
+
+static constexpr size_t kStack = 128 << 10;   // per fiber, plus a guard page below it
+// Which ready thread runs next (TED_EMU_SCHEDULE): round robin (default: each runs to its
+// next barrier in turn), or always the lowest-numbered ready one ("low": warp 0 runs ahead as
+// far as it can), or the highest ("high": warp 0 runs last). The last two expose a missing
+// __syncthreads (a warp that reuses shared memory before a slower one has read it).
+enum Schedule { ROUND_ROBIN, LOW_FIRST, HIGH_FIRST };
+static Schedule schedule_from_env(void) {
+    const char *s = getenv("TED_EMU_SCHEDULE");
+    if (!s || !*s || !strcmp(s, "roundrobin")) return ROUND_ROBIN;
+    if (!strcmp(s, "low")) return LOW_FIRST;
+    if (!strcmp(s, "high")) return HIGH_FIRST;
+    fprintf(stderr, "emu: TED_EMU_SCHEDULE=%s: expected roundrobin, low or high\n", s);
+    exit(2);
+}
+static const Schedule schedule = schedule_from_env();
+static struct {
+    const char *kernel;
+    EmuKernel *k;
+    bool fibers;                   // false: the kernel has no barrier, threads run as a loop
+    unsigned nt, live, at_block, cur;
+    Ctx sched;
+    std::vector<Fiber> fib;
+    std::vector<Warp> warp;
+    std::vector<uint64_t> slot[2];  // warp operands, double-buffered by the warp's generation
+    uint64_t ready[1024 / 64];      // bit i: thread i is READY
+    char *stacks;
+    size_t nstacks;
+} R;
+
+static void set_thread(unsigned i) {
+    R.cur = i;
+    threadIdx.x = i % blockDim.x;
+    threadIdx.y = (i / blockDim.x) % blockDim.y;
+    threadIdx.z = i / (blockDim.x * blockDim.y);
+}
+
+static void grow_stacks(unsigned n) {
+    if (n <= R.nstacks) return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), one = kStack + page;
+    if (R.stacks) munmap(R.stacks, R.nstacks * one);
+    R.stacks = (char *)mmap(NULL, n * one, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (R.stacks == MAP_FAILED) die("no memory for %u fiber stacks", n);
+    for (unsigned i = 0; i < n; i++) mprotect(R.stacks + i * one, page, PROT_NONE);   // overflow guard
+    R.nstacks = n;
+}
+static char *stack_of(unsigned i) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return R.stacks + i * (kStack + page) + page;
+}
+
+static inline void yield(void) {
+    stats.switches++;
+    ctx_switch(R.fib[R.cur].ctx, R.sched);
+}
+
+static void set_state(unsigned i, State st) {
+    R.fib[i].state = st;
+    if (st == READY) R.ready[i / 64] |= 1ull << (i % 64);
+    else R.ready[i / 64] &= ~(1ull << (i % 64));
+}
+
+// the first ready thread at or after `from`, wrapping around; -1 if none
+static int next_ready(unsigned from) {
+    unsigned nw = (R.nt + 63) / 64;
+    for (unsigned k = 0; k <= nw; k++) {
+        unsigned w = (from / 64 + k) % nw;
+        uint64_t bits = R.ready[w];
+        if (k == 0) bits &= ~0ull << (from % 64);
+        if (bits) return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+    }
+    return -1;
+}
+
+// the highest-numbered ready thread; -1 if none
+static int last_ready(void) {
+    for (int w = (int)((R.nt + 63) / 64) - 1; w >= 0; w--)
+        if (R.ready[w]) return w * 64 + 63 - __builtin_clzll(R.ready[w]);
+    return -1;
+}
+
+static void release_block(void) {
+    for (unsigned i = 0; i < R.nt; i++)
+        if (R.fib[i].state == AT_BLOCK) set_state(i, READY);
+    R.at_block = 0;
+}
+
+static void fiber_main(void) {
+    R.k->run_thread();
+    Fiber &f = R.fib[R.cur];
+    set_state(R.cur, DONE);
+    R.live--;
+    if (R.nt % 32 == 0) {
+        Warp &w = R.warp[R.cur / 32];
+        w.exited++;
+        if (w.arrived)
+            die("kernel %s: thread %u exited while other lanes of its warp wait at a warp operation", R.kernel, R.cur);
+    }
+    if (R.at_block && R.at_block == R.live) release_block();   // exited threads count as arrived
+    ctx_switch(f.ctx, R.sched);
+    die("a finished fiber was resumed");
+}
+
+[[noreturn]] static void no_barrier_expected(const char *what) {
+    die("kernel %s calls %s, but transform.py found no barrier in it: fix its analysis", R.kernel, what);
+}
+
+void __syncthreads(void) {
+    if (!R.fibers) no_barrier_expected("__syncthreads");
+    set_state(R.cur, AT_BLOCK);
+    if (++R.at_block == R.live) release_block();   // the last one goes on at once
+    else yield();
+}
+
+// The calling lane hands in its operand; returns when the 32 lanes of its warp have, with
+// the buffer that holds the operands (indexed by thread).
+static const uint64_t *warp_op(unsigned mask, int op, uint64_t bits) {
+    if (!R.fibers) no_barrier_expected("a warp shuffle or vote");
+    if (mask != 0xffffffffu) die("kernel %s: warp operation with mask %#x (only full warps are emulated)", R.kernel, mask);
+    if (R.nt % 32) die("kernel %s: warp operation in a block of %u threads (not whole warps)", R.kernel, R.nt);
+    Warp &w = R.warp[R.cur / 32];
+    if (w.exited) die("kernel %s: warp operation after lanes of the warp exited (full mask)", R.kernel);
+    if (w.arrived == 0) w.op = op;
+    else if (w.op != op) die("kernel %s: lanes of warp %u are at different warp operations", R.kernel, R.cur / 32);
+    uint64_t *buf = R.slot[w.gen & 1].data();
+    buf[R.cur] = bits;
+    set_state(R.cur, AT_WARP);
+    if (++w.arrived == 32) {
+        unsigned base = R.cur & ~31u;
+        for (unsigned l = 0; l < 32; l++) set_state(base + l, READY);
+        w.arrived = 0;
+        w.gen++;
+    } else {
+        yield();
+    }
+    return buf;
+}
+
+uint64_t emu_shfl(unsigned mask, uint64_t bits, EmuShfl op, int arg, int width) {
+    if (width != 32) die("kernel %s: shuffle of width %d (only 32 is emulated)", R.kernel, width);
+    const uint64_t *buf = warp_op(mask, op, bits);
+    int lane = (int)(R.cur & 31), src = lane;
+    switch (op) {
+        case EMU_SHFL_IDX: src = arg & 31; break;
+        case EMU_SHFL_UP: src = lane - arg >= 0 ? lane - arg : lane; break;
+        case EMU_SHFL_DOWN: src = lane + arg < 32 ? lane + arg : lane; break;
+        case EMU_SHFL_XOR: src = (lane ^ arg) < 32 ? lane ^ arg : lane; break;
+    }
+    return buf[(R.cur & ~31u) + (unsigned)src];
+}
+
+unsigned __ballot_sync(unsigned mask, int pred) {
+    const uint64_t *buf = warp_op(mask, WARP_BALLOT, pred != 0);
+    unsigned m = 0, base = R.cur & ~31u;
+    for (unsigned l = 0; l < 32; l++) m |= (unsigned)buf[base + l] << l;
+    return m;
+}
+
+void __syncwarp(unsigned mask) { warp_op(mask, WARP_SYNC, 0); }
+
+static void run_block(void) {
+    stats.blocks++;
+    if (!R.fibers) {
+        for (unsigned i = 0; i < R.nt; i++) { set_thread(i); R.k->run_thread(); }
+        return;
+    }
+    stats.fiber_blocks++;
+    memset(R.ready, 0, sizeof R.ready);
+    for (unsigned i = 0; i < R.nt; i++) { ctx_init(R.fib[i].ctx, stack_of(i), kStack); set_state(i, READY); }
+    for (Warp &w : R.warp) w = Warp{0, 0, 0, 0};
+    R.live = R.nt;
+    R.at_block = 0;
+    unsigned from = 0;
+    while (R.live) {
+        int i = schedule == HIGH_FIRST ? last_ready() : next_ready(schedule == LOW_FIRST ? 0 : from);
+        if (i >= 0) {
+            set_thread((unsigned)i);
+            stats.switches++;
+            ctx_switch(R.sched, R.fib[i].ctx);
+            from = (unsigned)i + 1 < R.nt ? (unsigned)i + 1 : 0;
+        } else {
+            unsigned at_warp = 0;
+            for (const Fiber &f : R.fib) at_warp += f.state == AT_WARP;
+            die("kernel %s, block (%u,%u,%u): deadlock: %u threads at __syncthreads, %u at warp operations, %u exited",
+                R.kernel, blockIdx.x, blockIdx.y, blockIdx.z, R.at_block, at_warp, R.nt - R.live);
+        }
+    }
+}
+
+static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k) {
+    stats.launches++;
+    R.kernel = name;
+    R.k = k;
+    R.fibers = sync;
+    R.nt = b.x * b.y * b.z;
+    gridDim = g;
+    blockDim = b;
+    if (sync) {
+        grow_stacks(R.nt);
+        R.fib.resize(R.nt);
+        R.warp.resize((R.nt + 31) / 32);
+        R.slot[0].resize(R.nt);
+        R.slot[1].resize(R.nt);
+    }
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                blockIdx = uint3{x, y, z};
+                run_block();
+            }
+}
+
+// =======================================================================================
+// device memory: one reserved arena, first fit, NaN-filled, a red zone after each block
+
+static constexpr size_t kAlign = 256, kRed = 256;
+static char *arena;
+static size_t arena_size, arena_top, arena_open;   // reserved, handed out, readable (pages)
+static std::map<size_t, size_t> free_list;          // offset → length, coalesced
+struct DevBlock { size_t bytes, span; };
+static std::map<uintptr_t, DevBlock> dev;           // start → sizes
+static std::map<uintptr_t, size_t> pinned;          // cudaMallocHost blocks
+static int window;                                  // > 0: device memory readable by the host
+static bool no_protect;
+static struct sigaction old_segv;
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    char *a = (char *)si->si_addr;
+    if (arena && a >= arena && a < arena + arena_size) {
+        char msg[200];
+        int n = snprintf(msg, sizeof msg,
+                         "emu: host code touched device memory at %p (a device pointer used on the host); backtrace:\n",
+                         (void *)a);
+        if (write(2, msg, (size_t)n) < 0) {}
+        void *bt[32];
+        backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    sigaction(SIGSEGV, &old_segv, NULL);   // not ours: the fault repeats under the old handler
+    (void)sig; (void)uc;
+}
+
+// (Re)installs the handler: MPI_Init may have put its own in since the last call.
+static void guard_host_access(void) {
+    struct sigaction cur;
+    sigaction(SIGSEGV, NULL, &cur);
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_segv) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+}
+
+static void at_exit(void);
+static void arena_init(void) {
+    if (arena) return;
+    atexit(at_exit);   // registered after the tables were built: runs before they go
+    no_protect = getenv("TED_EMU_NOPROTECT") && strcmp(getenv("TED_EMU_NOPROTECT"), "0");
+    for (arena_size = (size_t)64 << 30; arena_size >= ((size_t)1 << 30); arena_size /= 2) {
+        void *p = mmap(NULL, arena_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED) { arena = (char *)p; break; }
+    }
+    if (!arena) die("cannot reserve the device arena");
+}
+
+static size_t page_round(size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + page - 1) / page * page;
+}
+// device memory readable and writable by the host while a window is open (the stream runs)
+static void open_window(void) {
+    if (window++ == 0 && !no_protect && arena_top) {
+        arena_open = page_round(arena_top);
+        if (mprotect(arena, arena_open, PROT_READ | PROT_WRITE)) die("mprotect: %s", strerror(errno));
+    }
+}
+static void close_window(void) {
+    if (--window == 0 && !no_protect && arena_open) {
+        if (mprotect(arena, arena_open, PROT_NONE)) die("mprotect: %s", strerror(errno));
+        arena_open = 0;
+    }
+}
+struct Window { Window() { open_window(); } ~Window() { close_window(); } };
+
+static bool red_zone_intact(uintptr_t start, const DevBlock &b) {
+    const unsigned char *p = (const unsigned char *)start + b.bytes, *end = (const unsigned char *)start + b.span;
+    for (; p < end; p++) if (*p != 0xFF) return false;
+    return true;
+}
+
+// the live block holding p (p == its end too when past_end), or NULL
+static const std::pair<const uintptr_t, DevBlock> *find_dev(const void *p, bool past_end = false) {
+    auto it = dev.upper_bound((uintptr_t)p);
+    if (it == dev.begin()) return NULL;
+    --it;
+    uintptr_t a = (uintptr_t)p;
+    if (a < it->first + it->second.bytes || (past_end && a == it->first + it->second.bytes)) return &*it;
+    return NULL;
+}
+static bool is_dev(const void *p) { return find_dev(p) != NULL; }
+static bool in_arena(const void *p) { return arena && (const char *)p >= arena && (const char *)p < arena + arena_size; }
+static bool is_pinned(const void *p) {
+    auto it = pinned.upper_bound((uintptr_t)p);
+    if (it == pinned.begin()) return false;
+    --it;
+    return (uintptr_t)p < it->first + it->second;
+}
+
+// [p, p + n) must lie in one device allocation
+static void check_span(const void *p, size_t n, const char *what) {
+    if (!n) return;
+    auto b = find_dev(p);
+    if (!b) die("%s: %p is not device memory%s", what, p, in_arena(p) ? " (freed)" : "");
+    if ((uintptr_t)p + n > b->first + b->second.bytes)
+        die("%s: %zu bytes at %p run %zu bytes past the end of the allocation of %zu bytes at %p", what, n, p,
+            (size_t)((uintptr_t)p + n - b->first - b->second.bytes), b->second.bytes, (void *)b->first);
+}
+
+void emu_check_kernel_pointer(const char *kernel, int arg, const void *p) {
+    LOCK;
+    if (p && !find_dev(p, true))
+        die("kernel %s: pointer argument %d (%p) is not device memory%s", kernel, arg, p,
+            in_arena(p) ? " (freed)" : is_pinned(p) ? " (pinned host memory)" : " (host memory)");
+}
+
+static void *dev_alloc(size_t bytes) {
+    arena_init();
+    guard_host_access();
+    size_t span = (bytes + kAlign - 1) / kAlign * kAlign + kRed, off = SIZE_MAX;
+    for (auto it = free_list.begin(); it != free_list.end(); ++it)
+        if (it->second >= span) {
+            off = it->first;
+            if (it->second > span) free_list[off + span] = it->second - span;
+            free_list.erase(it);
+            break;
+        }
+    if (off == SIZE_MAX) {
+        if (arena_top + span > arena_size) return NULL;
+        off = arena_top;
+        arena_top += span;
+    }
+    char *p = arena + off;
+    dev[(uintptr_t)p] = DevBlock{bytes, span};
+    stats.dev_bytes += bytes;
+    if (stats.dev_bytes > stats.dev_peak) stats.dev_peak = stats.dev_bytes;
+    Window w;
+    memset(p, 0xFF, span);   // NaN in every float and double; the red zone too
+    return p;
+}
+
+static void dev_free(void *p) {
+    auto it = dev.find((uintptr_t)p);
+    if (it == dev.end()) die("cudaFree(%p): not the start of a device allocation%s", p, in_arena(p) ? " (freed twice?)" : "");
+    Window w;
+    if (!red_zone_intact(it->first, it->second))
+        die("cudaFree(%p): a kernel or copy wrote past the end of this allocation of %zu bytes", p, it->second.bytes);
+    memset(p, 0xFF, it->second.span);   // use after free reads NaN
+    size_t off = (size_t)((char *)p - arena), len = it->second.span;
+    stats.dev_bytes -= it->second.bytes;
+    dev.erase(it);
+    auto nx = free_list.lower_bound(off);   // coalesce with the neighbours
+    if (nx != free_list.end() && off + len == nx->first) { len += nx->second; nx = free_list.erase(nx); }
+    if (nx != free_list.begin()) {
+        auto pv = std::prev(nx);
+        if (pv->first + pv->second == off) { pv->second += len; return; }
+    }
+    free_list[off] = len;
+}
+
+// =======================================================================================
+// the stream: work queued in order, run when the host synchronises
+
+static std::vector<std::function<void()>> queue;
+static int stream_token;                 // the one stream's handle points here
+static cudaStream_t the_stream = (cudaStream_t)&stream_token;
+
+static void check_stream(cudaStream_t s, const char *what) {
+    if (s != the_stream && s != (cudaStream_t)0) die("%s: unknown stream %p", what, (void *)s);
+}
+static void enqueue(std::function<void()> op) { queue.push_back(std::move(op)); }
+static void flush(void) {
+    if (queue.empty()) return;
+    Window w;
+    std::vector<std::function<void()>> q;
+    q.swap(queue);
+    for (auto &op : q) op();
+}
+
+void emu_enqueue_launch(const char *name, bool sync, dim3 g, dim3 b, size_t shmem, cudaStream_t s, EmuKernel *k) {
+    LOCK;
+    check_stream(s, name);
+    unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+    if (!g.x || !g.y || !g.z || g.y > 65535 || g.z > 65535 || g.x > 0x7fffffffu)
+        die("kernel %s: invalid grid (%u, %u, %u)", name, g.x, g.y, g.z);
+    if (!nt || nt > 1024 || b.z > 64) die("kernel %s: invalid block (%u, %u, %u)", name, b.x, b.y, b.z);
+    if (shmem) die("kernel %s: dynamic shared memory is not emulated", name);
+    std::shared_ptr<EmuKernel> kp(k);
+    enqueue([name, sync, g, b, kp] { run_launch(name, sync, g, b, kp.get()); });
+}
+
+// =======================================================================================
+// CUDA runtime
+
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp *p, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation (tests/cuda_emu)");
+    p->totalGlobalMem = (size_t)16 << 30;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+#undef cudaGetDeviceProperties
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) { return cudaGetDeviceProperties_v2(p, d); }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }   // errors die where they happen
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        default: return "cudaError (emulated)";
+    }
+}
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : cudaGetErrorName(e); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { *s = the_stream; return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = the_stream; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { LOCK; check_stream(s, "cudaStreamDestroy"); flush(); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    LOCK;
+    check_stream(s, "cudaStreamSynchronize");
+    flush();
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { LOCK; flush(); return cudaSuccess; }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    LOCK;
+    *p = dev_alloc(bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {   // synchronises, as CUDA's does
+    LOCK;
+    flush();
+    if (p) dev_free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    LOCK;
+    if (posix_memalign(p, 256, bytes ? bytes : 1)) return cudaErrorMemoryAllocation;
+    memset(*p, 0xFF, bytes);
+    pinned[(uintptr_t)*p] = bytes ? bytes : 1;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    LOCK;
+    flush();
+    if (!p) return cudaSuccess;
+    if (!pinned.erase((uintptr_t)p)) die("cudaFreeHost(%p): not a cudaMallocHost block", p);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    LOCK;
+    memset(a, 0, sizeof *a);
+    a->device = 0;
+    if (is_dev(p)) { a->type = cudaMemoryTypeDevice; a->devicePointer = (void *)p; }
+    else if (is_pinned(p)) { a->type = cudaMemoryTypeHost; a->hostPointer = (void *)p; a->devicePointer = (void *)p; }
+    else a->type = cudaMemoryTypeUnregistered;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    LOCK;
+    check_stream(s, "cudaMemcpyAsync");
+    if (!n) return cudaSuccess;
+    stats.copies++;
+    bool dd = is_dev(dst), sd = is_dev(src);
+    static const char *kinds[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
+    bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToHost && !dd && !sd) ||
+              (kind == cudaMemcpyHostToDevice && dd && !sd) || (kind == cudaMemcpyDeviceToHost && !dd && sd) ||
+              (kind == cudaMemcpyDeviceToDevice && dd && sd);
+    if (!ok || (unsigned)kind > 4)
+        die("cudaMemcpyAsync(%p, %p, %zu, %s): the pointers are %s to %s", dst, src, n,
+            (unsigned)kind <= 4 ? kinds[kind] : "?", sd ? "device" : "host", dd ? "device" : "host");
+    if (!dd && in_arena(dst)) die("cudaMemcpyAsync: destination %p is freed device memory", dst);
+    if (!sd && in_arena(src)) die("cudaMemcpyAsync: source %p is freed device memory", src);
+    if (dd) check_span(dst, n, "cudaMemcpyAsync destination");
+    if (sd) check_span(src, n, "cudaMemcpyAsync source");
+    if (dd && sd) {
+        const char *a = (const char *)dst, *b = (const char *)src;
+        if (a < b + n && b < a + n) die("cudaMemcpyAsync: overlapping device ranges %p and %p (%zu bytes)", dst, src, n);
+        enqueue([=] { memcpy(dst, src, n); });
+    } else if (dd) {
+        if (is_pinned(src)) enqueue([=] { memcpy(dst, src, n); });   // reads src when it runs
+        else {                                                       // pageable: staged now
+            auto copy = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+            enqueue([=] { memcpy(dst, copy->data(), n); });
+        }
+    } else if (sd) {
+        enqueue([=] { memcpy(dst, src, n); });
+        if (!is_pinned(dst)) flush();                                 // pageable: returns when done
+    } else {
+        flush();
+        memmove(dst, src, n);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    LOCK;
+    cudaMemcpyAsync(dst, src, n, kind, 0);
+    flush();
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    LOCK;
+    check_stream(s, "cudaMemsetAsync");
+    check_span(p, n, "cudaMemsetAsync");
+    if (n) enqueue([=] { memset(p, v, n); });
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) { LOCK; cudaMemsetAsync(p, v, n, 0); flush(); return cudaSuccess; }
+
+// =======================================================================================
+// cuBLAS: column-major reference GEMM (double accumulation) on operands rounded as the
+// compute type allows; every operand must lie in device memory
+
+struct cublasContext { cublasMath_t math; cudaStream_t stream; };
+enum Rounding { EXACT, TF32, BF16, FP16 };
+
+static float round_to(Rounding r, float x) {
+    if (r == EXACT || isnan(x)) return x;
+    if (r == FP16) return (float)(_Float16)x;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    int drop = r == BF16 ? 16 : 13;   // mantissa bits dropped: bf16 keeps 7, TF32 keeps 10
+    u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1);   // to nearest even
+    u &= ~((1u << drop) - 1);
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// rounding for a compute type; false if the emulation does not support it
+static bool rounding_of(const cublasContext *h, cublasComputeType_t c, Rounding *r) {
+    switch (c) {
+        case CUBLAS_COMPUTE_32F: *r = (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH ? TF32 : EXACT; return true;
+        case CUBLAS_COMPUTE_32F_PEDANTIC: *r = EXACT; return true;
+        case CUBLAS_COMPUTE_32F_FAST_TF32: *r = TF32; return true;
+        case CUBLAS_COMPUTE_32F_FAST_16BF: *r = BF16; return true;
+        case CUBLAS_COMPUTE_32F_FAST_16F: *r = FP16; return true;
+        default: return false;
+    }
+}
+
+static void check_handle(cublasHandle_t h, const char *what) {
+    if (!h) die("%s: NULL cuBLAS handle", what);
+    check_stream(h->stream, what);
+}
+static void check_types(const char *what, cudaDataType a, cudaDataType b, cudaDataType c) {
+    if (a != CUDA_R_32F || b != CUDA_R_32F || c != CUDA_R_32F) die("%s: only fp32 operands are emulated", what);
+}
+static void check_host_scalar(const char *what, const void *p) {
+    if (!p || is_dev(p)) die("%s: alpha/beta must be host pointers (CUBLAS_POINTER_MODE_HOST)", what);
+}
+
+struct Gemm {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    Rounding r;
+};
+
+static void check_ld(const char *what, const Gemm &g) {
+    int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, br = g.tb == CUBLAS_OP_N ? g.k : g.n;
+    if (g.m < 0 || g.n < 0 || g.k < 0 || g.lda < (ar > 1 ? ar : 1) || g.ldb < (br > 1 ? br : 1) || g.ldc < (g.m > 1 ? g.m : 1) ||
+        (g.ta != CUBLAS_OP_N && g.ta != CUBLAS_OP_T) || (g.tb != CUBLAS_OP_N && g.tb != CUBLAS_OP_T))
+        die("%s: invalid sizes m %d n %d k %d lda %d ldb %d ldc %d", what, g.m, g.n, g.k, g.lda, g.ldb, g.ldc);
+}
+
+// C[m,n] = alpha·op(A)·op(B) + beta·C, column-major (runs in the stream)
+static void gemm_run(const char *what, const Gemm &g, const float *A, const float *B, float *C) {
+    stats.gemms++;
+    if (g.m == 0 || g.n == 0) return;
+    // the extent each operand touches, as stored: op N is rows × cols with stride ld
+    auto extent = [](bool n, int r, int c, int ld) { return ((size_t)(n ? c : r) - 1) * ld + (n ? r : c); };
+    if (g.k > 0) {
+        check_span(A, 4 * extent(g.ta == CUBLAS_OP_N, g.m, g.k, g.lda), what);
+        check_span(B, 4 * extent(g.tb == CUBLAS_OP_N, g.k, g.n, g.ldb), what);
+    }
+    check_span(C, 4 * extent(true, g.m, g.n, g.ldc), what);
+    // op(A) as rows of k, op(B)ᵀ as rows of k: the inner loop runs over contiguous memory
+    std::vector<float> a((size_t)g.m * g.k), b((size_t)g.n * g.k);
+    for (int i = 0; i < g.m; i++)
+        for (int l = 0; l < g.k; l++)
+            a[(size_t)i * g.k + l] = round_to(g.r, g.ta == CUBLAS_OP_N ? A[i + (size_t)l * g.lda] : A[l + (size_t)i * g.lda]);
+    for (int j = 0; j < g.n; j++)
+        for (int l = 0; l < g.k; l++)
+            b[(size_t)j * g.k + l] = round_to(g.r, g.tb == CUBLAS_OP_N ? B[l + (size_t)j * g.ldb] : B[j + (size_t)l * g.ldb]);
+    for (int j = 0; j < g.n; j++)
+        for (int i = 0; i < g.m; i++) {
+            const float *x = &a[(size_t)i * g.k], *y = &b[(size_t)j * g.k];
+            double s = 0;
+            for (int l = 0; l < g.k; l++) s += (double)x[l] * y[l];
+            float *c = &C[i + (size_t)j * g.ldc];
+            *c = (float)(g.alpha * s + (g.beta == 0.0f ? 0.0 : (double)g.beta * *c));   // beta 0: C not read
+        }
+}
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    *h = new cublasContext{CUBLAS_DEFAULT_MATH, (cudaStream_t)0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { LOCK; flush(); delete h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    check_stream(s, "cublasSetStream");
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
+const char *cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS"
+           : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "cuBLAS error (emulated)";
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                            int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t cmp,
+                            cublasGemmAlgo_t) {
+    LOCK;
+    const char *what = "cublasGemmEx";
+    check_handle(h, what);
+    check_types(what, at, bt, ct);
+    check_host_scalar(what, alpha);
+    check_host_scalar(what, beta);
+    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT};
+    if (!rounding_of(h, cmp, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    check_ld(what, g);
+    enqueue([=] { gemm_run(what, g, (const float *)A, (const float *)B, (float *)C); });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t cmp, cublasGemmAlgo_t) {
+    LOCK;
+    const char *what = "cublasGemmStridedBatchedEx";
+    check_handle(h, what);
+    check_types(what, at, bt, ct);
+    check_host_scalar(what, alpha);
+    check_host_scalar(what, beta);
+    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT};
+    if (!rounding_of(h, cmp, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    check_ld(what, g);
+    if (batch < 0) die("%s: batch %d", what, batch);
+    enqueue([=] {
+        for (int i = 0; i < batch; i++)
+            gemm_run(what, g, (const float *)A + i * sa, (const float *)B + i * sb, (float *)C + i * sc);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[],
+                                          const int m[], const int n[], const int k[], const void *alpha,
+                                          const void *const A[], cudaDataType at, const int lda[],
+                                          const void *const B[], cudaDataType bt, const int ldb[], const void *beta,
+                                          void *const C[], cudaDataType ct, const int ldc[], int groups,
+                                          const int size[], cublasComputeType_t cmp) {
+    LOCK;
+    const char *what = "cublasGemmGroupedBatchedEx";
+    check_handle(h, what);
+    check_types(what, at, bt, ct);
+    // the grouped GEMM takes fp32 or TF32 compute for fp32 operands
+    if (cmp != CUBLAS_COMPUTE_32F && cmp != CUBLAS_COMPUTE_32F_PEDANTIC && cmp != CUBLAS_COMPUTE_32F_FAST_TF32) {
+        fprintf(stderr, "emu: %s: compute type %d is not supported for fp32 operands\n", what, (int)cmp);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const void *host_arrays[] = {ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, size};
+    for (const void *p : host_arrays)
+        if (!p || is_dev(p)) die("%s: the per-group arrays must be host memory", what);
+    // per problem: its group's parameters, read now (host arrays); the pointer arrays are
+    // device memory, read when the GEMM runs
+    std::vector<Gemm> probs;
+    for (int gi = 0; gi < groups; gi++) {
+        Gemm g{ta[gi], tb[gi], m[gi], n[gi], k[gi], lda[gi], ldb[gi], ldc[gi], ((const float *)alpha)[gi],
+               ((const float *)beta)[gi], EXACT};
+        rounding_of(h, cmp, &g.r);
+        check_ld(what, g);
+        if (size[gi] < 0) die("%s: group %d has size %d", what, gi, size[gi]);
+        probs.insert(probs.end(), (size_t)size[gi], g);
+    }
+    size_t total = probs.size();
+    check_span(A, total * sizeof(void *), "cublasGemmGroupedBatchedEx A array");
+    check_span(B, total * sizeof(void *), "cublasGemmGroupedBatchedEx B array");
+    check_span(C, total * sizeof(void *), "cublasGemmGroupedBatchedEx C array");
+    enqueue([=] {
+        for (size_t i = 0; i < total; i++)
+            gemm_run(what, probs[i], (const float *)A[i], (const float *)B[i], (float *)C[i]);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// =======================================================================================
+// NCCL: not emulated. The emulation has one device, so ranks that share a node take comm.c's
+// host-staged path; a run that still reaches NCCL stops here.
+
+[[noreturn]] static void no_nccl(const char *what) {
+    fprintf(stderr, "emu: NCCL is not emulated (%s called)\n", what);
+    abort();
+}
+const char *ncclGetErrorString(ncclResult_t) { no_nccl("ncclGetErrorString"); }
+ncclResult_t ncclGetUniqueId(ncclUniqueId *) { no_nccl("ncclGetUniqueId"); }
+ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { no_nccl("ncclCommInitRank"); }
+ncclResult_t ncclCommDestroy(ncclComm_t) { no_nccl("ncclCommDestroy"); }
+ncclResult_t ncclGroupStart() { no_nccl("ncclGroupStart"); }
+ncclResult_t ncclGroupEnd() { no_nccl("ncclGroupEnd"); }
+ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+    no_nccl("ncclAllReduce");
+}
+ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+    no_nccl("ncclReduceScatter");
+}
+ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
+    no_nccl("ncclAllGather");
+}
+ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+    no_nccl("ncclBroadcast");
+}
+ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { no_nccl("ncclSend"); }
+ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { no_nccl("ncclRecv"); }
+
+// =======================================================================================
+// at exit: the work still queued runs; red zones of the blocks still allocated; counts on
+// request
+
+static void at_exit(void) {
+    if (window == 0) flush();   // not when exit() came from inside the stream
+    if (arena && !dev.empty()) {
+        Window w;
+        for (auto &b : dev)
+            if (!red_zone_intact(b.first, b.second))
+                die("a kernel or copy wrote past the end of the allocation of %zu bytes at %p", b.second.bytes,
+                    (void *)b.first);
+    }
+    const char *v = getenv("TED_EMU_STATS");
+    if (v && strcmp(v, "0"))
+        fprintf(stderr, "emu: %ld launches, %ld blocks (%ld as fibers, %ld switches), %ld GEMMs, %ld copies, "
+                "device peak %zu bytes\n", stats.launches, stats.blocks, stats.fiber_blocks, stats.switches,
+                stats.gemms, stats.copies, stats.dev_peak);
+}
