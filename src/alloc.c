@@ -107,23 +107,27 @@ static DevBlock *dev_blocks;
 static int dev_n, dev_cap;
 #endif
 
+#ifdef TED_CUDA
+void *ted_alloc_dev(size_t bytes, MemCategory cat) {
+    void *p = cu_malloc(bytes);
+    if (!p) ted_fatal(1, "out of GPU memory allocating %zu bytes (%s; %zu bytes held)", bytes,
+                      mem_category_name(cat), S.device);
+    if (dev_n == dev_cap) {
+        dev_cap = dev_cap ? 2 * dev_cap : 64;
+        dev_blocks = realloc(dev_blocks, sizeof(DevBlock) * dev_cap);
+        CHECK(dev_blocks, "out of memory");
+    }
+    dev_blocks[dev_n++] = (DevBlock){p, bytes, (int)cat};
+    account((long long)bytes, cat);
+    S.device += bytes;
+    if (S.device > S.device_peak) S.device_peak = S.device;
+    return p;
+}
+#endif
+
 void *ted_alloc_buf(size_t bytes, MemCategory cat) {
 #ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) {
-        void *p = cu_malloc(bytes);
-        if (!p) ted_fatal(1, "out of GPU memory allocating %zu bytes (%s; %zu bytes held)", bytes,
-                          mem_category_name(cat), S.device);
-        if (dev_n == dev_cap) {
-            dev_cap = dev_cap ? 2 * dev_cap : 64;
-            dev_blocks = realloc(dev_blocks, sizeof(DevBlock) * dev_cap);
-            CHECK(dev_blocks, "out of memory");
-        }
-        dev_blocks[dev_n++] = (DevBlock){p, bytes, (int)cat};
-        account((long long)bytes, cat);
-        S.device += bytes;
-        if (S.device > S.device_peak) S.device_peak = S.device;
-        return p;
-    }
+    if (ted_device == DEV_CUDA) return ted_alloc_dev(bytes, cat);
 #endif
     return ted_alloc(bytes, cat);
 }

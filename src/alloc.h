@@ -3,6 +3,9 @@
 // are what the `mem` metrics report.
 #pragma once
 #include <stddef.h>
+#ifdef __cplusplus
+extern "C" {   // the CUDA sources allocate through here too
+#endif
 
 typedef enum {
     MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_COMM, MEM_TEMP,
@@ -38,6 +41,8 @@ typedef struct {
 // Counted in their category like host memory, and in `device` / `device_peak` when on the GPU.
 // Planned once: nothing calls these per step.
 void *ted_alloc_buf(size_t bytes, MemCategory cat);
+// GPU memory whatever the run's device (CUDA builds): the backend's own small scratch buffers.
+void *ted_alloc_dev(size_t bytes, MemCategory cat);
 void ted_free_buf(void *p);
 // Moves bytes between any two buffers (host or device); a device-to-device copy does not wait.
 void buf_copy(void *dst, const void *src, size_t bytes);
@@ -51,3 +56,6 @@ void mem_set_phase(MemPhase p);     // starts a phase: its peak restarts from th
 const MemStats *mem_stats(void);
 void mem_reset_peaks(void);         // at the start of each step
 const char *mem_category_name(MemCategory c);
+#ifdef __cplusplus
+}
+#endif

@@ -7,6 +7,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "../alloc.h"
 #include "../router.h"
 
 #ifdef __cplusplus

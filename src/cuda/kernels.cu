@@ -398,7 +398,7 @@ __global__ void reduce_final_kernel(double *out, const double *part, int nb) {
 double *red_scratch;   // kRedBlocks partials + 1 result (cu_sum)
 
 double *scratch(void) {
-    if (!red_scratch) CU_CHECK(cudaMalloc(&red_scratch, sizeof(double) * (kRedBlocks + 1)));
+    if (!red_scratch) red_scratch = (double *)ted_alloc_dev(sizeof(double) * (kRedBlocks + 1), MEM_TEMP);
     return red_scratch;
 }
 

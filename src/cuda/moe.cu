@@ -19,11 +19,11 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// A device buffer that grows (never shrinks) to the largest size asked for so far.
+// A device buffer that grows (never shrinks) to the largest size asked for so far (counted).
 static void *grow(void **buf, size_t *cap, size_t bytes) {
     if (bytes > *cap) {
-        if (*buf) { CU_CHECK(cudaStreamSynchronize(cu_stream())); CU_CHECK(cudaFree(*buf)); }
-        CU_CHECK(cudaMalloc(buf, bytes));
+        ted_free_buf(*buf);   // waits for the stream first
+        *buf = ted_alloc_dev(bytes, MEM_TEMP);
         *cap = bytes;
     }
     return *buf;

@@ -164,8 +164,8 @@ extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, con
     cublasComputeType_t gc = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32 : compute;
     size_t need = 3 * (size_t)n * sizeof(void *);
     if (need > ptr_cap) {   // grows once, to the number of local experts
-        if (ptr_buf) { CU_CHECK(cudaStreamSynchronize(stream)); CU_CHECK(cudaFree(ptr_buf)); CU_CHECK(cudaFreeHost(ptr_host)); }
-        CU_CHECK(cudaMalloc(&ptr_buf, need));
+        if (ptr_buf) { ted_free_buf(ptr_buf); CU_CHECK(cudaFreeHost(ptr_host)); }
+        ptr_buf = ted_alloc_dev(need, MEM_TEMP);
         CU_CHECK(cudaMallocHost((void **)&ptr_host, need));
         ptr_cap = need;
     }
