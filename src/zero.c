@@ -34,6 +34,8 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo) {
     z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
     for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
     zero_sync_master(z);
+    z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
+    z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
     z->loss_scale = reg->half == 2 ? 65536.0f : 1.0f;   // DeepSpeed's initial_scale_power 16
     z->window = 1000;
 }
@@ -58,6 +60,7 @@ void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
 void zero_free(Zero *z) {
     for (int i = 0; i < 3; i++) { if (z->host[i] != z->dev[i]) ted_free(z->host[i]); ted_free_buf(z->dev[i]); }
     ted_free(z->sh); ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); ted_free_buf(z->tile);
+    ted_free_buf(z->sq); ted_free(z->sq_host);
     memset(z, 0, sizeof *z);
 }
 
@@ -141,17 +144,14 @@ static void scale(float *x, long n, float s) {
     for (long j = 0; j < n; j++) x[j] *= s;
 }
 
-// Σ (s·x)² over a shard, in double
-static double sumsq(const void *x, long n, int half, float s) {
+// *out = Σ (s·x)² over a shard, in double. out is one of z->sq's slots: on the GPU a device
+// double, so that the norm of every tensor is computed without waiting, and read once.
+static void sumsq(double *out, const void *x, long n, int half, float s) {
 #ifdef TED_CUDA
     if (ted_device == DEV_CUDA) {
-        static double *slot;   // one device double, made once
-        double r;
-        if (!slot) slot = ted_alloc_buf(sizeof(double), MEM_TEMP);
-        if (half) cu_sumsq_half(slot, x, n, half, s);
-        else cu_sumsq(slot, x, n);
-        buf_copy(&r, slot, sizeof r);
-        return half ? r : r * s * s;
+        if (half) cu_sumsq_half(out, x, n, half, s);
+        else cu_sumsq(out, x, n);   // s is 1 here: fp32 gradients are unscaled
+        return;
     }
 #endif
     double acc = 0;
@@ -159,7 +159,7 @@ static double sumsq(const void *x, long n, int half, float s) {
         for (long j = 0; j < n; j++) { double g = half_to_f32(half, ((const uint16_t *)x)[j]) * s; acc += g * g; }
     else
         for (long j = 0; j < n; j++) acc += (double)((const float *)x)[j] * ((const float *)x)[j];
-    return acc;
+    *out = acc;
 }
 
 double zero_step(Zero *z, const Config *c, float lr) {
@@ -174,7 +174,13 @@ double zero_step(Zero *z, const Config *c, float lr) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         reduce_grad(z, p, s);
-        double acc = half ? sumsq(p->g16 + s->off, s->len, half, unscale) : sumsq(p->g + s->off, s->len, 0, 1.0f);
+        if (half) sumsq(z->sq + i, p->g16 + s->off, s->len, half, unscale);
+        else sumsq(z->sq + i, p->g + s->off, s->len, 0, 1.0f);
+    }
+    const double *part = buf_to_host(z->sq_host, z->sq, sizeof(double) * r->n);
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        double acc = part[i];
         // a tensor replicated over TP has the same gradient on every TP rank: count it once
         if (p->split_dim >= 0 || z->topo->tp_idx == 0) sq += acc;
     }

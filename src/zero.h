@@ -22,6 +22,7 @@ typedef struct {
     float *dev[3], *host[3]; // master, m, v on the run's device and their host copies (the same on the CPU)
     void *comm[2];           // reduce-scatter / all-gather buffers, made at the first step
     float *tile;             // 16-bit storage: the fp32 up-cast tile, made at the first step
+    double *sq, *sq_host;    // per tensor: the squared norm of its shard (run's device, host copy)
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
     // fp16: dynamic loss scaling — the loss gradient is multiplied by loss_scale; a step whose
