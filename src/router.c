@@ -1,6 +1,7 @@
 // router.c — top-k token-choice routing, capacity and drops, aux and z losses (see router.h).
 #include "backend.h"
 #include "router.h"
+#include "router_token.h"
 #include "alloc.h"
 #include <math.h>
 #include <string.h>
@@ -82,24 +83,9 @@ void router_backward(float *dlogits, const float *dgate, const float *probs, con
     int E = c->E, k = c->k;
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++) {
-        const float *p = probs + t * E;
-        float *dl = dlogits + t * E;   // first dprobs, then dlogits
         int g = (int)(t / c->group_tokens);
         long t0 = (long)g * c->group_tokens, S = N - t0 < c->group_tokens ? N - t0 : c->group_tokens;
-        const float *f = fcount + (long)g * E;
-        for (int e = 0; e < E; e++) dl[e] = aux_scale * E * f[e] / (float)S;
-        const int *ch = choice + t * k;
-        const float *dg = dgate + t * k;
-        if (k == 1) dl[ch[0]] += dg[0];
-        else {
-            float sum = 0, dot = 0;
-            for (int j = 0; j < k; j++) sum += p[ch[j]];
-            for (int j = 0; j < k; j++) dot += dg[j] * p[ch[j]] / sum;
-            for (int j = 0; j < k; j++) dl[ch[j]] += (dg[j] - dot) / sum;
-        }
-        float s = 0;
-        for (int e = 0; e < E; e++) s += p[e] * dl[e];
-        float zg = z_scale * 2.0f * lse[t];
-        for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - s) + zg * p[e];
+        router_backward_token(dlogits + t * E, probs + t * E, fcount + (long)g * E, choice + t * k, dgate + t * k,
+                              lse[t], E, k, S, aux_scale, z_scale);
     }
 }

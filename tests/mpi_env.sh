@@ -2,18 +2,20 @@
 MPIRUN=(mpiexec --oversubscribe -x OMP_WAIT_POLICY=PASSIVE)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 export OMPI_MCA_rmaps_base_oversubscribe=1
-# compare A.jsonl B.jsonl TOL: per-step loss/lm_loss/aux_loss (and val_loss) equal within TOL relative
+# compare_logs A.jsonl B.jsonl TOL [KEYS]: per-step loss/lm_loss/aux_loss (and val_loss) equal
+# within TOL relative; KEYS (comma-separated) narrows the comparison to those keys
 compare_logs() {
   /usr/bin/python3 - "$@" <<'PY'
 import json, sys
 a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+keys = sys.argv[4].split(",") if len(sys.argv) > 4 else ("loss", "lm_loss", "aux_loss", "val_loss")
 la = [json.loads(l) for l in open(a)]
 lb = [json.loads(l) for l in open(b)]
 assert len(la) == len(lb), f"{b}: {len(lb)} lines, {a} has {len(la)}"
 worst = 0.0
 for x, y in zip(la, lb):
     assert x["step"] == y["step"]
-    for k in ("loss", "lm_loss", "aux_loss", "val_loss"):
+    for k in keys:
         if k in x:
             worst = max(worst, abs(x[k] - y[k]) / max(abs(x[k]), 1e-3))
 assert worst <= tol, f"{b}: differs from {a} by {worst:.2e} (tolerance {tol})"

@@ -2,6 +2,7 @@
 // (experts.c), with the semantics of the CPU functions (see cuda_ops.h). Each kernel follows
 // its CPU loop; the comments name the loop it replaces.
 #include "cuda_ops.h"
+#include "../router_token.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,25 +150,10 @@ static __global__ void router_backward_kernel(float *dlogits, const float *dgate
                                               float aux_scale, float z_scale) {
     long t = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N) return;
-    const float *p = probs + t * E;
-    float *dl = dlogits + t * E;   // first dprobs, then dlogits
     int g = (int)(t / gt);
     long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
-    const float *f = fcount + (long)g * E;
-    for (int e = 0; e < E; e++) dl[e] = aux_scale * E * f[e] / (float)S;
-    const int *ch = choice + t * k;
-    const float *dg = dgate + t * k;
-    if (k == 1) dl[ch[0]] += dg[0];
-    else {
-        float sum = 0, dot = 0;
-        for (int j = 0; j < k; j++) sum += p[ch[j]];
-        for (int j = 0; j < k; j++) dot += dg[j] * p[ch[j]] / sum;
-        for (int j = 0; j < k; j++) dl[ch[j]] += (dg[j] - dot) / sum;
-    }
-    float s = 0;
-    for (int e = 0; e < E; e++) s += p[e] * dl[e];
-    float zg = z_scale * 2.0f * lse[t];
-    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - s) + zg * p[e];
+    router_backward_token(dlogits + t * E, probs + t * E, fcount + (long)g * E, choice + t * k, dgate + t * k, lse[t],
+                          E, k, S, aux_scale, z_scale);
 }
 
 extern "C" void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
