@@ -6,11 +6,14 @@
 #   3. compute-sanitizer (memcheck, then racecheck on the op tests) over the op tests and a short
 #      GPU training run: any reported error fails;
 #   4. bench/gpu_bench.sh (the GPT-3-style benchmark against eager PyTorch) when BENCH=1.
-# Usage: bash scripts/gpu_check.sh    (outputs under ${OUT:-build/gpu_check})
+# Usage: bash scripts/gpu_check.sh    (outputs under ${OUT:-build/gpu_check}; with .debs/ from
+# `scripts/device_deps.sh fetch` present, it first installs the build dependencies from them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_check}; mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
+# a bare device machine: the build dependencies carried as .debs (scripts/device_deps.sh fetch)
+[ -d .debs ] && bash scripts/device_deps.sh install
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTED_CUDA=ON >/dev/null
 make -C build -j"$(nproc)" >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
