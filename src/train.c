@@ -43,6 +43,17 @@ static int start_device(const Config *c) {
 static void host_view(Model *M, Zero *z, int copy) { reg_host_view(&M->reg, copy); zero_host_view(z, copy); }
 static void device_view(Model *M, Zero *z, int copy) { reg_device_view(&M->reg, copy); zero_device_view(z, copy); }
 
+// The peak that MFU is against: the sgemm rate measured here on the CPU; on a GPU its datasheet
+// dense bf16 rate (0 when the GPU is not known: MFU is then reported as 0).
+static double peak_flops(int n, int reps, const char **what) {
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) { *what = "datasheet bf16"; return cu_peak_flops(); }
+#endif
+    *what = "sgemm";
+    return sgemm_peak_flops(n, reps);
+}
+static double mfu_of(double flops_per_s, double peak) { return peak > 0 ? flops_per_s / peak : 0; }
+
 static int n_moe_layers(const ModelConfig *m) {
     int n = 0;
     for (int l = 0; l < m->n_layer; l++) n += cfg_is_moe(m, l);
@@ -241,7 +252,8 @@ int cmd_train(int argc, char **argv) {
         st.steps = c.steps; st.seed = c.seed; st.sequential = c.data_sequential;
         if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
     } else zero_init(&z, &M.reg, &topo);
-    double peak = sgemm_peak_flops(1024, 5);
+    const char *peak_kind;
+    double peak = peak_flops(1024, 5, &peak_kind);
     double flops_tok = model_flops_per_token(&c.model, T);
     long gbatch = (long)c.micro_batch * c.grad_accum * topo.dp;
     double ntok_step = (double)gbatch * T;
@@ -249,8 +261,8 @@ int cmd_train(int argc, char **argv) {
     int nmoe = n_moe_layers(&c.model);
     if (topo.rank == 0)
         printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "sgemm peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
-               gbatch, peak * 1e-9);
+               "%s peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
+               gbatch, peak_kind, peak * 1e-9);
     {   // the memory model (seed 000 Eq. 4) with this run's parameter counts, next to what was allocated
         double np_exp = 0, np_all = 0;
         for (int i = 0; i < M.reg.n; i++) {
@@ -306,7 +318,7 @@ int cmd_train(int argc, char **argv) {
                          .tokens_per_s = ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
         if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
         m.loss = m.lm_loss + m.aux_loss;
-        m.mfu = flops_tok * m.tokens_per_s / (peak * topo.world);
+        m.mfu = mfu_of(flops_tok * m.tokens_per_s, peak * topo.world);
         m.loss_scale = z.loss_scale;
         m.skipped = z.skipped;
         metrics_step(log, &m);
@@ -502,11 +514,8 @@ int cmd_bench(int argc, char **argv) {
     int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
     Topology topo;
     topo_init(&topo, c.tp, c.ep);
-    // MFU against the measured sgemm peak on the CPU, the datasheet bf16 peak on a GPU
-    double peak = sgemm_peak_flops(2048, 4);
-#ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) peak = cu_peak_flops();
-#endif
+    const char *peak_kind;
+    double peak = peak_flops(2048, 4, &peak_kind);
     Model M;
     model_build(&M, &c, &topo, B, T);
     Zero z;
@@ -533,7 +542,7 @@ int cmd_bench(int argc, char **argv) {
         if (s >= warm) { total += now_ms() - t0; comm_accumulate(&comm_total); }
     }
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
-    double mfu = model_flops_per_token(m, T) * tps / (peak * topo.world);
+    double mfu = mfu_of(model_flops_per_token(m, T) * tps, peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
