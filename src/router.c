@@ -68,6 +68,10 @@ void router_forward(float *probs, float *lse, int *choice, float *gate, int *slo
         }
         st->aux_sum += E * aux;
     }
+    router_stats_batch(st, lse, N, G, k);
+}
+
+void router_stats_batch(RouterStats *st, const float *lse, long N, int G, int k) {
     double z = 0;
     for (long t = 0; t < N; t++) z += (double)lse[t] * lse[t];
     st->z_sum += z;

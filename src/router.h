@@ -32,6 +32,10 @@ int router_capacity(const RouterCfg *c, long S);
 void router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
                     int *kept, long N, const RouterCfg *c, RouterStats *st);
 
+// Adds a batch's z term (Σ lse², lse a host array) and its counts to st (aux and drops are per
+// group, added by the caller). Shared by the CPU and the GPU router.
+void router_stats_batch(RouterStats *st, const float *lse, long N, int G, int k);
+
 // dlogits[N,E] (written) from dgate[N,k] (gate gradients, 0 for dropped choices) plus the
 // aux loss (scaled by aux_scale per group) and the z-loss (z_scale per token).
 void router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,

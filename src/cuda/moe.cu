@@ -136,12 +136,7 @@ extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *
         }
         st->aux_sum += E * aux;
     }
-    double z = 0;
-    for (long t = 0; t < N; t++) z += (double)hl[t] * hl[t];
-    st->z_sum += z;
-    st->groups += G;
-    st->tokens += N;
-    st->choices += N * k;
+    router_stats_batch(st, hl, N, G, k);
 }
 
 // One thread per token, as router_backward's loop body.
