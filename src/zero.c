@@ -67,12 +67,14 @@ void zero_free(Zero *z) {
 // The optimizer's buffers, made at the first step and kept (nothing is allocated per step):
 // the two communication buffers of the largest padded tensor, and the up-cast tile.
 static void plan_buffers(Zero *z, long tile) {
-    if (z->comm[0] || z->tile) return;
+    if (z->planned) return;
+    z->planned = 1;
     size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
     for (int i = 0; i < z->reg->n; i++) {
         const Shard *s = &z->sh[i];
-        size_t padded = (size_t)s->chunk * dp_of(z, &z->reg->p[i])->size;
-        if (dp_of(z, &z->reg->p[i])->size == 1) continue;
+        int size = dp_of(z, &z->reg->p[i])->size;
+        if (size == 1) continue;   // nothing travels
+        size_t padded = (size_t)s->chunk * size;
         if (padded > big) big = padded;
         if ((size_t)s->chunk > chunk) chunk = s->chunk;
     }

@@ -20,6 +20,7 @@ typedef struct {
     Shard *sh;
     float *master, *m, *v;   // MEM_OPTIMIZER: 12 bytes per shard element (the current view)
     float *dev[3], *host[3]; // master, m, v on the run's device and their host copies (the same on the CPU)
+    int planned;             // the buffers below are made (at the first step)
     void *comm[2];           // reduce-scatter / all-gather buffers, made at the first step
     float *tile;             // 16-bit storage: the fp32 up-cast tile, made at the first step
     double *sq, *sq_host;    // per tensor: the squared norm of its shard (run's device, host copy)
