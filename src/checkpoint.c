@@ -56,8 +56,41 @@ static float *assemble(const Model *M, const Zero *z, int i, int s, const float 
         const Shard *sh = &z->sh[i];
         for (long j = 0; j < sh->len; j++) full[param_full_index(r, p, sh->off + j)] = src[sh->base + j];
     }
-    comm_allreduce((Group *)&t->g[GROUP_WORLD], full, n, DT_F32);
+    comm_allreduce((Group *)&t->g[GROUP_STAGE], full, n, DT_F32);
     return full;
+}
+
+// pp > 1: the first rank of each later stage sends the full tensors it assembled to world rank 0
+// (over their PP group, the one rank 0 is in), which then holds the whole model's list.
+static StTensor *gather_stages(const Model *M, StTensor *t, int *total) {
+    const Topology *tp = M->topo;
+    Group *g = (Group *)&tp->g[GROUP_PP];
+    if (tp->pp == 1 || tp->dp_idx || tp->tp_idx) return t;
+    MPI_Request req;
+    if (tp->stage > 0) {
+        comm_isend(g, total, 1, DT_I32, 0, 900, &req);
+        comm_wait(&req);
+        for (int k = 0; k < *total; k++) {
+            comm_isend(g, &t[k], sizeof t[k], DT_BYTE, 0, 901, &req);
+            comm_wait(&req);
+            comm_isend(g, t[k].data, t[k].shape[0] * (t[k].ndim > 1 ? t[k].shape[1] : 1), DT_F32, 0, 902, &req);
+            comm_wait(&req);
+        }
+        return t;
+    }
+    for (int s = 1; s < tp->pp; s++) {
+        int n;
+        comm_recv(g, &n, 1, DT_I32, s, 900);
+        t = ted_realloc(t, sizeof(StTensor) * (*total + n), MEM_TEMP);
+        for (int k = *total; k < *total + n; k++) {
+            comm_recv(g, &t[k], sizeof t[k], DT_BYTE, s, 901);
+            long len = t[k].shape[0] * (t[k].ndim > 1 ? t[k].shape[1] : 1);
+            t[k].data = ted_alloc(sizeof(float) * len, MEM_COMM);
+            comm_recv(g, (float *)t[k].data, len, DT_F32, s, 902);
+        }
+        *total += n;
+    }
+    return t;
 }
 
 // How many versions of each tensor the world holds: one per EP rank for experts.
@@ -70,10 +103,11 @@ static int save_tensors(const char *path, const Model *M, const Zero *z, const f
                         const char *const *suffix, int kinds) {
     const Registry *r = &M->reg;
     int total = 0, rank0 = M->topo->rank == 0, k = 0;
-    for (int i = 0; i < r->n; i++) total += kinds * versions(M, &r->p[i]);
+    for (int i = 0; i < r->n; i++) total += r->p[i].tied_copy ? 0 : kinds * versions(M, &r->p[i]);
     StTensor *t = ted_alloc(sizeof(StTensor) * total, MEM_TEMP);
     for (int i = 0; i < r->n; i++) {
         const Param *p = &r->p[i];
+        if (p->tied_copy) continue;   // the first stage's copy is saved
         for (int s = 0; s < versions(M, p); s++)
             for (int q = 0; q < kinds; q++, k++) {
                 char name[140];
@@ -81,9 +115,10 @@ static int save_tensors(const char *path, const Model *M, const Zero *z, const f
                 snprintf(t[k].name, sizeof t[k].name, "%s%s", name, suffix[q]);
                 t[k].ndim = p->ndim; t[k].shape[0] = p->save_rows; t[k].shape[1] = p->shape[1];
                 t[k].data = assemble(M, z, i, s, src[q]);   // first save_rows rows: padding is not stored
-                if (!rank0) { ted_free((void *)t[k].data); t[k].data = NULL; }
+                if (M->topo->g[GROUP_STAGE].rank) { ted_free((void *)t[k].data); t[k].data = NULL; }
             }
     }
+    t = gather_stages(M, t, &total);
     int rc = rank0 ? st_write(path, t, total) : 0;
     for (k = 0; k < total; k++) ted_free((void *)t[k].data);
     ted_free(t);

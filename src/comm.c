@@ -276,6 +276,32 @@ void comm_broadcast(Group *g, void *buf, long n, DType t, int root) {
 
 void comm_barrier(Group *g) { if (g->size > 1) MPI_Barrier(g->comm); }
 
+void comm_isend(Group *g, const void *buf, long n, DType t, int peer, int tag, MPI_Request *req) {
+    CHECK(g->size > 1 && peer != g->rank, "point-to-point send to itself (group %s)", comm_group_name(g->kind));
+    Tick k = tick();
+    MPI_Isend(buf, (int)n, mtype(t), peer, tag, g->comm, req);
+    count(k, COLL_SENDRECV, g, (long long)n * dsize(t));
+}
+
+void comm_recv(Group *g, void *buf, long n, DType t, int peer, int tag) {
+    CHECK(g->size > 1 && peer != g->rank, "point-to-point receive from itself (group %s)", comm_group_name(g->kind));
+    MPI_Recv(buf, (int)n, mtype(t), peer, tag, g->comm, MPI_STATUS_IGNORE);
+}
+
+void comm_wait(MPI_Request *req) {
+    if (*req == MPI_REQUEST_NULL) return;
+    Tick k = tick();
+    MPI_Wait(req, MPI_STATUS_IGNORE);
+    stats.c[COLL_SENDRECV][GROUP_PP].ms += now_ms() - k.t0;
+}
+
+int comm_test(MPI_Request *req) {
+    if (*req == MPI_REQUEST_NULL) return 1;
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    return done;
+}
+
 int comm_max_int(Group *g, int v) {
     if (g->size == 1) return v;
     int r;
@@ -286,10 +312,10 @@ int comm_max_int(Group *g, int v) {
 const CommStats *comm_stats(void) { return &stats; }
 void comm_stats_reset(void) { memset(&stats, 0, sizeof stats); }
 const char *comm_coll_name(CollKind c) {
-    static const char *n[] = {"allreduce", "alltoall", "allgather", "reduce_scatter", "broadcast"};
+    static const char *n[] = {"allreduce", "alltoall", "allgather", "reduce_scatter", "broadcast", "sendrecv"};
     return n[c];
 }
 const char *comm_group_name(GroupKind g) {
-    static const char *n[] = {"tp", "dp", "ep", "edp", "pp", "world"};
+    static const char *n[] = {"tp", "dp", "ep", "edp", "pp", "world", "stage"};
     return n[g];
 }

@@ -8,9 +8,10 @@
 #include <mpi.h>
 #include <stddef.h>
 
-typedef enum { GROUP_TP, GROUP_DP, GROUP_EP, GROUP_EDP, GROUP_PP, GROUP_WORLD, GROUP_N } GroupKind;
+// STAGE: every rank of one pipeline stage (the world when pp = 1); checkpoints assemble there.
+typedef enum { GROUP_TP, GROUP_DP, GROUP_EP, GROUP_EDP, GROUP_PP, GROUP_WORLD, GROUP_STAGE, GROUP_N } GroupKind;
 typedef enum { COLL_ALLREDUCE, COLL_ALLTOALL, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST,
-               COLL_N } CollKind;
+               COLL_SENDRECV, COLL_N } CollKind;
 typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BYTE, DT_BF16, DT_F16 } DType;   // 16-bit: sums in fp32 per element
 
 typedef struct {
@@ -44,6 +45,14 @@ void comm_alltoallv(Group *g, const void *send, const long *scounts, const long 
                     void *recv, const long *rcounts, const long *rdispls, DType t);
 void comm_broadcast(Group *g, void *buf, long n, DType t, int root);
 void comm_barrier(Group *g);
+// Point-to-point inside a group (the pipeline's activations and gradients), host buffers only.
+// comm_isend starts a send and returns (counted as `sendrecv` with its bytes); the buffer stays
+// untouched until comm_wait / comm_test says it is done. comm_recv blocks until the message
+// (peer, tag) is in; its time is the caller's to account (waiting for the other stage).
+void comm_isend(Group *g, const void *buf, long n, DType t, int peer, int tag, MPI_Request *req);
+void comm_recv(Group *g, void *buf, long n, DType t, int peer, int tag);
+void comm_wait(MPI_Request *req);
+int comm_test(MPI_Request *req);   // 1 when the send is complete (or there was none)
 // Agreement: returns the largest value over the group (used to stop together on errors).
 int comm_max_int(Group *g, int v);
 

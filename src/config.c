@@ -62,6 +62,9 @@ void config_defaults(Config *c) {
     c->tile_size = 1800000;
     c->tp = 1;
     c->ep = 1;
+    c->pp = 1;
+    c->pp_schedule = PP_1F1B;
+    c->pp_virtual = 1;
     c->log_every = 1;
 }
 
@@ -75,7 +78,7 @@ static void resolve_min_lr(Config *c) {
 
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
-    J_SCHEDULER_TYPE, J_BETAS, J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT
 } JKind;
 
 typedef struct JKey {
@@ -135,6 +138,12 @@ static const JKey checkpointing_keys[] = {
     {"cpu_checkpointing", J_IGNORED_BOOL, 0, NULL},
     {NULL, 0, 0, NULL}
 };
+static const JKey pipeline_keys[] = {
+    {"schedule", J_PP_SCHEDULE, CF(pp_schedule), NULL},
+    {"virtual_stages", J_INT, CF(pp_virtual), NULL},
+    {"layers", J_PP_LAYERS, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
 static const JKey top_keys[] = {
     {"train_micro_batch_size_per_gpu", J_INT, CF(micro_batch), NULL},
     {"gradient_accumulation_steps", J_INT, CF(grad_accum), NULL},
@@ -151,6 +160,8 @@ static const JKey top_keys[] = {
     {"threads", J_INT, CF(threads), NULL},
     {"tp", J_INT, CF(tp), NULL},
     {"ep", J_INT, CF(ep), NULL},
+    {"pp", J_INT, CF(pp), NULL},
+    {"pipeline", J_SECTION, 0, pipeline_keys},
     {"dtd", J_BOOL, CF(dtd), NULL},
     {"cac", J_BOOL, CF(cac), NULL},
     {"optimizer", J_SECTION, 0, optimizer_keys},
@@ -253,6 +264,23 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
                                    strcasecmp(j->valuestring, "WarmupCosineLR") != 0))
             return type_error(file, key, "\"WarmupCosine\", the only scheduler", j);
         return 0;
+    case J_PP_SCHEDULE:
+        if (!cJSON_IsString(j) || config_pp_schedule(j->valuestring) < 0)
+            return type_error(file, key, "\"gpipe\", \"1f1b\" or \"interleaved\"", j);
+        *FIELD(c, k->off, int) = config_pp_schedule(j->valuestring);
+        return 0;
+    case J_PP_LAYERS: {
+        int n = cJSON_GetArraySize(j);
+        if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
+            return type_error(file, key, "an array of 1 to 256 block counts", j);
+        for (int i = 0; i < n; i++) {
+            if ((rc = json_integer(cJSON_GetArrayItem(j, i), 1, INT_MAX, &d)) != 0)
+                return integer_error(file, key, rc, "[1, 2^31-1] for every entry", cJSON_GetArrayItem(j, i));
+            c->pp_layers[i] = (int)d;
+        }
+        c->pp_nlayers = n;
+        return 0;
+    }
     case J_BETAS: {
         float b1, b2;
         if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || json_float(cJSON_GetArrayItem(j, 0), &b1) != 0 ||
@@ -385,7 +413,7 @@ char *config_model_json(const Config *c) {
 // ---------------------------------------------------------------------------------------
 // Flags
 
-typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE } FKind;
+typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE } FKind;
 
 typedef struct {
     const char *flag;
@@ -418,6 +446,9 @@ static const Flag flags[] = {
     {"--eval-windows", F_INT, CF(eval_windows), "N", "eval_windows", "0: all", "validation windows per evaluation"},
     {"--tp", F_INT, CF(tp), "N", "tp", NULL, "tensor-parallel degree"},
     {"--ep", F_INT, CF(ep), "N", "ep", NULL, "expert-parallel degree"},
+    {"--pp", F_INT, CF(pp), "N", "pp", NULL, "pipeline stages"},
+    {"--pp-schedule", F_PP_SCHEDULE, CF(pp_schedule), "S", "pipeline.schedule", "1f1b", "gpipe, 1f1b or interleaved"},
+    {"--pp-virtual", F_INT, CF(pp_virtual), "V", "pipeline.virtual_stages", NULL, "chunks per stage (interleaved)"},
     {"--seq-len", F_INT, CF(seq_len), "N", "seq_len", "n_positions", "tokens per training sequence"},
     {"--log-every", F_INT, CF(log_every), "N", "log_every", NULL, "progress line every N steps"},
     {"--sample-every", F_INT, CF(sample_every), "N", "sample_every", "0: never", "print a sample every N steps"},
@@ -527,6 +558,10 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
         return 0;
     case F_CONFIG:
         return *v ? 0 : bad_value(f, "a file", v);
+    case F_PP_SCHEDULE:
+        if (config_pp_schedule(v) < 0) return bad_value(f, "gpipe, 1f1b or interleaved", v);
+        *FIELD(c, f->off, int) = config_pp_schedule(v);
+        return 0;
     case F_SWITCH:
         *FIELD(c, f->off, int) = 1;
         return 0;
@@ -663,8 +698,34 @@ static int validate_layout(const Config *c) {
     return 0;
 }
 
+// The pipeline (SPEC §6.1): L blocks in pp·v chunks, the schedule's own conditions.
+static int validate_pipeline(const Config *c) {
+    int L = c->model.n_layer, v = c->pp_virtual;
+    RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);
+    RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
+    RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);
+    RULE((long)c->pp * v > L, "pp x virtual_stages = %ld chunks but the model has %d blocks (n_layer)", (long)c->pp * v, L);
+    RULE(c->pp_schedule == PP_INTERLEAVED && c->grad_accum % c->pp != 0,
+         "the interleaved schedule needs gradient_accumulation_steps (%d) to be a multiple of pp (%d)", c->grad_accum, c->pp);
+    if (c->pp_nlayers) {
+        long sum = 0;
+        for (int i = 0; i < c->pp_nlayers; i++) sum += c->pp_layers[i];
+        RULE(c->pp_nlayers != c->pp * v, "pipeline.layers has %d entries, pp x virtual_stages is %d", c->pp_nlayers, c->pp * v);
+        RULE(sum != L, "pipeline.layers adds up to %ld blocks, the model has %d", sum, L);
+    }
+    return 0;
+}
+
+int config_pp_schedule(const char *name) {
+    if (!strcmp(name, "gpipe")) return PP_GPIPE;
+    if (!strcmp(name, "1f1b")) return PP_1F1B;
+    if (!strcmp(name, "interleaved")) return PP_INTERLEAVED;
+    return -1;
+}
+
 int config_validate(const Config *c) {
     if (validate_model(&c->model) != 0) return -1;
     if (validate_training(c) != 0) return -1;
-    return validate_layout(c);
+    if (validate_layout(c) != 0) return -1;
+    return validate_pipeline(c);
 }

@@ -22,6 +22,8 @@ typedef struct {
     float z_coef;
 } ModelConfig;
 
+enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
+
 typedef struct {
     ModelConfig model;
     // training (SPEC §3)
@@ -45,6 +47,12 @@ typedef struct {
     long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
     // parallel layout (SPEC §4)
     int tp, ep;
+    // pipeline parallelism (SPEC §6.1): "pp", "pipeline" section
+    int pp;               // stages
+    int pp_schedule;      // PP_GPIPE, PP_1F1B (default), PP_INTERLEAVED
+    int pp_virtual;       // chunks per stage (interleaved)
+    int pp_nlayers;       // entries of pipeline.layers (0: split evenly)
+    int pp_layers[256];   // blocks per chunk, in chunk order
     // I/O
     char data[1024];      // --data
     char log[1024];       // --log FILE.jsonl
@@ -73,6 +81,8 @@ int config_validate(const Config *c);
 char *config_model_json(const Config *c);
 // Reads a checkpoint's config.json (flat model and moe keys) into c->model and c->seq_len.
 int config_load_model_json(Config *c, const char *path);
+// "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
+int config_pp_schedule(const char *name);
 // Prints the help of `ted train` (every option).
 void config_print_train_help(void);
 // Derived values.

@@ -7,6 +7,7 @@
 #include "experts.h"
 #include "half.h"
 #include "ops.h"
+#include "schedule.h"
 #include "util.h"
 #include <math.h>
 #include <omp.h>
@@ -15,69 +16,90 @@
 // ---------------------------------------------------------------------------------------
 // parameters
 
-static void add_params(Model *M) {
+// The tensors of block l (the pipeline stage runs it): registry range [p0, p1).
+static void add_block(Model *M, int l) {
     const ModelConfig *m = &M->m;
     int d = M->d, f = M->f, E = M->E, L = M->L;
     float std = 0.02f, pstd = 0.02f / sqrtf(2.0f * L);
+    Registry *r = &M->reg;
+    BlockParams *b = &M->bp[l];
+    char n[96];
+    b->held = 1;
+    b->p0 = r->n;
+#define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
+    b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->qkvw = reg_add(r, NAME("attn.c_attn.weight"), 2, d, 3 * d, 1, 3, TAG_DP, std, 0);
+    b->qkvb = reg_add(r, NAME("attn.c_attn.bias"), 1, 3 * d, 1, 0, 3, TAG_DP, 0, 0);
+    b->projw = reg_add(r, NAME("attn.c_proj.weight"), 2, d, d, 0, 1, TAG_DP, pstd, 0);
+    b->projb = reg_add(r, NAME("attn.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->ln2w = reg_add(r, NAME("ln_2.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    b->ln2b = reg_add(r, NAME("ln_2.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->moe = cfg_is_moe(m, l);
+    if (!b->moe) {
+        b->fcw = reg_add(r, NAME("mlp.c_fc.weight"), 2, d, f, 1, 1, TAG_DP, std, 0);
+        b->fcb = reg_add(r, NAME("mlp.c_fc.bias"), 1, f, 1, 0, 1, TAG_DP, 0, 0);
+        b->fcprojw = reg_add(r, NAME("mlp.c_proj.weight"), 2, f, d, 0, 1, TAG_DP, pstd, 0);
+        b->fcprojb = reg_add(r, NAME("mlp.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+        b->p1 = r->n;
+        return;
+    }
+    b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
+    // the local experts' tensors, each kind contiguous over the experts (one batched pass)
+    int e0 = M->topo->ep_idx * M->El;
+    for (int e = e0; e < e0 + M->El; e++) {
+        int i = reg_add(r, NAME("mlp.experts.%d.c_fc.weight", e), 2, d, f, 1, 1, TAG_EDP, std, 0);
+        if (e == e0) b->efcw = i;
+    }
+    for (int e = e0; e < e0 + M->El; e++) {
+        int i = reg_add(r, NAME("mlp.experts.%d.c_fc.bias", e), 1, f, 1, 0, 1, TAG_EDP, 0, 0);
+        if (e == e0) b->efcb = i;
+    }
+    for (int e = e0; e < e0 + M->El; e++) {
+        int i = reg_add(r, NAME("mlp.experts.%d.c_proj.weight", e), 2, f, d, 0, 1, TAG_EDP, pstd, 0);
+        if (e == e0) b->eprojw = i;
+    }
+    for (int e = e0; e < e0 + M->El; e++) {
+        int i = reg_add(r, NAME("mlp.experts.%d.c_proj.bias", e), 1, d, 1, -1, 1, TAG_EDP, 0, 0);
+        if (e == e0) b->eprojb = i;
+    }
+#undef NAME
+    b->p1 = r->n;
+}
+
+// The tensors this rank holds: its chunks' blocks, the embedding with chunk 0, ln_f with the last
+// chunk, and the tied wte with either (both stages hold it when they differ).
+static void add_params(Model *M) {
+    int d = M->d, E = M->E, L = M->L;
+    float std = 0.02f;
     int cap = 4 + L * (10 + 1 + 4 * (E > 1 ? E : 1));
     Registry *r = &M->reg;
     reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
-    char n[96];
+    M->wte = M->wpe = M->lnfw = M->lnfb = -1;
     // vocab-parallel: padded to Vp rows, split over TP; the padding rows stay zero
-    M->wte = reg_add(r, "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
-    r->p[M->wte].save_rows = M->V;
-    M->wpe = reg_add(r, "transformer.wpe.weight", 2, m->n_positions, d, -1, 1, TAG_DP, std, 0);
-    for (int l = 0; l < L; l++) {
-        BlockParams *b = &M->bp[l];
-#define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
-        b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
-        b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
-        b->qkvw = reg_add(r, NAME("attn.c_attn.weight"), 2, d, 3 * d, 1, 3, TAG_DP, std, 0);
-        b->qkvb = reg_add(r, NAME("attn.c_attn.bias"), 1, 3 * d, 1, 0, 3, TAG_DP, 0, 0);
-        b->projw = reg_add(r, NAME("attn.c_proj.weight"), 2, d, d, 0, 1, TAG_DP, pstd, 0);
-        b->projb = reg_add(r, NAME("attn.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
-        b->ln2w = reg_add(r, NAME("ln_2.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
-        b->ln2b = reg_add(r, NAME("ln_2.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
-        b->moe = cfg_is_moe(m, l);
-        if (!b->moe) {
-            b->fcw = reg_add(r, NAME("mlp.c_fc.weight"), 2, d, f, 1, 1, TAG_DP, std, 0);
-            b->fcb = reg_add(r, NAME("mlp.c_fc.bias"), 1, f, 1, 0, 1, TAG_DP, 0, 0);
-            b->fcprojw = reg_add(r, NAME("mlp.c_proj.weight"), 2, f, d, 0, 1, TAG_DP, pstd, 0);
-            b->fcprojb = reg_add(r, NAME("mlp.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
-            continue;
-        }
-        b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
-        // the local experts' tensors, each kind contiguous over the experts (one batched pass)
-        int e0 = M->topo->ep_idx * M->El;
-        for (int e = e0; e < e0 + M->El; e++) {
-            int i = reg_add(r, NAME("mlp.experts.%d.c_fc.weight", e), 2, d, f, 1, 1, TAG_EDP, std, 0);
-            if (e == e0) b->efcw = i;
-        }
-        for (int e = e0; e < e0 + M->El; e++) {
-            int i = reg_add(r, NAME("mlp.experts.%d.c_fc.bias", e), 1, f, 1, 0, 1, TAG_EDP, 0, 0);
-            if (e == e0) b->efcb = i;
-        }
-        for (int e = e0; e < e0 + M->El; e++) {
-            int i = reg_add(r, NAME("mlp.experts.%d.c_proj.weight", e), 2, f, d, 0, 1, TAG_EDP, pstd, 0);
-            if (e == e0) b->eprojw = i;
-        }
-        for (int e = e0; e < e0 + M->El; e++) {
-            int i = reg_add(r, NAME("mlp.experts.%d.c_proj.bias", e), 1, d, 1, -1, 1, TAG_EDP, 0, 0);
-            if (e == e0) b->eprojb = i;
-        }
-#undef NAME
+    if (M->has_embed || M->has_head) {
+        M->wte = reg_add(r, "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
+        r->p[M->wte].save_rows = M->V;
+        r->p[M->wte].tied_copy = !M->has_embed;   // the last stage's copy: counted once, saved once
     }
-    M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
-    M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    if (M->has_embed) M->wpe = reg_add(r, "transformer.wpe.weight", 2, M->m.n_positions, d, -1, 1, TAG_DP, std, 0);
+    for (int i = 0; i < M->nch; i++)
+        for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) add_block(M, l);
+    if (M->has_head) {
+        M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
+        M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    }
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
-    Param *wte = &r->p[M->wte];   // zero the padding rows (never indexed, never a gradient)
-    for (long i = 0; i < wte->numel; i++)
-        if (param_full_index(r, wte, i) / d >= M->V) {
-            if (r->half) wte->w16[i] = 0;
-            else wte->w[i] = 0;
-        }
+    if (M->wte >= 0) {   // zero the padding rows (never indexed, never a gradient)
+        Param *wte = &r->p[M->wte];
+        for (long i = 0; i < wte->numel; i++)
+            if (param_full_index(r, wte, i) / d >= M->V) {
+                if (r->half) wte->w16[i] = 0;
+                else wte->w[i] = 0;
+            }
+    }
     reg_device_view(r, 1);
 }
 
@@ -91,9 +113,14 @@ static void add_params(Model *M) {
 // The registry indices of stage s: idx[0..n) — the head's four, or a block's contiguous range
 // (returned as first index with n; idx unused).
 static int stage_params(const Model *M, int s, int idx[4], int *first) {
-    if (s == 0) { idx[0] = M->wte; idx[1] = M->wpe; idx[2] = M->lnfw; idx[3] = M->lnfb; *first = -1; return 4; }
-    *first = M->bp[s - 1].ln1w;
-    return (s < M->L ? M->bp[s].ln1w : M->lnfw) - *first;
+    if (s == 0) {   // those of the head this pipeline stage holds
+        int all[4] = {M->wte, M->wpe, M->lnfw, M->lnfb}, n = 0;
+        for (int k = 0; k < 4; k++) if (all[k] >= 0) idx[n++] = all[k];
+        *first = -1;
+        return n;
+    }
+    *first = M->bp[s - 1].p0;
+    return M->bp[s - 1].p1 - *first;
 }
 #define STAGE_PARAM(k) (first < 0 ? idx[k] : first + (k))
 
@@ -195,42 +222,80 @@ static long packed_floats(const Model *M, int l) {
     return n + 2 * M->Rr * M->fl + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
 
-// a: the run's device; h: host (the exchange plan, whole logits, the router's host copies)
+// The per-block activations of one view's block l: the compute buffers unless shared (`common`),
+// the small exact ones unless checkpointing shares them, the 16-bit store, CAC's stashes and
+// the exchange plan.
+static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a, Bump *h, int l) {
+    int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac, moe = M->bp[l].moe;
+    long N = (long)M->Bmax * M->T;
+    int pack = M->reg.half && !ckpt, shared = ckpt || pack;
+    if (shared) *x = *common;
+    else {
+        memset(x, 0, sizeof *x);
+        take_big(M, x, a, !moe, moe, cac);
+    }
+    if (!ckpt) take_small(M, x, a, h, moe);
+    x->ar_attn = x->ar_ffn = NULL;
+    x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
+    if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
+        x->ar_attn = TAKE(a, float, N * d);
+        if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+        else x->ar_ffn = TAKE(a, float, N * d);
+    }
+    if (moe) { x->scnt = TAKE(h, long, M->E); x->rcnt = TAKE(h, long, M->E); x->exp_off = TAKE(h, long, M->El + 1); }
+}
+
+// One view of local chunk i: its blocks' inputs and activations, its output, the tokens, and
+// the head's buffers when it is the last chunk.
+static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bump *h, int i) {
+    long N = (long)M->Bmax * M->T;
+    int d = M->d, l0 = M->ch_l0[i], l1 = M->ch_l1[i];
+    for (int l = l0; l <= l1; l++) v->resid[l] = TAKE(a, float, N * d);
+    for (int l = l0; l < l1; l++) take_block(M, &v->ba[l], common, a, h, l);
+    v->tok = TAKE(a, int, N); v->tgt = TAKE(a, int, N);
+    if (M->ch_id[i] != M->chunks - 1) return;
+    v->lnf = TAKE(a, float, N * d); v->lnf_mean = TAKE(a, float, N); v->lnf_rstd = TAKE(a, float, N);
+    v->logits = TAKE(a, float, N * M->Vl); v->losses = TAKE(a, float, N);
+    v->ce_max = TAKE(a, float, N); v->ce_sum = TAKE(a, float, N); v->ce_tl = TAKE(a, float, N);
+}
+
+// a: the run's device; h: host (the exchange plan, whole logits, the router's host copies).
+// Compute buffers shared by every block and view (checkpointing or 16-bit storage) come first.
 static void layout_acts(Model *M, Bump *a, Bump *h) {
     long N = (long)M->Bmax * M->T;
-    int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
+    int ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
     int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
-    for (int l = 0; l < M->L; l++) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
-    for (int l = 0; l <= M->L; l++) M->resid[l] = TAKE(a, float, N * d);
-    for (int l = 0; l < M->L; l++) {
-        BlockActs *x = &M->ba[l];
-        int moe = M->bp[l].moe;
-        if (l > 0 && shared) *x = M->ba[0];        // the shared compute buffers
-        else {
-            memset(x, 0, sizeof *x);
-            take_big(M, x, a, shared ? any_dense : !moe, shared ? any_moe : moe, cac);
+    for (int l = 0; l < M->L; l++)
+        if (M->bp[l].held) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
+    BlockActs common;
+    memset(&common, 0, sizeof common);
+    size_t start = a->off;
+    if (shared) take_big(M, &common, a, any_dense, any_moe, cac);
+    if (ckpt) take_small(M, &common, a, h, any_moe);
+    M->shared_act_bytes = a->off - start;
+    for (int i = 0; i < M->nch; i++)
+        for (int k = 0; k < M->ch_slots[i]; k++) {
+            size_t before = a->off;
+            take_view(M, &M->views[M->ch_view[i] + k], &common, a, h, i);
+            M->ch_bytes[i] = a->off - before;
         }
-        if (l > 0 && ckpt) {}                      // small ones shared too (set by the copy above)
-        else take_small(M, x, a, h, ckpt ? any_moe : moe);
-        x->ar_attn = x->ar_ffn = NULL;
-        x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
-        if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
-            x->ar_attn = TAKE(a, float, N * d);
-            if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
-            else x->ar_ffn = TAKE(a, float, N * d);
-        }
-        if (moe) { x->scnt = TAKE(h, long, M->E); x->rcnt = TAKE(h, long, M->E); x->exp_off = TAKE(h, long, M->El + 1); }
-    }
-    M->lnf = TAKE(a, float, N * d); M->lnf_mean = TAKE(a, float, N); M->lnf_rstd = TAKE(a, float, N);
-    M->logits = TAKE(a, float, N * M->Vl); M->losses = TAKE(a, float, N);
-    M->ce_max = TAKE(a, float, N); M->ce_sum = TAKE(a, float, N); M->ce_tl = TAKE(a, float, N);
-    M->tok = TAKE(a, int, N); M->tgt = TAKE(a, int, N);
     M->full_logits = TAKE(h, float, N * M->V);
     if (any_moe) {   // host copies of the router's choices for the dispatch plan (GPU runs)
         int G = router_ngroups(N, M->m.group_size * M->T);
         M->h_choice = TAKE(h, int, N * M->k); M->h_slot = TAKE(h, int, N * M->k);
         M->h_row = TAKE(h, int, N * M->k); M->h_kept = TAKE(h, int, (long)G * M->E);
     }
+}
+
+// Makes view `slot` of local chunk i the one the model works on.
+static void use_view(Model *M, int i, int slot) {
+    ActView *v = &M->views[M->ch_view[i] + slot];
+    M->resid = v->resid; M->ba = v->ba;
+    M->lnf = v->lnf; M->lnf_mean = v->lnf_mean; M->lnf_rstd = v->lnf_rstd;
+    M->logits = v->logits; M->losses = v->losses;
+    M->ce_max = v->ce_max; M->ce_sum = v->ce_sum; M->ce_tl = v->ce_tl;
+    M->tok = v->tok; M->tgt = v->tgt;
+    M->B = v->B; M->Tc = v->Tc;
 }
 
 // 16-bit activation storage: block l's big activations of the current batch to or from its store.
@@ -280,6 +345,36 @@ static void layout_grads(Model *M, Bump *a) {
     }
 }
 
+// The chunks of this rank's pipeline stage (chunk c runs on stage c mod pp) and how many
+// activation views each needs: the micro-batches its schedule keeps in flight there.
+static void plan_chunks(Model *M) {
+    const Config *c = &M->cfg;
+    int pp = M->topo->pp, v = c->pp_schedule == PP_INTERLEAVED ? c->pp_virtual : 1, stage = M->topo->stage;
+    int l0[MAX_CHUNKS * 8 + 1];
+    M->chunks = pp * v;
+    CHECK(v <= MAX_CHUNKS && M->chunks <= MAX_CHUNKS * 8, "too many pipeline chunks (%d)", M->chunks);
+    sched_chunks(M->L, M->chunks, c->pp_nlayers ? c->pp_layers : NULL, l0);
+    Schedule s;
+    sched_build(&s, c->pp_schedule, pp, v, c->grad_accum, stage);
+    M->nch = v;
+    for (int i = 0; i < v; i++) {
+        int id = i * pp + stage;
+        M->ch_id[i] = id; M->ch_l0[i] = l0[id]; M->ch_l1[i] = l0[id + 1];
+        M->ch_slots[i] = sched_in_flight(&s, id);
+        if (M->ch_slots[i] < 1) M->ch_slots[i] = 1;   // forward-only use (evaluation) needs one
+        M->ch_view[i] = M->nviews;
+        M->nviews += M->ch_slots[i];
+    }
+    sched_free(&s);
+    M->has_embed = stage == 0;
+    M->has_head = M->ch_id[v - 1] == M->chunks - 1;
+    M->views = ted_alloc(sizeof(ActView) * M->nviews, MEM_TEMP);
+    for (int k = 0; k < M->nviews; k++) {
+        M->views[k].resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
+        M->views[k].ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
+    }
+}
+
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
     memset(M, 0, sizeof *M);
     M->cfg = *cfg; M->m = cfg->model; M->topo = topo;
@@ -307,12 +402,11 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
         M->Rr = M->Rs * topo->ep;               // at worst every rank's choices land here
     }
     M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
-    M->ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
-    M->resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
+    plan_chunks(M);
     add_params(M);
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
         long big = 0, head = stage_numel(M, 0);
-        for (int s = 1; s <= M->L; s++) if (stage_numel(M, s) > big) big = stage_numel(M, s);
+        for (int s = 1; s <= M->L; s++) if (M->bp[s - 1].held && stage_numel(M, s) > big) big = stage_numel(M, s);
         M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
         M->stage_w = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS);
     }
@@ -329,13 +423,15 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->grad_floats = g.off / sizeof(float);
     g.base = (char *)(M->grad = ted_alloc_buf(g.off, MEM_ACTIVATIONS)); g.off = 0;
     layout_grads(M, &g);
+    use_view(M, 0, 0);
 }
 
 void model_free(Model *M) {
     reg_free(&M->reg);
     ted_free_buf(M->head_w); ted_free_buf(M->head_g); ted_free_buf(M->stage_w); ted_free_buf(M->stage_g);
     ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
-    ted_free(M->bp); ted_free(M->ba); ted_free(M->resid);
+    for (int i = 0; i < M->nviews; i++) { ted_free(M->views[i].resid); ted_free(M->views[i].ba); }
+    ted_free(M->bp); ted_free(M->views);
     memset(M, 0, sizeof *M);
 }
 
@@ -447,27 +543,13 @@ static void gather_logits(Model *M, long N) {
     ted_free(all); ted_free(mine);
 }
 
-double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
+// The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
+// token losses (without targets: whole rows of logits into full_logits, and 0).
+static double head_forward(Model *M, long N, int has_targets) {
     int d = M->d;
-    long N = (long)B * T;
-    CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
-    M->B = B; M->Tc = T;
-    M->rcfg.group_tokens = M->m.group_size * T;
-    buf_copy(M->tok, tokens, sizeof(int) * N);
-    if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
-    int tp0 = M->topo->tp_idx == 0;
-    stage_in(M, 0, 1);
-    encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, tp0 ? W(M->wpe) : NULL, B, T, d);
-    comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
-    for (int l = 0; l < M->L; l++) {
-        stage_in(M, l + 1, 0);
-        block_forward(M, l, B, T, 0);
-        pack_block(M, l, B, T, 0);
-    }
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    // LM head on this rank's vocabulary shard, then the parallel cross-entropy
     gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f, M->logits, M->Vl);
-    if (!targets) { gather_logits(M, N); return 0; }
+    if (!has_targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
     comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
@@ -475,6 +557,43 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
     comm_allreduce(tp_group(M), M->ce_sum, N, DT_F32);
     crossentropy_finish(M->losses, M->logits, M->ce_max, M->ce_sum, M->ce_tl, N, M->Vl);
     return sum_forward(M->losses, N);
+}
+
+static int first_chunk(const Model *M, int i) { return M->ch_id[i] == 0; }
+static int last_chunk(const Model *M, int i) { return M->ch_id[i] == M->chunks - 1; }
+
+float *model_chunk_input(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l0[i]]; }
+float *model_chunk_output(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l1[i]]; }
+
+double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T) {
+    int d = M->d;
+    long N = (long)B * T;
+    CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
+    CHECK(slot < M->ch_slots[i], "activation view %d of chunk %d past its %d", slot, M->ch_id[i], M->ch_slots[i]);
+    ActView *v = &M->views[M->ch_view[i] + slot];
+    v->B = B; v->Tc = T;
+    use_view(M, i, slot);
+    M->rcfg.group_tokens = M->m.group_size * T;
+    if (first_chunk(M, i)) {
+        buf_copy(M->tok, tokens, sizeof(int) * N);
+        stage_in(M, 0, 0);
+        encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->topo->tp_idx == 0 ? W(M->wpe) : NULL, B, T, d);
+        comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
+    }
+    for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) {
+        stage_in(M, l + 1, 0);
+        block_forward(M, l, B, T, 0);
+        pack_block(M, l, B, T, 0);
+    }
+    if (!last_chunk(M, i)) return 0;
+    if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
+    if (!first_chunk(M, i)) stage_in(M, 0, 0);
+    return head_forward(M, N, targets != NULL);
+}
+
+double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
+    CHECK(M->nch == 1 && M->has_embed && M->has_head, "model_forward needs the whole model on this rank");
+    return model_forward_chunk(M, 0, 0, tokens, targets, B, T);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -503,45 +622,62 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
 }
 
-void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
-    int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
-    long N = (long)B * T;
+// The head's backward (last chunk): the loss gradient through the cross-entropy, the tied LM head
+// (vocab shard: dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf) and ln_f, into dres.
+static void head_backward(Model *M, long N, float lm_scale) {
+    int d = M->d;
     float *dlogits = M->logits;
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    // LM head (tied, vocab shard): dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf
     gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->wte), d);
     buf_zero(M->dres, sizeof(float) * N * d);
     layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
                        M->lnf_rstd, N, d);
-    for (int l = M->L - 1; l >= 0; l--) {
-        BlockParams *b = &M->bp[l];
-        BlockActs *x = &M->ba[l];
-        stage_in(M, l + 1, 1);
-        if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
-        pack_block(M, l, B, T, 1);
-        // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
-        if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
-        else {
-            matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
-            gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
-            matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
-            comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-        }
-        layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
-                           N, d);
-        // attention
-        matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-        attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
-        matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+}
+
+// Block l's backward: dres holds the gradient of its output and then of its input.
+static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
+    int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
+    long N = (long)B * T;
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    stage_in(M, l + 1, 1);
+    if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
+    pack_block(M, l, B, T, 1);
+    // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
+    if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
+    else {
+        matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
+        gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
+        matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-        layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
-                           x->ln1_rstd, N, d);
-        stage_out(M, l + 1);
     }
-    encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, B, T, d);
-    stage_out(M, 0);
+    layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
+                       N, d);
+    // attention
+    matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+    attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
+    matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
+                       x->ln1_rstd, N, d);
+    stage_out(M, l + 1);
+}
+
+void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale) {
+    use_view(M, i, slot);
+    long N = (long)M->B * M->Tc;
+    int head = first_chunk(M, i) || last_chunk(M, i);
+    if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero
+    if (last_chunk(M, i)) head_backward(M, N, lm_scale);
+    for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, aux_scale, z_scale);
+    if (first_chunk(M, i)) encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
+    if (head) stage_out(M, 0);
+}
+
+void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
+    model_backward_chunk(M, 0, 0, lm_scale, aux_scale, z_scale);
 }
 
 // ---------------------------------------------------------------------------------------

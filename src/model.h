@@ -8,6 +8,8 @@
 #include "topology.h"
 
 typedef struct {
+    int held;                                                // this rank runs the block (its pipeline stage)
+    int p0, p1;                                              // its tensors: registry indices [p0, p1)
     int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;   // registry indices
     int moe;
     int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
@@ -32,6 +34,19 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
 } BlockActs;
 
+// One micro-batch's activations of one pipeline chunk: the model works on the view in use
+// (M->resid, M->ba, M->lnf, …); a stage holds as many views of a chunk as its schedule keeps
+// micro-batches in flight there.
+typedef struct {
+    float **resid;              // [L+1]: the inputs of the chunk's blocks, then its output
+    BlockActs *ba;              // [L]: the chunk's blocks
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *ce_max, *ce_sum, *ce_tl;   // the head (last chunk)
+    int *tok, *tgt;
+    int B, Tc;
+} ActView;
+
+#define MAX_CHUNKS 64   // chunks per rank (virtual stages)
+
 typedef struct {
     Config cfg;
     ModelConfig m;
@@ -40,12 +55,20 @@ typedef struct {
     int d, H, Hl, hd, f, fl, V, L, E, El, k;
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
-    int wte, wpe, lnfw, lnfb;
+    int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage
+    // pipeline (SPEC §6.1): the chunks this rank runs, in order — global index and blocks [l0, l1)
+    int nch, chunks;            // local chunks; chunks of the whole model (pp·v)
+    int ch_id[MAX_CHUNKS], ch_l0[MAX_CHUNKS], ch_l1[MAX_CHUNKS];
+    int ch_view[MAX_CHUNKS], ch_slots[MAX_CHUNKS];   // first view of the chunk, views it has
+    size_t ch_bytes[MAX_CHUNKS];                     // bytes of one view of the chunk
+    size_t shared_act_bytes;    // activation bytes shared by all views (compute buffers, scratch)
+    int has_embed, has_head;    // runs chunk 0 (wte, wpe) / the last chunk (ln_f, wte)
+    ActView *views; int nviews;
     BlockParams *bp;
     // activations
     float *act;  size_t act_floats;
-    float **resid;              // [L+1][N,d]
-    BlockActs *ba;
+    float **resid;              // [L+1][N,d]   (the view in use)
+    BlockActs *ba;              // [L]          (the view in use)
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
     float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
     float *full_logits;                                    // [N,V] after a forward without targets (host)
@@ -64,7 +87,8 @@ typedef struct {
     int B, Tc;                  // its size
 } Model;
 
-// Registers and allocates everything; weights initialised from cfg->seed.
+// Registers and allocates everything this rank runs (its pipeline stage's chunks, with as many
+// activation views per chunk as cfg's schedule keeps in flight); weights initialised from cfg->seed.
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
 void model_free(Model *M);
 // Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). Without targets the whole
@@ -76,6 +100,16 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 // token's z term (z_coef/tokens of the step). Gradients accumulate into the registry.
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale);
 void model_zero_grad(Model *M);
+// Pipeline pieces (one process: a single chunk that is first and last; model_forward/backward
+// are that chunk on view 0). Local chunk i, activation view `slot` of it:
+// forward — chunk 0 embeds `tokens`; another chunk reads its input from model_chunk_input; the
+// last chunk returns the sum of token losses (targets given) or fills full_logits (no targets);
+// backward — the last chunk starts from the loss; another from the output gradient in M->dres;
+// afterwards M->dres holds the gradient of the chunk's input (unless it is chunk 0).
+double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T);
+void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale);
+float *model_chunk_input(Model *M, int i, int slot);    // [B,T,d] the chunk's input
+float *model_chunk_output(Model *M, int i, int slot);   // [B,T,d] its output (not the last chunk)
 // Model FLOPs per token (SPEC §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
 double model_flops_per_token(const ModelConfig *m, int T);
 long model_num_params(const ModelConfig *m);

@@ -20,6 +20,8 @@ typedef struct {
     long numel;         // this rank's element count
     SyncTag tag;
     int decay;          // weight decay applies (ndim >= 2)
+    int tied_copy;      // the second copy of a tied tensor (the last pipeline stage's wte): its gradient
+                        // is the first copy's, so it is left out of the norm and of checkpoints
     int layer, expert;  // an expert's tensor: its block and global expert index (expert −1 otherwise)
     char suffix[24];    // an expert's tensor: the name after "experts.{e}." (c_fc.weight, …)
     float init_std;     // N(0, std); std 0 → constant init_val

@@ -10,8 +10,8 @@ typedef struct {
     Group g[GROUP_N];   // this rank's TP, DP, EP, expert-DP, PP and world groups
 } Topology;
 
-// Checks the layout (G % tp, dp % ep, ...). Returns 0, or -1 with the problem in err.
-int topo_check(int world, int tp, int ep, char *err, size_t errlen);
+// Checks the layout (G % (pp·tp), dp % ep, ...). Returns 0, or -1 with the problem in err.
+int topo_check(int world, int tp, int ep, int pp, char *err, size_t errlen);
 // Fills t for this process and creates the groups (collective over the world).
-void topo_init(Topology *t, int tp, int ep);
+void topo_init(Topology *t, int tp, int ep, int pp);
 void topo_print(const Topology *t, int num_experts);

@@ -8,6 +8,7 @@
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
+#include "pipeline.h"
 #include "plan.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -67,7 +68,8 @@ static int seq_len_of(const Config *c) { return c->seq_len > 0 ? c->seq_len : c-
 
 typedef struct { double loss, lm, aux; long windows; } EvalResult;
 
-static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
+static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T) {
+    Model *M = P->M;
     const Topology *tp = M->topo;
     int mb = M->Bmax, dp = tp->dp;
     long per = (long)mb * dp, nb = (nwin + per - 1) / per;
@@ -82,7 +84,7 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
         if (!counted) B = 1;    // every rank runs the same number of forwards (collectives)
         for (int j = 0; j < B; j++) data_window(s, counted ? first + j : 0, T, inp + j * T, tgt + j * T);
         RouterStats before = M->rstats;
-        double lm = model_forward(M, inp, tgt, B, T);
+        double lm = pipe_forward(P, inp, tgt, B, T);
         if (!counted) continue;
         sums[0] += lm;
         sums[1] += M->rstats.aux_sum - before.aux_sum;
@@ -91,6 +93,9 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
     }
     M->uneven = 0;
     comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
+    // the router statistics are on the stages with MoE blocks; the loss, on every stage, is counted once
+    if (tp->stage) sums[0] = 0;
+    comm_allreduce((Group *)&tp->g[GROUP_PP], sums, 4, DT_F64);
     ted_free(inp); ted_free(tgt);
     double ntok = (double)nwin * T;
     EvalResult r = {0, sums[0] / ntok, 0, nwin};
@@ -100,10 +105,12 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
 }
 
 // ---------------------------------------------------------------------------------------
-// sampling: the full context through the model for each new token (no KV cache)
+// sampling: the full context through the model for each new token (no KV cache). Every rank
+// runs it (the pipeline's stages pass the context along); out is NULL on ranks that do not print.
 
-static void sample(Model *M, const Tokenizer *tok, const int *prompt, int np, int ntok, float temperature,
+static void sample(Pipeline *P, const Tokenizer *tok, const int *prompt, int np, int ntok, float temperature,
                    int top_k, uint64_t seed, FILE *out) {
+    Model *M = P->M;
     int T = M->T, V = M->V, n = np;
     int *ctx = ted_alloc(sizeof(int) * (np + ntok + 1), MEM_TEMP);
     memcpy(ctx, prompt, sizeof(int) * np);
@@ -111,7 +118,7 @@ static void sample(Model *M, const Tokenizer *tok, const int *prompt, int np, in
     char piece[512];
     for (int i = 0; i < ntok; i++) {
         int start = n > T ? n - T : 0, len = n - start;
-        model_forward(M, ctx + start, NULL, 1, len);
+        pipe_forward(P, ctx + start, NULL, 1, len);
         const float *lg = M->full_logits + (long)(len - 1) * V;
         float mx = -INFINITY;
         for (int v = 0; v < V; v++) { p[v] = lg[v] / (temperature > 0 ? temperature : 1e-6f); if (p[v] > mx) mx = p[v]; }
@@ -130,11 +137,12 @@ static void sample(Model *M, const Tokenizer *tok, const int *prompt, int np, in
         int next = V - 1;
         for (int v = 0; v < V; v++) { acc += p[v]; if (acc >= u) { next = v; break; } }
         ctx[n++] = next;
+        if (!out) continue;
         if (tok) { int k = tok_decode(tok, next, piece); fwrite(piece, 1, k, out); }
         else fputc(next, out);
         fflush(out);
     }
-    fputc('\n', out);
+    if (out) fputc('\n', out);
     ted_free(ctx); ted_free(p);
 }
 
@@ -186,7 +194,7 @@ static int load_config(Config *c, int argc, char **argv) {
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
     char err[256];
-    if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
+    if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / c->tp;
     if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
     if (c->resume[0]) {   // the checkpoint must be of this model
@@ -212,156 +220,214 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     return 0;
 }
 
+// A training run: what cmd_train sets up and the step loop works on.
+typedef struct {
+    Config c;
+    Dataset ds;
+    Topology topo;
+    Model M;
+    Zero z;
+    Pipeline P;
+    TrainerState st;
+    FILE *log;
+    char ckdir[1200];
+    int T, nmoe;
+    long gbatch, nval, saved, step;   // step: the one running (its data)
+    double ntok_step, ngroups_step, flops_tok, peak;
+    CommStats comm_total;
+    double train_ms, wait_ms;
+} Run;
+
+// The checkpoint's weights and optimizer state, and its trainer state checked against this run.
+static int resume_from(Run *R) {
+    Model *M = &R->M;
+    Zero *z = &R->z;
+    TrainerState *st = &R->st;
+    const Config *c = &R->c;
+    host_view(M, z, 0);
+    int bad = ckpt_load_weights(R->ckdir, M) || ckpt_load_state(R->ckdir, M, z, st);
+    if (ted_agree(bad)) return -1;
+    device_view(M, z, 1);
+    if (!M->reg.half) zero_sync_master(z);
+    if (st->step > c->steps) {
+        ted_error("%s: checkpoint is at step %ld, past --steps %d", R->ckdir, st->step, c->steps);
+        return -1;
+    }
+    if (st->step > 0 && (st->seed != c->seed || st->sequential != c->data_sequential)) {
+        ted_error("%s: resuming needs the run's --seed %llu and --data-order %s (given %llu, %s)", R->ckdir,
+                  (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
+                  (unsigned long long)c->seed, c->data_sequential ? "sequential" : "shuffled");
+        return -1;
+    }
+    if (st->step > 0 && st->steps != c->steps && R->topo.rank == 0)
+        printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
+               st->steps, c->steps);
+    st->steps = c->steps; st->seed = c->seed; st->sequential = c->data_sequential;
+    if (R->topo.rank == 0) printf("resumed from %s at step %ld\n", R->ckdir, st->step);
+    return 0;
+}
+
+// The memory model (Eq. 4 of the design) with this rank's parameter counts, next to what was allocated.
+static void print_model_state(const Run *R) {
+    const Model *M = &R->M;
+    double np_exp = 0, np_all = 0;
+    for (int i = 0; i < M->reg.n; i++) {
+        np_all += M->reg.p[i].numel;
+        if (M->reg.p[i].tag == TAG_EDP) np_exp += M->reg.p[i].numel;
+    }
+    const MemStats *ms = mem_stats();
+    int wbytes = M->reg.half ? 2 : 4;
+    double pred = plan_state_bytes(np_all - np_exp, np_exp, R->topo.dp, R->topo.edp, wbytes);
+    double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
+    if (R->topo.rank == 0)
+        printf("model state per rank: Eq. 4 predicts %.0f bytes (%s weights and gradients), allocated %.0f "
+               "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas,
+               ms->current[MEM_PARAMS], ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
+}
+
+// Everything before the first step: inputs checked, layout, model, optimizer, resume.
+static int run_setup(Run *R, int argc, char **argv) {
+    Config *c = &R->c;
+    if (ted_agree(prepare(c, argc, argv, &R->ds, R->ckdir, sizeof R->ckdir, &R->log) != 0)) return -1;
+    set_threads(c->threads);
+    R->T = seq_len_of(c);
+    topo_init(&R->topo, c->tp, c->ep, c->pp);
+    topo_print(&R->topo, c->model.num_experts);
+    model_build(&R->M, c, &R->topo, c->micro_batch, R->T);
+    pipe_init(&R->P, &R->M, c);
+    pipe_print(&R->P, c);
+    zero_init(&R->z, &R->M.reg, &R->topo);
+    R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
+    if (R->ckdir[0] && resume_from(R)) return -1;
+    const char *peak_kind;
+    R->peak = peak_flops(1024, 5, &peak_kind);
+    R->flops_tok = model_flops_per_token(&c->model, R->T);
+    R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
+    R->ntok_step = (double)R->gbatch * R->T;
+    R->ngroups_step = (double)R->gbatch / c->model.group_size;
+    R->nmoe = n_moe_layers(&c->model);
+    if (R->topo.rank == 0)
+        printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
+               "%s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts, c->model.top_k,
+               R->T, R->gbatch, peak_kind, R->peak * 1e-9);
+    print_model_state(R);
+    R->nval = data_nwindows(&R->ds.val, R->T);
+    if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
+    R->saved = -1;
+    return 0;
+}
+
+// Micro-batch mb of the running step: this data-parallel rank's share of it (pipeline callback).
+static void step_batch(void *ctx, int mb, int *inp, int *tgt) {
+    Run *R = ctx;
+    const Config *c = &R->c;
+    long first = (long)mb * c->micro_batch * R->topo.dp + (long)R->topo.dp_idx * c->micro_batch;
+    for (int j = 0; j < c->micro_batch; j++)
+        data_sequence(&R->ds.train, R->T, R->st.seed, c->data_sequential, R->step, first + j, R->gbatch,
+                      inp + j * R->T, tgt + j * R->T);
+}
+
+// One optimizer step: the schedule's forwards and backwards, the tied gradients, ZeRO; the
+// loss and router statistics summed over data-parallel ranks and pipeline stages.
+static StepMetrics train_step(Run *R, long s) {
+    const Config *c = &R->c;
+    Model *M = &R->M;
+    comm_stats_reset();
+    mem_reset_peaks();
+    double t0 = now_ms();
+    model_zero_grad(M);
+    memset(&M->rstats, 0, sizeof M->rstats);
+    R->step = s;
+    float S = R->z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
+    double lm = pipe_train_step(&R->P, step_batch, R, (float)(S / R->ntok_step),
+                                (float)(S * c->model.aux_coef / R->ngroups_step), (float)(S * c->model.z_coef / R->ntok_step));
+    pipe_sum_tied(&R->P);
+    mem_set_phase(PHASE_OPTIMIZER);
+    float lr = lr_at(c, s);
+    double norm = zero_step(&R->z, c, lr);
+    buf_sync();
+    mem_set_phase(PHASE_NONE);
+    double sums[5] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices};
+    comm_allreduce(&R->topo.g[GROUP_DP], sums, 5, DT_F64);
+    comm_allreduce(&R->topo.g[GROUP_PP], sums, 5, DT_F64);
+    double ms = now_ms() - t0;
+    R->train_ms += ms;
+    R->wait_ms += R->P.wait_ms;
+    comm_accumulate(&R->comm_total);
+    StepMetrics m = {.step = s + 1, .lm_loss = sums[0] / R->ntok_step, .lr = lr, .grad_norm = norm, .step_ms = ms,
+                     .tokens_per_s = R->ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
+    if (R->nmoe) m.aux_loss = c->model.aux_coef * sums[1] / R->ngroups_step + c->model.z_coef * sums[2] / R->ntok_step;
+    m.loss = m.lm_loss + m.aux_loss;
+    m.mfu = mfu_of(R->flops_tok * m.tokens_per_s, R->peak * R->topo.world);
+    m.loss_scale = R->z.loss_scale;
+    m.skipped = R->z.skipped;
+    return m;
+}
+
+static int save_now(Run *R) {
+    R->st.adam_t = R->z.t;
+    host_view(&R->M, &R->z, 1);
+    if (ckpt_save(R->c.save, &R->M, &R->z, &R->st)) return -1;
+    device_view(&R->M, &R->z, 0);
+    R->saved = R->st.step;
+    if (R->topo.rank == 0) printf("saved %s/step_%08ld\n", R->c.save, R->st.step);
+    return 0;
+}
+
+// After step s: the log, the progress line, evaluation, a sample, a checkpoint.
+static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
+    const Config *c = &R->c;
+    int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
+    metrics_step(R->log, m);
+    if (rank0 && (c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step)))
+        printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
+               "%.0f tok/s | MFU %.1f%%\n", s + 1, c->steps, m->loss, m->lm_loss, m->aux_loss, m->lr, m->grad_norm,
+               m->dropped_frac, m->step_ms, m->tokens_per_s, 100 * m->mfu);
+    if (R->nval > 0 && ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last)) {
+        EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T);
+        metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
+        if (rank0) printf("eval step %ld: val_loss %.4f (lm %.4f) over %ld windows\n", s + 1, e.loss, e.lm, e.windows);
+    }
+    if (c->sample_every > 0 && ((s + 1) % c->sample_every == 0 || last) && c->model.vocab_size == 256) {
+        int np;
+        int *pr = encode_prompt(NULL, "\n", &np);
+        if (rank0) printf("sample: ");
+        sample(&R->P, NULL, pr, np, 200, 0.8f, 0, c->seed + (uint64_t)s, rank0 ? stdout : NULL);
+        ted_free(pr);
+    }
+    R->st.step = s + 1;
+    if (c->save[0] && ((c->save_every > 0 && (s + 1) % c->save_every == 0) || last)) return save_now(R);
+    return 0;
+}
+
+static void run_free(Run *R) {
+    if (R->log) fclose(R->log);
+    pipe_free(&R->P);
+    zero_free(&R->z);
+    model_free(&R->M);
+    data_free(&R->ds);
+}
+
 int cmd_train(int argc, char **argv) {
     const char *v;
     if (find_flag(argc, argv, "--help", &v) || find_flag(argc, argv, "-h", &v)) { config_print_train_help(); return 0; }
-    Config c;
-    Dataset ds = {0};
-    char ckdir[1200] = "";
-    FILE *log = NULL;
-    if (ted_agree(prepare(&c, argc, argv, &ds, ckdir, sizeof ckdir, &log) != 0)) return TED_EXIT_USAGE;
-    set_threads(c.threads);
-    int T = seq_len_of(&c);
-    Topology topo;
-    topo_init(&topo, c.tp, c.ep);
-    topo_print(&topo, c.model.num_experts);
-    Model M;
-    model_build(&M, &c, &topo, c.micro_batch, T);
-    Zero z;
-    TrainerState st = {0, 0, c.steps, c.seed, c.data_sequential};
-    if (ckdir[0]) {
-        zero_init(&z, &M.reg, &topo);
-        host_view(&M, &z, 0);
-        int bad = ckpt_load_weights(ckdir, &M) || ckpt_load_state(ckdir, &M, &z, &st);
-        if (ted_agree(bad)) return TED_EXIT_USAGE;
-        device_view(&M, &z, 1);
-        if (!M.reg.half) zero_sync_master(&z);
-        if (st.step > c.steps) {
-            ted_error("%s: checkpoint is at step %ld, past --steps %d", ckdir, st.step, c.steps);
-            return TED_EXIT_USAGE;
-        }
-        if (st.step > 0 && (st.seed != c.seed || st.sequential != c.data_sequential)) {
-            ted_error("%s: resuming needs the run's --seed %llu and --data-order %s (given %llu, %s)", ckdir,
-                      (unsigned long long)st.seed, st.sequential ? "sequential" : "shuffled",
-                      (unsigned long long)c.seed, c.data_sequential ? "sequential" : "shuffled");
-            return TED_EXIT_USAGE;
-        }
-        if (st.step > 0 && st.steps != c.steps && topo.rank == 0)
-            printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
-                   st.steps, c.steps);
-        st.steps = c.steps; st.seed = c.seed; st.sequential = c.data_sequential;
-        if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
-    } else zero_init(&z, &M.reg, &topo);
-    const char *peak_kind;
-    double peak = peak_flops(1024, 5, &peak_kind);
-    double flops_tok = model_flops_per_token(&c.model, T);
-    long gbatch = (long)c.micro_batch * c.grad_accum * topo.dp;
-    double ntok_step = (double)gbatch * T;
-    double ngroups_step = (double)gbatch / c.model.group_size;
-    int nmoe = n_moe_layers(&c.model);
-    if (topo.rank == 0)
-        printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "%s peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
-               gbatch, peak_kind, peak * 1e-9);
-    {   // the memory model (seed 000 Eq. 4) with this run's parameter counts, next to what was allocated
-        double np_exp = 0, np_all = 0;
-        for (int i = 0; i < M.reg.n; i++) {
-            np_all += M.reg.p[i].numel;
-            if (M.reg.p[i].tag == TAG_EDP) np_exp += M.reg.p[i].numel;
-        }
-        const MemStats *ms = mem_stats();
-        int wbytes = M.reg.half ? 2 : 4;
-        double pred = plan_state_bytes(np_all - np_exp, np_exp, topo.dp, topo.edp, wbytes);
-        double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
-        if (topo.rank == 0)
-            printf("model state per rank: Eq. 4 predicts %.0f bytes (%s weights and gradients), allocated %.0f "
-                   "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas, ms->current[MEM_PARAMS],
-                   ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
+    static Run R;   // large (the config's paths); one per process
+    memset(&R, 0, sizeof R);
+    if (run_setup(&R, argc, argv)) return TED_EXIT_USAGE;
+    long first_step = R.st.step;
+    for (long s = R.st.step; s < R.c.steps; s++) {
+        StepMetrics m = train_step(&R, s);
+        if (after_step(&R, s, first_step, &m)) return 1;
     }
-    int *inp = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
-    int *tgt = ted_alloc(sizeof(int) * c.micro_batch * T, MEM_TEMP);
-    long nval = data_nwindows(&ds.val, T), saved = -1;
-    if (c.eval_windows > 0 && c.eval_windows < nval) nval = c.eval_windows;
-    long first_step = st.step;
-    CommStats comm_total;
-    memset(&comm_total, 0, sizeof comm_total);
-    double train_ms = 0;
-    for (long s = st.step; s < c.steps; s++) {
-        comm_stats_reset();
-        mem_reset_peaks();
-        double t0 = now_ms();
-        model_zero_grad(&M);
-        memset(&M.rstats, 0, sizeof M.rstats);
-        double lm = 0;
-        for (int a = 0; a < c.grad_accum; a++) {
-            long first = (long)a * c.micro_batch * topo.dp + (long)topo.dp_idx * c.micro_batch;
-            for (int j = 0; j < c.micro_batch; j++)
-                data_sequence(&ds.train, T, st.seed, c.data_sequential, s, first + j, gbatch, inp + j * T, tgt + j * T);
-            mem_set_phase(PHASE_FORWARD);
-            lm += model_forward(&M, inp, tgt, c.micro_batch, T);
-            mem_set_phase(PHASE_BACKWARD);
-            float S = z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
-            model_backward(&M, (float)(S / ntok_step), (float)(S * c.model.aux_coef / ngroups_step),
-                           (float)(S * c.model.z_coef / ntok_step));
-        }
-        mem_set_phase(PHASE_OPTIMIZER);
-        float lr = lr_at(&c, s);
-        double norm = zero_step(&z, &c, lr);
-        buf_sync();
-        mem_set_phase(PHASE_NONE);
-        double sums[5] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices};
-        comm_allreduce(&topo.g[GROUP_DP], sums, 5, DT_F64);
-        double ms = now_ms() - t0;
-        train_ms += ms;
-        comm_accumulate(&comm_total);
-        StepMetrics m = {.step = s + 1, .lm_loss = sums[0] / ntok_step, .lr = lr, .grad_norm = norm, .step_ms = ms,
-                         .tokens_per_s = ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
-        if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
-        m.loss = m.lm_loss + m.aux_loss;
-        m.mfu = mfu_of(flops_tok * m.tokens_per_s, peak * topo.world);
-        m.loss_scale = z.loss_scale;
-        m.skipped = z.skipped;
-        metrics_step(log, &m);
-        if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
-            printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
-                   "%.0f tok/s | MFU %.1f%%\n", s + 1, c.steps, m.loss, m.lm_loss, m.aux_loss, lr, norm,
-                   m.dropped_frac, ms, m.tokens_per_s, 100 * m.mfu);
-        int last = s + 1 == c.steps;
-        if (nval > 0 && ((c.eval_every > 0 && (s + 1) % c.eval_every == 0) || last)) {
-            EvalResult e = evaluate(&M, &ds.val, nval, T);
-            metrics_eval(log, s + 1, e.loss, e.lm, e.aux, e.windows);
-            if (topo.rank == 0) printf("eval step %ld: val_loss %.4f (lm %.4f) over %ld windows\n", s + 1, e.loss, e.lm, e.windows);
-        }
-        if (topo.rank == 0 && c.sample_every > 0 && ((s + 1) % c.sample_every == 0 || last) && c.model.vocab_size == 256) {
-            int np;
-            int *pr = encode_prompt(NULL, "\n", &np);
-            printf("sample: ");
-            sample(&M, NULL, pr, np, 200, 0.8f, 0, c.seed + (uint64_t)s, stdout);
-            ted_free(pr);
-        }
-        st.step = s + 1;
-        if (c.save[0] && ((c.save_every > 0 && (s + 1) % c.save_every == 0) || last)) {
-            st.adam_t = z.t;
-            host_view(&M, &z, 1);
-            if (ckpt_save(c.save, &M, &z, &st)) return 1;
-            device_view(&M, &z, 0);
-            saved = st.step;
-            if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, s + 1);
-        }
+    if (R.topo.rank == 0 && R.topo.world > 1) {
+        comm_summary(stdout, &R.comm_total, R.train_ms, R.c.steps - first_step);
+        if (R.topo.pp > 1 && R.c.steps > first_step)
+            printf("  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n",
+                   R.wait_ms / (R.c.steps - first_step), 100 * R.wait_ms / (R.train_ms > 0 ? R.train_ms : 1));
     }
-    if (topo.rank == 0 && topo.world > 1) comm_summary(stdout, &comm_total, train_ms, c.steps - first_step);
     // with --save a run always ends saved, also when it ran no step (--steps 0: the initial weights)
-    if (c.save[0] && saved != st.step) {
-        st.adam_t = z.t;
-        host_view(&M, &z, 1);
-        if (ckpt_save(c.save, &M, &z, &st)) return 1;
-        if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, st.step);
-    }
-    if (log) fclose(log);
-    ted_free(inp); ted_free(tgt);
-    zero_free(&z);
-    model_free(&M);
-    data_free(&ds);
+    if (R.c.save[0] && R.saved != R.st.step && save_now(&R)) return 1;
+    run_free(&R);
     return 0;
 }
 
@@ -423,7 +489,7 @@ static int load_model(Model *M, Topology *topo, Config *c, const char *load, int
     if (ckpt_read_config(dir, c)) return -1;
     int T = T_override > 0 ? T_override : seq_len_of(c);
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
-    topo_init(topo, 1, 1);
+    topo_init(topo, 1, 1, 1);
     model_build(M, c, topo, B, T);
     return ckpt_load_weights(dir, M);
 }
@@ -453,7 +519,10 @@ int cmd_eval(int argc, char **argv) {
         if (s.tok[i] >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, s.tok[i], c.model.vocab_size); return TED_EXIT_USAGE; }
     long have = data_nwindows(&s, T);
     if (nwin > have) { ted_error("%s: --windows %ld but the file holds %ld windows of %d+1 tokens", data, nwin, have, T); return TED_EXIT_USAGE; }
-    EvalResult e = evaluate(&M, &s, nwin, T);
+    Pipeline P;
+    pipe_init(&P, &M, &c);
+    EvalResult e = evaluate(&P, &s, nwin, T);
+    pipe_free(&P);
     printf("{\"loss\": %.9g, \"lm_loss\": %.9g, \"aux_loss\": %.9g, \"windows\": %ld}\n", e.loss, e.lm, e.aux, e.windows);
     model_free(&M);
     ted_free(s.tok);
@@ -484,7 +553,10 @@ int cmd_generate(int argc, char **argv) {
     int np;
     int *ids = encode_prompt(tok, prompt, &np);
     fputs(prompt, stdout);
-    sample(&M, tok, ids, np, (int)n, (float)t, (int)k, (uint64_t)sd, stdout);
+    Pipeline P;
+    pipe_init(&P, &M, &c);
+    sample(&P, tok, ids, np, (int)n, (float)t, (int)k, (uint64_t)sd, stdout);
+    pipe_free(&P);
     ted_free(ids);
     if (tok) tok_free(tok);
     model_free(&M);
@@ -493,6 +565,18 @@ int cmd_generate(int argc, char **argv) {
 
 // ---------------------------------------------------------------------------------------
 // ted bench: full training steps of the SPEC bench model on random tokens
+
+// Random tokens for the benchmark: from (seed, step, micro-batch) only.
+typedef struct { const Config *c; int step; } BenchBatch;
+static void bench_batch(void *ctx, int mb, int *inp, int *tgt) {
+    const BenchBatch *b = ctx;
+    long n = (long)b->c->micro_batch * (b->c->seq_len > 0 ? b->c->seq_len : b->c->model.n_positions);
+    uint64_t at = (uint64_t)b->step * 4096 + (uint64_t)mb;
+    for (long i = 0; i < n; i++) {
+        inp[i] = (int)(rng_at(b->c->seed, at, (uint64_t)i) % b->c->model.vocab_size);
+        tgt[i] = (int)(rng_at(b->c->seed + 1, at, (uint64_t)i) % b->c->model.vocab_size);
+    }
+}
 
 int cmd_bench(int argc, char **argv) {
     if (has_help(argc, argv)) {
@@ -512,16 +596,24 @@ int cmd_bench(int argc, char **argv) {
     set_threads(c.threads);
     if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
     int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
+    char err[256];
+    if (ted_agree(topo_check(comm_world_size(), c.tp, c.ep, c.pp, err, sizeof err) != 0)) {
+        ted_error("layout: %s", err);
+        return TED_EXIT_USAGE;
+    }
     Topology topo;
-    topo_init(&topo, c.tp, c.ep);
+    topo_init(&topo, c.tp, c.ep, c.pp);
     const char *peak_kind;
     double peak = peak_flops(2048, 4, &peak_kind);
     Model M;
     model_build(&M, &c, &topo, B, T);
+    Pipeline P;
+    pipe_init(&P, &M, &c);
+    pipe_print(&P, &c);
     Zero z;
     zero_init(&z, &M.reg, &topo);
-    int *inp = ted_alloc(sizeof(int) * B * (T + 1), MEM_TEMP), *tgt = ted_alloc(sizeof(int) * B * T, MEM_TEMP);
-    double total = 0, ntok = (double)B * T * c.grad_accum;
+    BenchBatch bb = {&c, 0};
+    double total = 0, wait = 0, ntok = (double)B * T * c.grad_accum;
     CommStats comm_total;
     memset(&comm_total, 0, sizeof comm_total);
     for (int s = 0; s < warm + c.steps; s++) {
@@ -529,28 +621,26 @@ int cmd_bench(int argc, char **argv) {
         comm_stats_reset();
         double t0 = now_ms();
         model_zero_grad(&M);
-        for (int a = 0; a < c.grad_accum; a++) {
-            for (long i = 0; i < (long)B * T; i++) {
-                inp[i] = (int)(rng_at(c.seed, (uint64_t)s, (uint64_t)i) % m->vocab_size);
-                tgt[i] = (int)(rng_at(c.seed + 1, (uint64_t)s, (uint64_t)i) % m->vocab_size);
-            }
-            model_forward(&M, inp, tgt, B, T);
-            model_backward(&M, (float)(1.0 / ntok), m->aux_coef, m->z_coef);
-        }
+        bb.step = s;
+        pipe_train_step(&P, bench_batch, &bb, (float)(1.0 / (ntok * topo.dp)), m->aux_coef, m->z_coef);
+        pipe_sum_tied(&P);
         zero_step(&z, &c, c.lr);
         buf_sync();
-        if (s >= warm) { total += now_ms() - t0; comm_accumulate(&comm_total); }
+        if (s >= warm) { total += now_ms() - t0; wait += P.wait_ms; comm_accumulate(&comm_total); }
     }
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
     double mfu = mfu_of(model_flops_per_token(m, T) * tps, peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
-    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+    if (topo.rank == 0 && topo.pp > 1)
+        fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
+                100 * wait / total);
+    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu}\n", ms, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
+           "\"device_bytes_peak\": %zu}\n", ms, wait / c.steps, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
            peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak);
-    ted_free(inp); ted_free(tgt);
+    pipe_free(&P);
     zero_free(&z);
     model_free(&M);
     return 0;

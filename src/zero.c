@@ -183,8 +183,9 @@ double zero_step(Zero *z, const Config *c, float lr) {
     for (int i = 0; i < r->n; i++) {
         const Param *p = &r->p[i];
         double acc = part[i];
-        // a tensor replicated over TP has the same gradient on every TP rank: count it once
-        if (p->split_dim >= 0 || z->topo->tp_idx == 0) sq += acc;
+        // a tensor replicated over TP has the same gradient on every TP rank: count it once;
+        // so is the tied wte on the first and the last pipeline stage
+        if ((p->split_dim >= 0 || z->topo->tp_idx == 0) && !p->tied_copy) sq += acc;
     }
     comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], &sq, 1, DT_F64);
     double norm = sqrt(sq);

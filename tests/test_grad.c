@@ -246,7 +246,7 @@ static void test_model(const char *name, int E, int k, int moe_every, float cf, 
     m->group_size = group_size; m->aux_coef = aux; m->z_coef = z;
     int B = 4, T = 6;
     Topology topo;
-    topo_init(&topo, 1, 1);
+    topo_init(&topo, 1, 1, 1);
     Model M;
     model_build(&M, &c, &topo, B, T);
     // larger weights than the 0.02 init, so that gradients are O(0.1) and fp32 differences resolve them
