@@ -704,6 +704,8 @@ static int validate_pipeline(const Config *c) {
     RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);
     RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
     RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);
+    RULE(c->pp_schedule == PP_INTERLEAVED && (c->pp < 2 || v < 2),
+         "the interleaved schedule needs pp >= 2 and pipeline.virtual_stages >= 2 (given %d and %d)", c->pp, v);
     RULE((long)c->pp * v > L, "pp x virtual_stages = %ld chunks but the model has %d blocks (n_layer)", (long)c->pp * v, L);
     RULE(c->pp_schedule == PP_INTERLEAVED && c->grad_accum % c->pp != 0,
          "the interleaved schedule needs gradient_accumulation_steps (%d) to be a multiple of pp (%d)", c->grad_accum, c->pp);
