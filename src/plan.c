@@ -3,6 +3,8 @@
 //   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (Eq. 4)
 //   as G grows: NP_base ≤ tp/4 · M_gpu                                    (Eq. 6)
 #include "plan.h"
+#include "config.h"
+#include "schedule.h"
 #include "util.h"
 #include <errno.h>
 #include <stdio.h>
@@ -29,33 +31,63 @@ static void human(double b, char *out, size_t n) {
     snprintf(out, n, "%.2f %s", b, u[i]);
 }
 
-// one layout: its state bytes for N base parameters, and the largest N that fits in mem
-static void row(double N, int E, int G, int tp, int ep, double mem, int wbytes) {
-    int dp = G / tp, edp = dp / ep;
-    double nonexp = 2.0 / 3 * N / tp, exp_ = (double)E / 3 * N / (tp * ep);
+// one layout: its state bytes for N base parameters (a pipeline stage holds 1/pp of them), and
+// the largest N that fits in mem
+static void row(double N, int E, int G, int tp, int ep, int pp, double mem, int wbytes) {
+    int dp = G / (tp * pp), edp = dp / ep;
+    double nonexp = 2.0 / 3 * N / (tp * pp), exp_ = (double)E / 3 * N / (tp * ep * pp);
     double bytes = plan_state_bytes(nonexp, exp_, dp, edp, wbytes);
     double per_base = bytes / N, largest = mem / per_base;
     char b[32];
     human(bytes, b, sizeof b);
+    if (pp > 1) printf("  pp %-3d", pp);
     printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes (%s)  %-4s  largest base model %.3g params "
            "(Eq. 6 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
-           (double)tp / (2 * wbytes) * mem);
+           (double)tp * pp / (2 * wbytes) * mem);
+}
+
+// The pipeline: each schedule's ideal bubble for m micro-batches and, given the model's shape,
+// the activations stage 0 holds (per block and micro-batch, in 16 bits, T·B·d·(34 + 5·a·T/d) bytes:
+// the usual count for a GPT block without recomputation; fp32 doubles it).
+static void pipeline_rows(int pp, int m, int v, const double *shape, int wbytes) {
+    printf("pipeline pp %d, m %d micro-batches: ideal bubble gpipe %.3f, 1f1b %.3f, interleaved (v %d) %.3f\n", pp, m,
+           sched_ideal_bubble(PP_GPIPE, pp, 1, m), sched_ideal_bubble(PP_1F1B, pp, 1, m), v,
+           sched_ideal_bubble(PP_INTERLEAVED, pp, v, m));
+    double d = shape[0], L = shape[1], T = shape[2], B = shape[3], a = shape[4];
+    if (!(d > 0 && L > 0 && T > 0 && B > 0 && a > 0)) return;
+    double block = T * B * d * (34 + 5 * a * T / d) * wbytes / 2, per_stage = L / pp;
+    double held[3] = {m * per_stage, (m < pp ? m : pp) * per_stage,
+                      ((pp - 1) * 2.0 + (v - 1) * pp + 1 < (double)m * v ? (pp - 1) * 2.0 + (v - 1) * pp + 1 : (double)m * v) *
+                          per_stage / v};
+    const char *name[3] = {"gpipe", "1f1b", "interleaved"};
+    for (int k = 0; k < 3; k++) {
+        char b[32];
+        human(held[k] * block, b, sizeof b);
+        printf("  activations on stage 0, %-11s %.1f blocks x micro-batches: %s\n", name[k], held[k], b);
+    }
 }
 
 int plan_main(int argc, char **argv) {
-    const char *vals[7] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16"};
-    const char *names[7] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision"};
+    enum { NOPT = 15 };
+    const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", "1", "8", "2", "0", "0", "0", "0", "0"};
+    const char *names[NOPT] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision",
+                               "--pp", "--micro-batches", "--virtual", "--hidden", "--layers", "--seq-len",
+                               "--micro-batch", "--heads"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: ted plan --base-params N --experts E --gpus G [--tp T] [--ep P] [--gpu-mem BYTES]\n"
-                   "                [--precision bf16|fp32]\n"
+                   "                [--precision bf16|fp32] [--pp P [--micro-batches M] [--virtual V]\n"
+                   "                [--hidden D --layers L --seq-len T --micro-batch B --heads A]]\n"
                    "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
                    "  an N-parameter base model) under TED with ZeRO-1 (seed 000 Eq. 4), and the largest base\n"
-                   "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n");
+                   "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n"
+                   "  With --pp each stage holds 1/P of the model; the ideal bubble of each schedule for M\n"
+                   "  micro-batches (default 8; interleaved with V chunks per stage, default 2) and, given the\n"
+                   "  model's shape, the activations stage 0 holds under each schedule.\n");
             return 0;
         }
         int k = -1;
-        for (int j = 0; j < 7; j++) if (!strcmp(argv[i], names[j])) k = j;
+        for (int j = 0; j < NOPT; j++) if (!strcmp(argv[i], names[j])) k = j;
         if (k < 0) { ted_error("plan: unknown option %s (see ted plan --help)", argv[i]); return TED_EXIT_USAGE; }
         if (i + 1 >= argc) { ted_error("plan: %s needs a value", argv[i]); return TED_EXIT_USAGE; }
         vals[k] = argv[++i];
@@ -67,6 +99,10 @@ int plan_main(int argc, char **argv) {
         (vals[3] && num("--tp", vals[3], 1, &T)) || (vals[4] && num("--ep", vals[4], 1, &P)) ||
         num("--gpu-mem", vals[5], 1, &mem))
         return TED_EXIT_USAGE;
+    double pipe[3], shape[5];
+    for (int j = 0; j < 3; j++) if (num(names[7 + j], vals[7 + j], 1, &pipe[j])) return TED_EXIT_USAGE;
+    for (int j = 0; j < 5; j++) if (num(names[10 + j], vals[10 + j], 0, &shape[j])) return TED_EXIT_USAGE;
+    int pp = (int)pipe[0];
     int wbytes = !strcmp(vals[6], "fp32") ? 4 : !strcmp(vals[6], "bf16") || !strcmp(vals[6], "fp16") ? 2 : 0;
     if (!wbytes) { ted_error("plan: --precision must be bf16, fp16 or fp32, got \"%s\"", vals[6]); return TED_EXIT_USAGE; }
     int e = (int)E, g = (int)G;
@@ -74,13 +110,17 @@ int plan_main(int argc, char **argv) {
            N, e, 2.0 / 3 * N, E / 3 * N, g, mem);
     int shown = 0;
     for (int tp = 1; tp <= g; tp++) {
-        if (g % tp || (T && tp != (int)T)) continue;
+        if (g % ((long)tp * pp) || (T && tp != (int)T)) continue;
         for (int ep = 1; ep <= e; ep++) {
-            if (e % ep || (g / tp) % ep || (P && ep != (int)P)) continue;
-            row(N, e, g, tp, ep, mem, wbytes);
+            if (e % ep || (g / (tp * pp)) % ep || (P && ep != (int)P)) continue;
+            row(N, e, g, tp, ep, pp, mem, wbytes);
             shown++;
         }
     }
-    if (!shown) { ted_error("plan: no layout: --tp must divide --gpus, and --ep divide both --experts and gpus/tp"); return TED_EXIT_USAGE; }
+    if (!shown) {
+        ted_error("plan: no layout: pp x tp must divide --gpus, and --ep divide both --experts and gpus/(pp x tp)");
+        return TED_EXIT_USAGE;
+    }
+    if (pp > 1) pipeline_rows(pp, (int)pipe[1], (int)pipe[2], shape, wbytes);
     return 0;
 }

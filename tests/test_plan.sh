@@ -13,8 +13,17 @@ expect "every dividing layout listed (tp 1: ep 1,2,4,8; tp 2: 1,2,4; tp 4: 1,2; 
 # fp32: 8 bytes of weights + gradients per parameter: tp 1 ep 8 dp 8 edp 1: (8+1.5)·8.667e8 + (8+12)·4.333e8
 out=$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8 --tp 1 --ep 8 --precision fp32)
 expect "fp32 state bytes" 'grep -q " 16900000000 bytes" <<<"$out"'
+# pp 2 (tp 2, ep 2 of 8 GPUs: dp 2, edp 1): a stage holds half: (4 + 12/2)·2.1667e8 + (4 + 12/1)·4.3333e8 = 9.1e9
+out=$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8 --tp 2 --ep 2 --pp 2 --micro-batches 8 --hidden 2048 \
+      --layers 24 --seq-len 2048 --micro-batch 1 --heads 16)
+expect "pp 2 state bytes" 'grep -q "pp 2    tp 2   ep 2    dp 2     edp 1 *9100000000 bytes" <<<"$out"'
+# bubbles: (2-1)/(8+2-1) = 0.111; interleaved v 2: 1/(16+1) = 0.059
+expect "pp 2 bubbles" 'grep -q "gpipe 0.111, 1f1b 0.111, interleaved (v 2) 0.059" <<<"$out"'
+# a block's activations: 2048·1·2048·(34 + 5·16·2048/2048) = 478150656 bytes; gpipe 8·12 blocks: 45.90 GB,
+# 1f1b 2·12: 11.48 GB, interleaved min(2·1+1·2+1, 16) = 5 chunk micro-batches of 6 blocks: 14.34 GB
+expect "pp 2 activations" 'grep -q "gpipe       96.0 .*45.90 GB" <<<"$out" && grep -q "1f1b        24.0 .*11.48 GB" <<<"$out" && grep -q "interleaved 30.0 .*14.34 GB" <<<"$out"'
 for bad in "--experts 8 --gpus 8" "--base-params x --experts 8 --gpus 8" "--base-params 1e9 --experts 8 --gpus 8 --tp 3" \
-           "--base-params 1e9 --experts 8 --gpus 8 --precision fp8" "--base-params 1e9 --experts 8 --gpus 8 --frob 1"; do
+           "--base-params 1e9 --experts 8 --gpus 8 --precision fp8" "--base-params 1e9 --experts 8 --gpus 8 --frob 1" "--base-params 1e9 --experts 8 --gpus 8 --pp 3"; do
   set +e; err=$("$TED" plan $bad 2>&1 >/dev/null); rc=$?; set -e
   expect "bad input ($bad): exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <<<"$err") -eq 1 ] && grep -q "^ted: plan" <<<"$err"'
 done
