@@ -91,6 +91,9 @@ run emu4-opt "${four[@]}" --dtd --cac
 check "4 emulated ranks (tp 2, ep 2, --dtd --cac) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-opt.jsonl" 1e-4
 run emu4-bf16 "${four[@]}" --bf16
 check "bf16 4 emulated ranks (tp 2, ep 2) within 2e-2 of 1 emulated rank" "$TED_TMP/emu-bf16.jsonl" "$TED_TMP/emu4-bf16.jsonl" 2e-2
+# the pipeline on emulated GPUs: 2 stages of tp 2, messages staged through the host
+run emu4-pp "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${model[@]}" --device cuda --pp 2 --tp 2
+check "4 emulated ranks (pp 2, tp 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-pp.jsonl" 1e-4
 # checkpoints at step 3 (of a 5-step run: the schedule stays that of 5 steps) and 5: the
 # emulated GPU's weights and optimizer state equal the CPU's; resumed from step 3 (its own
 # checkpoint, or the CPU's), it continues as the unbroken run
