@@ -1,6 +1,7 @@
 // checkpoint.c — save and load (see checkpoint.h). Tensors are stored full: this rank's
 // slices are placed through param_full_index, so the files do not depend on the layout.
 #include "checkpoint.h"
+#include "runinfo.h"
 #include "alloc.h"
 #include "comm.h"
 #include "half.h"
@@ -123,6 +124,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
                  st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
+        if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
         if (rc) rm_tree(tmp);
         else {   // swap in: an existing checkpoint of the same step goes only once the new one is whole
             rm_tree(old);

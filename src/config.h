@@ -57,6 +57,8 @@ typedef struct {
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
     int device;           // 0 cpu, 1 cuda (--device)
+    float peak_tflops;    // --peak-tflops: the MFU peak per process (0: measured)
+    int train_batch_size; // DeepSpeed's global batch; 0 = not given (checked = mb·accum·dp)
 } Config;
 
 // Defaults (the values a run gets with neither JSON nor flags).
@@ -73,6 +75,11 @@ int config_validate(const Config *c);
 char *config_model_json(const Config *c);
 // Reads a checkpoint's config.json (flat model and moe keys) into c->model and c->seq_len.
 int config_load_model_json(Config *c, const char *path);
+// Calls fn for every setting (name = the flag without "--", or the JSON key for JSON-only
+// ones), with its JSON key (NULL: flag only), its value in c as text, and the value's JSON
+// type: 'n' number, 'b' bool, 's' string, 'r' raw JSON.
+typedef void (*SettingFn)(void *ctx, const char *name, const char *json, const char *value, char type);
+void config_each_setting(const Config *c, SettingFn fn, void *ctx);
 // Prints the help of `ted train` (every option).
 void config_print_train_help(void);
 // Derived values.

@@ -1,6 +1,7 @@
 // main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench.
 #include "comm.h"
 #include "plan.h"
+#include "progress.h"
 #include "tokenizer.h"
 #include "train.h"
 #include "util.h"
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    progress_line_buffered();   // a console redirected to a file shows each line as it is printed
     comm_init(&argc, &argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

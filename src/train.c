@@ -7,9 +7,12 @@
 #include "comm.h"
 #include "data.h"
 #include "metrics.h"
+#include "mfu.h"
 #include "model.h"
+#include "progress.h"
 #include "plan.h"
 #include "rng.h"
+#include "runinfo.h"
 #include "tokenizer.h"
 #include "util.h"
 #include "zero.h"
@@ -43,15 +46,7 @@ static int start_device(const Config *c) {
 static void host_view(Model *M, Zero *z, int copy) { reg_host_view(&M->reg, copy); zero_host_view(z, copy); }
 static void device_view(Model *M, Zero *z, int copy) { reg_device_view(&M->reg, copy); zero_device_view(z, copy); }
 
-// The peak that MFU is against: the sgemm rate measured here on the CPU; on a GPU its datasheet
-// dense bf16 rate (0 when the GPU is not known: MFU is then reported as 0).
-static double peak_flops(int n, int reps, const char **what) {
-#ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) { *what = "datasheet bf16"; return cu_peak_flops(); }
-#endif
-    *what = "sgemm";
-    return sgemm_peak_flops(n, reps);
-}
+// MFU against the run's peak (mfu.c); 0 when the peak is not known (an unknown GPU).
 static double mfu_of(double flops_per_s, double peak) { return peak > 0 ? flops_per_s / peak : 0; }
 
 static int n_moe_layers(const ModelConfig *m) {
@@ -170,7 +165,8 @@ static int find_flag(int argc, char **argv, const char *name, const char **val) 
 }
 
 // Config from --config and flags; 0 or -1 (one line printed).
-static int load_config(Config *c, int argc, char **argv) {
+// With --resume, the model comes from the checkpoint (resolved into ckdir).
+static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t cklen) {
     config_defaults(c);
     const char *path;
     if (find_flag(argc, argv, "--config", &path)) {
@@ -178,22 +174,19 @@ static int load_config(Config *c, int argc, char **argv) {
         if (config_load_json(c, path)) return -1;
     }
     if (config_apply_flags(c, argc, argv, 1)) return -1;
+    if (runinfo_resolve(c, argc, argv, ckdir, cklen)) return -1;
     return config_validate(c);
 }
 
 // Everything that can be wrong with a run's inputs, checked before any allocation of the
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
-    if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
+    if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / c->tp;
     if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
-    if (c->resume[0]) {   // the checkpoint must be of this model
-        if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
-        Config k = *c;
-        if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
-    }
+    if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
         ted_error("%s: token id %d does not fit vocab_size %d", c->data, ds->max_token, c->model.vocab_size);
@@ -253,16 +246,17 @@ int cmd_train(int argc, char **argv) {
         if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
     } else zero_init(&z, &M.reg, &topo);
     const char *peak_kind;
-    double peak = peak_flops(1024, 5, &peak_kind);
-    double flops_tok = model_flops_per_token(&c.model, T);
+    double peak = mfu_peak_flops(&c, &topo, &peak_kind);
     long gbatch = (long)c.micro_batch * c.grad_accum * topo.dp;
     double ntok_step = (double)gbatch * T;
     double ngroups_step = (double)gbatch / c.model.group_size;
     int nmoe = n_moe_layers(&c.model);
     if (topo.rank == 0)
         printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "%s peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
+               "MFU against %s peak %.1f GFLOP/s\n", model_num_params(&c.model), nmoe, c.model.num_experts, c.model.top_k, T,
                gbatch, peak_kind, peak * 1e-9);
+    runinfo_start(&c, argc, argv, &ds, T, topo.world, topo.dp, topo.rank == 0);
+    runinfo_log(log);
     {   // the memory model (seed 000 Eq. 4) with this run's parameter counts, next to what was allocated
         double np_exp = 0, np_all = 0;
         for (int i = 0; i < M.reg.n; i++) {
@@ -286,6 +280,8 @@ int cmd_train(int argc, char **argv) {
     CommStats comm_total;
     memset(&comm_total, 0, sizeof comm_total);
     double train_ms = 0;
+    Progress prog;
+    progress_start(&prog, first_step, c.steps, ntok_step, topo.rank == 0);
     for (long s = st.step; s < c.steps; s++) {
         comm_stats_reset();
         mem_reset_peaks();
@@ -318,19 +314,16 @@ int cmd_train(int argc, char **argv) {
                          .tokens_per_s = ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
         if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
         m.loss = m.lm_loss + m.aux_loss;
-        m.mfu = mfu_of(flops_tok * m.tokens_per_s, peak * topo.world);
+        m.mfu = mfu_of(mfu_flops_per_token(&c.model, T, m.dropped_frac) * m.tokens_per_s, peak);
         m.loss_scale = z.loss_scale;
         m.skipped = z.skipped;
         metrics_step(log, &m);
-        if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
-            printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
-                   "%.0f tok/s | MFU %.1f%%\n", s + 1, c.steps, m.loss, m.lm_loss, m.aux_loss, lr, norm,
-                   m.dropped_frac, ms, m.tokens_per_s, 100 * m.mfu);
+        progress_step(&prog, &m, peak, c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step));
         int last = s + 1 == c.steps;
         if (nval > 0 && ((c.eval_every > 0 && (s + 1) % c.eval_every == 0) || last)) {
             EvalResult e = evaluate(&M, &ds.val, nval, T);
             metrics_eval(log, s + 1, e.loss, e.lm, e.aux, e.windows);
-            if (topo.rank == 0) printf("eval step %ld: val_loss %.4f (lm %.4f) over %ld windows\n", s + 1, e.loss, e.lm, e.windows);
+            progress_eval(&prog, s + 1, e.loss, e.lm, e.windows);
         }
         if (topo.rank == 0 && c.sample_every > 0 && ((s + 1) % c.sample_every == 0 || last) && c.model.vocab_size == 256) {
             int np;
@@ -356,7 +349,9 @@ int cmd_train(int argc, char **argv) {
         host_view(&M, &z, 1);
         if (ckpt_save(c.save, &M, &z, &st)) return 1;
         if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, st.step);
+        saved = st.step;
     }
+    progress_summary(&prog, st.step, c.save, c.save[0] ? saved : -1, c.log);
     if (log) fclose(log);
     ted_free(inp); ted_free(tgt);
     zero_free(&z);
@@ -515,7 +510,7 @@ int cmd_bench(int argc, char **argv) {
     Topology topo;
     topo_init(&topo, c.tp, c.ep);
     const char *peak_kind;
-    double peak = peak_flops(2048, 4, &peak_kind);
+    double peak = mfu_peak_flops(&c, &topo, &peak_kind);
     Model M;
     model_build(&M, &c, &topo, B, T);
     Zero z;
@@ -542,12 +537,12 @@ int cmd_bench(int argc, char **argv) {
         if (s >= warm) { total += now_ms() - t0; comm_accumulate(&comm_total); }
     }
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
-    double mfu = mfu_of(model_flops_per_token(m, T) * tps, peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
+    double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu}\n", ms, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
+           "\"device_bytes_peak\": %zu}\n", ms, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
            peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak);
     ted_free(inp); ted_free(tgt);

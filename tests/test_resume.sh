@@ -56,6 +56,7 @@ def read(path):
     train, val = {}, {}
     for n, line in enumerate(open(path), 1):
         o = json.loads(line, parse_float=str, parse_int=str)   # numbers kept as their exact text
+        if 'run' in o: continue   # the run's settings
         step = int(o['step'])
         if 'val_loss' in o: val[step] = o['val_loss']
         else:
