@@ -62,7 +62,7 @@ static int seq_len_of(const Config *c) { return c->seq_len > 0 ? c->seq_len : c-
 
 typedef struct { double loss, lm, aux; long windows; } EvalResult;
 
-static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
+static EvalResult evaluate(Model *M, const Split *s, long nwin, int T, Ticker *tk) {
     const Topology *tp = M->topo;
     int mb = M->Bmax, dp = tp->dp;
     long per = (long)mb * dp, nb = (nwin + per - 1) / per;
@@ -83,6 +83,7 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
         sums[1] += M->rstats.aux_sum - before.aux_sum;
         sums[2] += M->rstats.z_sum - before.z_sum;
         sums[3] += nmoe ? (double)(M->rstats.groups - before.groups) / nmoe : 0;
+        if (tk) ticker_update(tk, (double)(first + B));
     }
     M->uneven = 0;
     comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
@@ -321,7 +322,7 @@ int cmd_train(int argc, char **argv) {
         progress_step(&prog, &m, peak, c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step));
         int last = s + 1 == c.steps;
         if (nval > 0 && ((c.eval_every > 0 && (s + 1) % c.eval_every == 0) || last)) {
-            EvalResult e = evaluate(&M, &ds.val, nval, T);
+            EvalResult e = evaluate(&M, &ds.val, nval, T, NULL);
             metrics_eval(log, s + 1, e.loss, e.lm, e.aux, e.windows);
             progress_eval(&prog, s + 1, e.loss, e.lm, e.windows);
         }
@@ -420,38 +421,65 @@ static int load_model(Model *M, Topology *topo, Config *c, const char *load, int
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1);
     model_build(M, c, topo, B, T);
-    return ckpt_load_weights(dir, M);
+    if (ckpt_load_weights(dir, M)) return -1;
+    long step = runinfo_ckpt_step(dir);
+    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, step, model_num_params(&c->model));
+    return 0;
+}
+
+// The split that `ted eval` scores: the validation split of --data as training makes it (the
+// last 10 % of a text file, or the *_val_* shards), its training split, or a whole file.
+static int eval_split(const char *data, const char *which, Dataset *ds, Split **s) {
+    memset(ds, 0, sizeof *ds);
+    if (!strcmp(which, "all")) {
+        *s = &ds->train;
+        if (data_load_whole(*s, data)) return -1;
+        for (long i = 0; i < (*s)->n; i++) if ((*s)->tok[i] > ds->max_token) ds->max_token = (*s)->tok[i];
+        return 0;
+    }
+    if (strcmp(which, "val") && strcmp(which, "train")) { ted_error("eval: --split must be val, train or all, got \"%s\"", which); return -1; }
+    *s = !strcmp(which, "val") ? &ds->val : &ds->train;
+    return data_load(ds, data);
 }
 
 int cmd_eval(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted eval --load CKPT --data FILE --windows N [--micro-batch B] [--seq-len T]\n"
-               "  Mean loss over the first N windows of the whole FILE (window i = tokens [iT, iT+T+1)),\n"
-               "  printed as {\"loss\", \"lm_loss\", \"aux_loss\", \"windows\"}. T defaults to the checkpoint's seq_len.\n");
+        printf("usage: ted eval --load CKPT --data FILE|PATTERN [--split val|train|all] [--windows N|all]\n"
+               "                [--micro-batch B] [--seq-len T]\n"
+               "  Mean loss of a checkpoint over the first N windows (default all) of a split of the data, split\n"
+               "  as training splits it (default val: the last 10 %% of a text file, or the *_val_* shards of a\n"
+               "  pattern; all: the whole of one file). Window i = tokens [iT, iT+T+1); T defaults to the\n"
+               "  checkpoint's seq_len. Prints {\"loss\", \"lm_loss\", \"aux_loss\", \"windows\", \"split\"}; progress\n"
+               "  goes to stderr. With the whole val split this is the val_loss the training log reports.\n");
         return 0;
     }
-    const char *load = NULL, *data = NULL, *win = NULL, *mbs = "8", *tls = "0";
-    Opt o[] = {{"--load", &load}, {"--data", &data}, {"--windows", &win}, {"--micro-batch", &mbs}, {"--seq-len", &tls}};
-    long nwin, mb, Tl;
-    if (parse_opts(argc, argv, o, 5, "eval")) return TED_EXIT_USAGE;
+    const char *load = NULL, *data = NULL, *win = "all", *mbs = "8", *tls = "0", *which = "val";
+    Opt o[] = {{"--load", &load}, {"--data", &data}, {"--windows", &win}, {"--micro-batch", &mbs}, {"--seq-len", &tls},
+               {"--split", &which}};
+    long nwin = 0, mb, Tl;
+    if (parse_opts(argc, argv, o, 6, "eval")) return TED_EXIT_USAGE;
     if (!data) { ted_error("eval: --data FILE is required"); return TED_EXIT_USAGE; }
-    if (!win) { ted_error("eval: --windows N is required"); return TED_EXIT_USAGE; }
-    if (to_long("eval", "--windows", win, 1, 1L << 40, &nwin) || to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) ||
-        to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
+    if ((strcmp(win, "all") && to_long("eval", "--windows", win, 1, 1L << 40, &nwin)) ||
+        to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) || to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
         return TED_EXIT_USAGE;
-    Split s;
-    if (data_load_whole(&s, data)) return TED_EXIT_USAGE;   // the loader printed its line
+    Dataset ds;
+    Split *s;
+    if (eval_split(data, which, &ds, &s)) return TED_EXIT_USAGE;   // the loader printed its line
     Model M; Topology topo; Config c;
     if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl)) return TED_EXIT_USAGE;
     int T = M.T;
-    for (long i = 0; i < s.n; i++)
-        if (s.tok[i] >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, s.tok[i], c.model.vocab_size); return TED_EXIT_USAGE; }
-    long have = data_nwindows(&s, T);
-    if (nwin > have) { ted_error("%s: --windows %ld but the file holds %ld windows of %d+1 tokens", data, nwin, have, T); return TED_EXIT_USAGE; }
-    EvalResult e = evaluate(&M, &s, nwin, T);
-    printf("{\"loss\": %.9g, \"lm_loss\": %.9g, \"aux_loss\": %.9g, \"windows\": %ld}\n", e.loss, e.lm, e.aux, e.windows);
+    if (ds.max_token >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, ds.max_token, c.model.vocab_size); return TED_EXIT_USAGE; }
+    long have = data_nwindows(s, T);
+    if (!have) { ted_error("%s: the %s split holds no window of %d+1 tokens", data, which, T); return TED_EXIT_USAGE; }
+    if (!nwin) nwin = have;
+    if (nwin > have) { ted_error("%s: --windows %ld but the %s split holds %ld windows of %d+1 tokens", data, nwin, which, have, T); return TED_EXIT_USAGE; }
+    Ticker tk;
+    ticker_start(&tk, "eval", "windows", (double)nwin, stderr);
+    EvalResult e = evaluate(&M, s, nwin, T, &tk);
+    printf("{\"loss\": %.9g, \"lm_loss\": %.9g, \"aux_loss\": %.9g, \"windows\": %ld, \"split\": \"%s\"}\n", e.loss, e.lm,
+           e.aux, e.windows, which);
     model_free(&M);
-    ted_free(s.tok);
+    data_free(&ds);
     return 0;
 }
 
