@@ -120,6 +120,7 @@ static void warn_training_changes(const Settings *S, const char *dir) {
         const Setting *s = &S->s[i];
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, s->name);
         if (is_model_key(s) || quiet_on_resume(s->name) || !j || same_value(s, j)) continue;
+        if (!strcmp(s->name, "min-lr") && sources[i] == 'd') continue;   // lr/10 follows lr
         char *old = cJSON_PrintUnformatted(j);
         n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s %s -> %s", n ? ", " : "", s->name, old, s->value);
         cJSON_free(old);
