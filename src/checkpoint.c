@@ -5,6 +5,7 @@
 #include "alloc.h"
 #include "comm.h"
 #include "half.h"
+#include "hfconfig.h"
 #include "safetensors.h"
 #include "util.h"
 #include <cjson/cJSON.h>
@@ -113,7 +114,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
         if (!rc) {
-            char *cfg = config_model_json(&M->cfg);
+            char *cfg = hf_config_json(&M->cfg);
             snprintf(path, sizeof path, "%s/config.json", tmp);
             rc = write_text(path, cfg);
             ted_free(cfg);

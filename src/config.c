@@ -4,6 +4,7 @@
 // the training config and the checkpoint config, and the flag table also prints the help.
 #include "config.h"
 #include "alloc.h"
+#include "hfconfig.h"
 #include "util.h"
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -329,6 +330,7 @@ int config_load_json(Config *c, const char *path) {
 int config_load_model_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
+    hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     int rc = walk(&tmp, root, flat_model_keys, "", path);
     for (const JKey *k = flat_model_keys; rc == 0 && k->name; k++) {
