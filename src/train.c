@@ -13,6 +13,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "runinfo.h"
+#include "sample.h"
 #include "tokenizer.h"
 #include "util.h"
 #include "zero.h"
@@ -93,45 +94,6 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T, Ticker *t
     if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok;
     r.loss = r.lm + r.aux;
     return r;
-}
-
-// ---------------------------------------------------------------------------------------
-// sampling: the full context through the model for each new token (no KV cache)
-
-static void sample(Model *M, const Tokenizer *tok, const int *prompt, int np, int ntok, float temperature,
-                   int top_k, uint64_t seed, FILE *out) {
-    int T = M->T, V = M->V, n = np;
-    int *ctx = ted_alloc(sizeof(int) * (np + ntok + 1), MEM_TEMP);
-    memcpy(ctx, prompt, sizeof(int) * np);
-    float *p = ted_alloc(sizeof(float) * V, MEM_TEMP);
-    char piece[512];
-    for (int i = 0; i < ntok; i++) {
-        int start = n > T ? n - T : 0, len = n - start;
-        model_forward(M, ctx + start, NULL, 1, len);
-        const float *lg = M->full_logits + (long)(len - 1) * V;
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) { p[v] = lg[v] / (temperature > 0 ? temperature : 1e-6f); if (p[v] > mx) mx = p[v]; }
-        if (top_k > 0 && top_k < V) {   // keep the top_k largest
-            float *sorted = ted_alloc(sizeof(float) * V, MEM_TEMP);
-            memcpy(sorted, p, sizeof(float) * V);
-            for (int a = 0; a < top_k; a++)   // partial selection
-                for (int b = a + 1; b < V; b++) if (sorted[b] > sorted[a]) { float t = sorted[a]; sorted[a] = sorted[b]; sorted[b] = t; }
-            float cut = sorted[top_k - 1];
-            for (int v = 0; v < V; v++) if (p[v] < cut) p[v] = -INFINITY;
-            ted_free(sorted);
-        }
-        double s = 0;
-        for (int v = 0; v < V; v++) { p[v] = expf(p[v] - mx); s += p[v]; }
-        double u = rng_uniform(rng_at(seed, 0x73616d70ull, (uint64_t)i)) * s, acc = 0;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) { acc += p[v]; if (acc >= u) { next = v; break; } }
-        ctx[n++] = next;
-        if (tok) { int k = tok_decode(tok, next, piece); fwrite(piece, 1, k, out); }
-        else fputc(next, out);
-        fflush(out);
-    }
-    fputc('\n', out);
-    ted_free(ctx); ted_free(p);
 }
 
 static int *encode_prompt(const Tokenizer *tok, const char *text, int *n) {
@@ -330,7 +292,8 @@ int cmd_train(int argc, char **argv) {
             int np;
             int *pr = encode_prompt(NULL, "\n", &np);
             printf("sample: ");
-            sample(&M, NULL, pr, np, 200, 0.8f, 0, c.seed + (uint64_t)s, stdout);
+            SampleOpts so = {200, 0.8f, 0, 1.0f, NULL, c.seed + (uint64_t)s};
+            sample_text(&M, NULL, pr, np, &so, stdout);
             ted_free(pr);
         }
         st.step = s + 1;
@@ -485,29 +448,45 @@ int cmd_eval(int argc, char **argv) {
 
 int cmd_generate(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted generate --load CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-               "                    [--encoder DIR]\n"
-               "  Samples N tokens (default 200) after the prompt; temperature 1.0, top-k 0 (all), seed 1337.\n"
-               "  Byte models print bytes; GPT-2 vocabulary models decode with DIR/encoder.json (default data/gpt2).\n");
+        printf("usage: ted generate --load CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
+               "                    [--stop TEXT] [--num-samples S] [--seed N] [--encoder DIR]\n"
+               "  Samples up to N tokens (default 200) after the prompt; temperature 1.0, top-k 0 (all), top-p 1.0\n"
+               "  (all; else the smallest set of tokens holding that probability), seed 1337. --stop ends a sample\n"
+               "  once its text contains TEXT. --num-samples S prints S samples (seeds N, N+1, ...), each under a\n"
+               "  \"--- sample i/S\" line. Byte models print bytes; GPT-2 vocabulary models decode with\n"
+               "  DIR/encoder.json (default data/gpt2). The text streams to stdout; progress goes to stderr.\n");
         return 0;
     }
     const char *load = NULL, *prompt = "\n", *ntok = "200", *temp = "1.0", *topk = "0", *seed = "1337", *enc = "data/gpt2";
+    const char *topp = "1.0", *stop = NULL, *nsamp = "1";
     Opt o[] = {{"--load", &load}, {"--prompt", &prompt}, {"--tokens", &ntok}, {"--temperature", &temp},
-               {"--top-k", &topk}, {"--seed", &seed}, {"--encoder", &enc}};
-    long n, k, sd;
-    double t;
-    if (parse_opts(argc, argv, o, 7, "generate")) return TED_EXIT_USAGE;
+               {"--top-k", &topk}, {"--seed", &seed}, {"--encoder", &enc}, {"--top-p", &topp}, {"--stop", &stop},
+               {"--num-samples", &nsamp}};
+    long n, k, sd, ns;
+    double t, tp;
+    if (parse_opts(argc, argv, o, 10, "generate")) return TED_EXIT_USAGE;
     if (to_long("generate", "--tokens", ntok, 0, 1 << 20, &n) || to_long("generate", "--top-k", topk, 0, 1 << 20, &k) ||
-        to_long("generate", "--seed", seed, 0, (1L << 62), &sd) || to_float("generate", "--temperature", temp, 0, &t))
+        to_long("generate", "--seed", seed, 0, (1L << 62), &sd) || to_float("generate", "--temperature", temp, 0, &t) ||
+        to_float("generate", "--top-p", topp, 0, &tp) || to_long("generate", "--num-samples", nsamp, 1, 1 << 20, &ns))
         return TED_EXIT_USAGE;
+    if (!(tp > 0 && tp <= 1)) { ted_error("generate: --top-p must be in (0, 1], got \"%s\"", topp); return TED_EXIT_USAGE; }
+    if (stop && !stop[0]) { ted_error("generate: --stop needs a non-empty text"); return TED_EXIT_USAGE; }
     Model M; Topology topo; Config c;
     if (load_model(&M, &topo, &c, load, 1, 0)) return TED_EXIT_USAGE;
     Tokenizer *tok = NULL;
     if (c.model.vocab_size != 256 && !(tok = tok_load(enc))) return TED_EXIT_USAGE;
     int np;
     int *ids = encode_prompt(tok, prompt, &np);
-    fputs(prompt, stdout);
-    sample(&M, tok, ids, np, (int)n, (float)t, (int)k, (uint64_t)sd, stdout);
+    double t0 = now_ms();
+    long made = 0;
+    for (long i = 0; i < ns; i++) {
+        if (ns > 1) printf("--- sample %ld/%ld\n", i + 1, ns);
+        fputs(prompt, stdout);
+        SampleOpts so = {(int)n, (float)t, (int)k, (float)tp, stop, (uint64_t)sd + (uint64_t)i};
+        made += sample_text(&M, tok, ids, np, &so, stdout);
+    }
+    double ms = now_ms() - t0;
+    fprintf(stderr, "generated %ld tokens in %.1f s (%.1f tokens/s)\n", made, ms * 1e-3, made / (ms * 1e-3 + 1e-9));
     ted_free(ids);
     if (tok) tok_free(tok);
     model_free(&M);
