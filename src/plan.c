@@ -3,7 +3,10 @@
 //   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (Eq. 4)
 //   as G grows: NP_base ≤ tp/4 · M_gpu                                    (Eq. 6)
 #include "plan.h"
+#include "config.h"
+#include "model.h"
 #include "util.h"
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +16,20 @@ double plan_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp
     return (2.0 * wbytes + 12.0 / dp) * np_nonexp_gpu + (2.0 * wbytes + 12.0 / edp) * np_exp_gpu;
 }
 
+// A number with an optional size suffix: K, M, B or G (1e9), T; "6.7B", "80GB", "1.3e9".
 static int num(const char *flag, const char *s, double lo, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo)) { ted_error("plan: %s must be a number >= %g, got \"%s\"", flag, lo, s); return -1; }
+    int ok = !errno && end != s;
+    if (ok && *end) {
+        const char *u = "KMBGT";
+        const double scale[] = {1e3, 1e6, 1e9, 1e9, 1e12};
+        const char *at = strchr(u, toupper((unsigned char)*end));
+        ok = at != NULL && (!end[1] || (toupper((unsigned char)end[1]) == 'B' && !end[2] && *end != 'B' && *end != 'b'));
+        if (ok) v *= scale[at - u];
+    }
+    if (!ok || !(v >= lo)) { ted_error("plan: %s must be a number >= %g (suffixes K M B T, e.g. 6.7B), got \"%s\"", flag, lo, s); return -1; }
     *out = v;
     return 0;
 }
@@ -42,33 +54,64 @@ static void row(double N, int E, int G, int tp, int ep, double mem, int wbytes) 
            (double)tp / (2 * wbytes) * mem);
 }
 
+// A ted train config's own model: its exact non-expert and expert parameter counts.
+static void config_rows(const Config *c, int g, int T, int P, double mem, int wbytes) {
+    const ModelConfig *m = &c->model;
+    double d = m->n_embd, f = cfg_ffn(m), exp_all = 0;
+    for (int l = 0; l < m->n_layer; l++) if (cfg_is_moe(m, l)) exp_all += (double)m->num_experts * (2 * d * f + f + d);
+    double nonexp = (double)model_num_params(m) - exp_all;
+    printf("config model: %.4g params (%.4g non-expert, %.4g in experts), %d experts; %d GPUs of %.3g bytes\n",
+           nonexp + exp_all, nonexp, exp_all, m->num_experts, g, mem);
+    for (int tp = 1; tp <= g; tp++) {
+        if (g % tp || (T && tp != T) || m->n_head % tp || (int)f % tp) continue;
+        for (int ep = 1; ep <= m->num_experts; ep++) {
+            if (m->num_experts % ep || (g / tp) % ep || (P && ep != P)) continue;
+            int dp = g / tp, edp = dp / ep;
+            double bytes = plan_state_bytes(nonexp / tp, exp_all / (tp * ep), dp, edp, wbytes);
+            printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes  %-4s\n", tp, ep, dp, edp, bytes, bytes <= mem ? "fits" : "NO");
+        }
+    }
+}
+
 int plan_main(int argc, char **argv) {
-    const char *vals[7] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16"};
-    const char *names[7] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision"};
+    const char *vals[8] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", NULL};
+    const char *names[8] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision", "--config"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: ted plan --base-params N --experts E --gpus G [--tp T] [--ep P] [--gpu-mem BYTES]\n"
                    "                [--precision bf16|fp32]\n"
+                   "       ted plan --config FILE --gpus G [...]   (the exact parameter counts of a ted train config)\n"
+                   "  Numbers take suffixes K, M, B (or G), T: --base-params 6.7B --gpu-mem 80GB.\n"
                    "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
                    "  an N-parameter base model) under TED with ZeRO-1 (seed 000 Eq. 4), and the largest base\n"
                    "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n");
             return 0;
         }
         int k = -1;
-        for (int j = 0; j < 7; j++) if (!strcmp(argv[i], names[j])) k = j;
+        for (int j = 0; j < 8; j++) if (!strcmp(argv[i], names[j])) k = j;
         if (k < 0) { ted_error("plan: unknown option %s (see ted plan --help)", argv[i]); return TED_EXIT_USAGE; }
         if (i + 1 >= argc) { ted_error("plan: %s needs a value", argv[i]); return TED_EXIT_USAGE; }
         vals[k] = argv[++i];
     }
-    for (int j = 0; j < 3; j++)
+    for (int j = vals[7] ? 2 : 0; j < 3; j++)
         if (!vals[j]) { ted_error("plan: %s is required", names[j]); return TED_EXIT_USAGE; }
-    double N, E, G, T = 0, P = 0, mem;
-    if (num("--base-params", vals[0], 1, &N) || num("--experts", vals[1], 1, &E) || num("--gpus", vals[2], 1, &G) ||
+    double N = 0, E = 0, G, T = 0, P = 0, mem;
+    if ((vals[0] && num("--base-params", vals[0], 1, &N)) || (vals[1] && num("--experts", vals[1], 1, &E)) || num("--gpus", vals[2], 1, &G) ||
         (vals[3] && num("--tp", vals[3], 1, &T)) || (vals[4] && num("--ep", vals[4], 1, &P)) ||
         num("--gpu-mem", vals[5], 1, &mem))
         return TED_EXIT_USAGE;
     int wbytes = !strcmp(vals[6], "fp32") ? 4 : !strcmp(vals[6], "bf16") || !strcmp(vals[6], "fp16") ? 2 : 0;
     if (!wbytes) { ted_error("plan: --precision must be bf16, fp16 or fp32, got \"%s\"", vals[6]); return TED_EXIT_USAGE; }
+    if (vals[7]) {
+        Config c;
+        config_defaults(&c);
+        if (config_load_json(&c, vals[7]) || config_validate(&c)) return TED_EXIT_USAGE;
+        int precision_given = 0;
+        for (int i = 1; i < argc; i++) precision_given |= !strcmp(argv[i], "--precision");
+        if (!precision_given) wbytes = c.bf16 || c.fp16 ? 2 : 4;
+        config_rows(&c, (int)G, (int)T, (int)P, mem, wbytes);
+        return 0;
+    }
     int e = (int)E, g = (int)G;
     printf("base model %.3g params, %d experts (every other block): NP_nonexp %.3g, NP_exp %.3g; %d GPUs of %.3g bytes\n",
            N, e, 2.0 / 3 * N, E / 3 * N, g, mem);

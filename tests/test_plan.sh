@@ -18,5 +18,12 @@ for bad in "--experts 8 --gpus 8" "--base-params x --experts 8 --gpus 8" "--base
   set +e; err=$("$TED" plan $bad 2>&1 >/dev/null); rc=$?; set -e
   expect "bad input ($bad): exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <<<"$err") -eq 1 ] && grep -q "^ted: plan" <<<"$err"'
 done
+# sizes with suffixes: 1.3B and 80GB are 1.3e9 and 80e9
+expect "6.7B / 80GB suffixes" '[ "$("$TED" plan --base-params 1.3B --experts 8 --gpus 8 --gpu-mem 80GB)" = "$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8)" ]'
+# --config: the exact counts of a train config; one process (dp 1) equals what ted train predicts for itself
+cd "${TED_ROOT:-.}"
+pred=$("$TED" train --config configs/moby.json --data data/moby-dick.txt --steps 0 --threads 1 2>&1 | sed -n 's/^model state per rank: Eq. 4 predicts \([0-9]*\) bytes.*/\1/p')
+out=$("$TED" plan --config configs/moby.json --gpus 1)
+expect "plan --config = ted train's own prediction ($pred bytes)" '[ -n "$pred" ] && grep -q "^  tp 1   ep 1    dp 1     edp 1  *$pred bytes  fits" <<<"$out"'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
