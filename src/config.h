@@ -1,17 +1,17 @@
-// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, SPEC §7)
+// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, design §7)
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
 
 typedef struct {
-    // model (SPEC §2); JSON section "model"
+    // model (design §2); JSON section "model"
     int vocab_size;      // V (256 = bytes; 50257 = GPT-2 BPE)
     int n_positions;     // T_max
     int n_embd;          // d
     int n_layer;         // L
     int n_head;
     int n_inner;         // f (0 in JSON = 4d)
-    // moe (SPEC §2); JSON section "moe"
+    // moe (design §2); JSON section "moe"
     int num_experts;     // E (1 = dense GPT)
     int top_k;
     int moe_every;
@@ -24,7 +24,7 @@ typedef struct {
 
 typedef struct {
     ModelConfig model;
-    // training (SPEC §3)
+    // training (design §3)
     int seq_len;          // T ("seq_len"; 0 = n_positions)
     int micro_batch;      // "train_micro_batch_size_per_gpu"
     int grad_accum;       // "gradient_accumulation_steps"
@@ -40,10 +40,10 @@ typedef struct {
     int zero_stage;       // zero_optimization.stage (1)
     int bf16, fp16;       // later issues; refused when set for now
     int activation_checkpointing;
-    int dtd;              // duplicate token dropping (SPEC §5); "dtd" / --dtd
-    int cac;              // communication-aware checkpointing (SPEC §5); "cac" / --cac
+    int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
+    int cac;              // communication-aware checkpointing (design §5); "cac" / --cac
     long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
-    // parallel layout (SPEC §4)
+    // parallel layout (design §4)
     int tp, ep;
     // I/O
     char data[1024];      // --data

@@ -1,4 +1,4 @@
-// model.h — the GPT/MoE model of SPEC §2 on one rank: parameters (registry), activations
+// model.h — the GPT/MoE model of design §2 on one rank: parameters (registry), activations
 // (one flat buffer with per-layer views, on the run's device, plus a small host buffer for
 // what the host plans with), forward and backward of a micro-batch.
 #pragma once
@@ -76,6 +76,6 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 // token's z term (z_coef/tokens of the step). Gradients accumulate into the registry.
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale);
 void model_zero_grad(Model *M);
-// Model FLOPs per token (SPEC §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
+// Model FLOPs per token (design §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
 double model_flops_per_token(const ModelConfig *m, int T);
 long model_num_params(const ModelConfig *m);

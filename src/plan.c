@@ -1,7 +1,7 @@
-// plan.c — `ted plan`: the TED memory model (seed 000 Eq. 2–6, SPEC §5).
+// plan.c — `ted plan`: the TED memory model (design §5).
 //   NP_exp = E/3·NP_base, NP_nonexp = 2/3·NP_base (a MoE FFN in every other block);
-//   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (Eq. 4)
-//   as G grows: NP_base ≤ tp/4 · M_gpu                                    (Eq. 6)
+//   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (M1)
+//   as G grows: NP_base ≤ tp/4 · M_gpu                                    (M2)
 #include "plan.h"
 #include "config.h"
 #include "model.h"
@@ -50,7 +50,7 @@ static void row(double N, int E, int G, int tp, int ep, double mem, int wbytes) 
     char b[32];
     human(bytes, b, sizeof b);
     printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes (%s)  %-4s  largest base model %.3g params "
-           "(Eq. 6 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
+           "(M2 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
            (double)tp / (2 * wbytes) * mem);
 }
 
@@ -83,7 +83,7 @@ int plan_main(int argc, char **argv) {
                    "       ted plan --config FILE --gpus G [...]   (the exact parameter counts of a ted train config)\n"
                    "  Numbers take suffixes K, M, B (or G), T: --base-params 6.7B --gpu-mem 80GB.\n"
                    "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
-                   "  an N-parameter base model) under TED with ZeRO-1 (seed 000 Eq. 4), and the largest base\n"
+                   "  an N-parameter base model) under TED with ZeRO-1 (docs/design.md §5, M1), and the largest base\n"
                    "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n");
             return 0;
         }

@@ -220,7 +220,7 @@ int cmd_train(int argc, char **argv) {
                gbatch, peak_kind, peak * 1e-9);
     runinfo_start(&c, argc, argv, &ds, T, topo.world, topo.dp, topo.rank == 0);
     runinfo_log(log);
-    {   // the memory model (seed 000 Eq. 4) with this run's parameter counts, next to what was allocated
+    {   // the memory model (design §5, M1) with this run's parameter counts, next to what was allocated
         double np_exp = 0, np_all = 0;
         for (int i = 0; i < M.reg.n; i++) {
             np_all += M.reg.p[i].numel;
@@ -231,7 +231,7 @@ int cmd_train(int argc, char **argv) {
         double pred = plan_state_bytes(np_all - np_exp, np_exp, topo.dp, topo.edp, wbytes);
         double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
         if (topo.rank == 0)
-            printf("model state per rank: Eq. 4 predicts %.0f bytes (%s weights and gradients), allocated %.0f "
+            printf("model state per rank: M1 (docs/design.md §5) predicts %.0f bytes (%s weights and gradients), allocated %.0f "
                    "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas, ms->current[MEM_PARAMS],
                    ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
     }
@@ -494,7 +494,7 @@ int cmd_generate(int argc, char **argv) {
 }
 
 // ---------------------------------------------------------------------------------------
-// ted bench: full training steps of the SPEC bench model on random tokens
+// ted bench: full training steps of the benchmark model on random tokens
 
 int cmd_bench(int argc, char **argv) {
     if (has_help(argc, argv)) {

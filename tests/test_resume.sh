@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_resume.sh — checkpoints resume bit-exactly, and a failed save never damages the last
-# good checkpoint (SPEC §3 determinism, §7 checkpoints "written atomically ... resume bit-exactly").
+# good checkpoint (design §3 determinism, §7 checkpoints "written atomically ... resume bit-exactly").
 #
 # (a) For a MoE model with gradient accumulation 2, in shuffled order (the whole book) and in
 #     sequential order (a 4 KB excerpt, so that the window numbering wraps around during steps
