@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ted <command> [options]   (ted <command> --help for its options)\n"
             "  train      train an MoE GPT (one process, or under mpirun with --tp/--ep)\n"
-            "  eval       mean loss of a checkpoint over the first N windows of a file\n"
+            "  eval       mean loss of a checkpoint over the validation split (or any split, any windows)\n"
             "  generate   sample text from a checkpoint\n"
             "  tokenize   text -> GPT-2 BPE token shards (llm.c format)\n"
             "  plan       model-state memory per GPU under TED, and the largest model that fits\n"
