@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ted bench (the SPEC bench model, micro-batch 8 per data-parallel rank) at 1, 2, 4 and 8 ranks:
+# ted bench (the benchmark model, micro-batch 8 per data-parallel rank) at 1, 2, 4 and 8 ranks:
 # ms/step and where the step time goes (compute and each collective, rank 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."

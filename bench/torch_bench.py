@@ -15,7 +15,7 @@ a lot (2-3x here with other jobs running); the policy in effect is printed.
 --device cuda runs the same model on the GPU (the clock is read after torch.cuda.synchronize();
 gradient clipping then takes one host sync instead of one per tensor). --bf16 is the usual
 mixed-precision recipe: forward and loss under torch.autocast(bfloat16) with the router kept in
-fp32 as SPEC says, backward outside it; weights, gradients and AdamW stay fp32. --peak-tflops X
+fp32 as docs/design.md says, backward outside it; weights, gradients and AdamW stay fp32. --peak-tflops X
 adds "mfu" = model FLOPs/token (ted's model_flops_per_token, src/model.c) * tokens/s / (X 1e12);
 on cuda "peak_mem_gib" is torch.cuda.max_memory_allocated. bench/gpu_bench.sh compares with ted.
 

@@ -6,10 +6,10 @@ It exists for two reasons:
     (losses, gradients, weights after training), and
   * as the model code of the eager-PyTorch speed baseline (bench/torch_bench.py).
 
-It follows /work/shared/SPEC.md sections 2 (the model), 3 (training) and 7 (checkpoints)
+It follows docs/design.md sections 2 (the model), 3 (training) and 7 (checkpoints)
 and nothing in ted's C sources. Run it with Debian's python (/usr/bin/python3, torch 1.13).
 
-The model, in short (SPEC section 2):
+The model, in short (design §2):
   x = wte[tok] + wpe[pos]; L pre-LN blocks x += Attn(LN1 x); x += FFN(LN2 x); logits = LN_f(x) wte^T.
   Linear layers use the Hugging Face Conv1D layout, y = x @ W + b with W [in, out].
   Block i is a Mixture-of-Experts block when (i+1) % moe_every == 0 and num_experts > 1:
@@ -25,13 +25,13 @@ The model, in short (SPEC section 2):
   P_e = mean over the group's tokens of p_e.
 
 Subcommands (all take checkpoint directories holding model.safetensors + config.json):
-  init   write a random checkpoint (SPEC init, optionally perturbed biases/LN for testing)
+  init   write a random checkpoint (the init of design §2, optionally perturbed biases/LN for testing)
   train  train from a checkpoint with sequential data order; per-step metrics to --out JSON
   eval   mean loss over the first N windows of a whole file, all in one batch
   grad   gradient of the step-0 loss for every parameter, written as safetensors
 Run `torch_ref.py SUBCOMMAND --help` for the options.
 
-Choices made where SPEC leaves room:
+Choices made where the design leaves room:
   * "aux_loss" is everything in the loss that is not the LM cross-entropy, coefficients
     included: loss = lm_loss + aux_loss.
   * Steps are numbered from 0; train --out writes {"step": [...], "loss": [...], ...}.
@@ -40,7 +40,7 @@ Choices made where SPEC leaves room:
     by the number of groups of the whole step, the z term by its number of tokens.
   * C is computed exactly from the decimal capacity_factor (1.1*2*20/4 gives 11, not 12).
   * top-k is taken on p (after the softmax), ties to the lower expert index.
-  * In float64 runs the router is float64 too (SPEC's "fp32" is a lower bound).
+  * In float64 runs the router is float64 too (the design's "fp32" is a lower bound).
   * A parameter the step did not touch (an expert without tokens) gets gradient 0, and
     AdamW updates it like any other (moments decay, weight decay applies).
   * grad_norm is reported before clipping; clip <= 0 turns clipping off.
@@ -64,7 +64,7 @@ LN_EPS = 1e-5
 # configuration
 # --------------------------------------------------------------------------------------------
 
-# The flat keys of a checkpoint's config.json, with the defaults SPEC gives (None: required).
+# The flat keys of a checkpoint's config.json, with the defaults the design gives (None: required).
 CONFIG_KEYS = {
     "vocab_size": 256, "n_positions": None, "n_embd": None, "n_layer": None, "n_head": None,
     "n_inner": 0, "num_experts": 1, "top_k": 1, "moe_every": 2, "capacity_factor": 1.25,
@@ -197,7 +197,7 @@ def param_shapes(cfg):
 
 
 def init_params(cfg, seed=0, perturb=0.0, dtype=torch.float32):
-    """SPEC init: weights N(0, 0.02), every c_proj N(0, 0.02/sqrt(2L)), biases 0, LN 1/0.
+    """The init of design §2: weights N(0, 0.02), every c_proj N(0, 0.02/sqrt(2L)), biases 0, LN 1/0.
     perturb > 0 adds N(0, perturb) noise to biases and LayerNorm parameters, so that tests
     exercise them (a checkpoint with all-zero biases cannot catch a missing bias gradient)."""
     g = torch.Generator().manual_seed(seed)

@@ -1,9 +1,11 @@
 // checkpoint.c — save and load (see checkpoint.h). Tensors are stored full: this rank's
 // slices are placed through param_full_index, so the files do not depend on the layout.
 #include "checkpoint.h"
+#include "runinfo.h"
 #include "alloc.h"
 #include "comm.h"
 #include "half.h"
+#include "hfconfig.h"
 #include "safetensors.h"
 #include "util.h"
 #include <cjson/cJSON.h>
@@ -147,7 +149,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
         if (!rc) {
-            char *cfg = config_model_json(&M->cfg);
+            char *cfg = hf_config_json(&M->cfg);
             snprintf(path, sizeof path, "%s/config.json", tmp);
             rc = write_text(path, cfg);
             ted_free(cfg);
@@ -158,6 +160,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
                  st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
+        if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
         if (rc) rm_tree(tmp);
         else {   // swap in: an existing checkpoint of the same step goes only once the new one is whole
             rm_tree(old);

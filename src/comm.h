@@ -1,5 +1,5 @@
 // comm.h — the communicator: every collective of ted goes through here, on a Group
-// (TP, DP, EP, expert-DP, PP or world; SPEC §4). A group of size 1 (one process) copies
+// (TP, DP, EP, expert-DP, PP or world; design §4). A group of size 1 (one process) copies
 // locally and sends nothing. Buffers may be host or device memory: on a GPU run a device
 // buffer goes through NCCL when each rank has a GPU of its own, else it is staged through
 // host memory and MPI (several ranks sharing one GPU, as the tests do). Each call is counted (calls, bytes of the send buffer, ms)

@@ -4,6 +4,7 @@
 // the training config and the checkpoint config, and the flag table also prints the help.
 #include "config.h"
 #include "alloc.h"
+#include "hfconfig.h"
 #include "util.h"
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -146,6 +147,7 @@ static const JKey pipeline_keys[] = {
 };
 static const JKey top_keys[] = {
     {"train_micro_batch_size_per_gpu", J_INT, CF(micro_batch), NULL},
+    {"train_batch_size", J_INT, CF(train_batch_size), NULL},
     {"gradient_accumulation_steps", J_INT, CF(grad_accum), NULL},
     {"train_steps", J_INT, CF(steps), NULL},
     {"seq_len", J_INT, CF(seq_len), NULL},
@@ -356,6 +358,7 @@ int config_load_json(Config *c, const char *path) {
 int config_load_model_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
+    hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     int rc = walk(&tmp, root, flat_model_keys, "", path);
     for (const JKey *k = flat_model_keys; rc == 0 && k->name; k++) {
@@ -431,6 +434,7 @@ static const Flag flags[] = {
     {"--steps", F_INT, CF(steps), "N", "train_steps", NULL, "optimizer steps"},
     {"--micro-batch", F_INT, CF(micro_batch), "N", "train_micro_batch_size_per_gpu", NULL, "sequences per micro-step per data-parallel rank"},
     {"--grad-accum", F_INT, CF(grad_accum), "N", "gradient_accumulation_steps", NULL, "micro-steps per step"},
+    {"--train-batch-size", F_INT, CF(train_batch_size), "N", "train_batch_size", "0: not checked", "global batch; must equal micro-batch x grad-accum x dp"},
     {"--lr", F_FLOAT, CF(lr), "X", "optimizer.params.lr", NULL, "peak learning rate"},
     {"--min-lr", F_MIN_LR, CF(min_lr), "X", "scheduler.params.min_lr", "lr/10", "final learning rate of the cosine decay"},
     {"--warmup", F_INT, CF(warmup), "N", "scheduler.params.warmup_num_steps", NULL, "linear warm-up steps"},
@@ -454,6 +458,7 @@ static const Flag flags[] = {
     {"--sample-every", F_INT, CF(sample_every), "N", "sample_every", "0: never", "print a sample every N steps"},
     {"--threads", F_INT, CF(threads), "N", "threads", "0: OpenMP default", "OpenMP threads"},
     {"--device", F_DEVICE, CF(device), "DEV", NULL, "cpu", "cpu, or cuda: model, optimizer and collectives on this rank's GPU"},
+    {"--peak-tflops", F_FLOAT, CF(peak_tflops), "X", NULL, "0: measured", "peak TFLOP/s per process that MFU is against"},
     {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
     {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
     {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
@@ -607,6 +612,36 @@ static void format_default(const Flag *f, Config *d, char *buf, size_t n) {
     }
 }
 
+static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
+    switch (f->kind) {
+    case F_INT: snprintf(buf, n, "%d", *FIELD(c, f->off, int)); return 'n';
+    case F_LONG: snprintf(buf, n, "%ld", *FIELD(c, f->off, long)); return 'n';
+    case F_FLOAT: case F_MIN_LR: format_float(buf, n, *FIELD(c, f->off, float)); return 'n';
+    case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(c, f->off, uint64_t)); return 'n';
+    case F_SWITCH: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "true" : "false"); return 'b';
+    case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
+    case F_DEVICE: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "cuda" : "cpu"); return 's';
+    default: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    }
+}
+
+void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
+    char v[1100], b1[32], b2[32];
+    for (int i = 0; i < N_FLAGS; i++) {
+        if (flags[i].kind == F_CONFIG) continue;
+        char type = format_value(&flags[i], c, v, sizeof v);
+        fn(ctx, flags[i].flag + 2, flags[i].json, v, type);
+    }
+    format_float(b1, sizeof b1, c->beta1);
+    format_float(b2, sizeof b2, c->beta2);
+    snprintf(v, sizeof v, "[%s, %s]", b1, b2);
+    fn(ctx, "betas", "optimizer.params.betas", v, 'r');
+    format_float(v, sizeof v, c->eps);
+    fn(ctx, "eps", "optimizer.params.eps", v, 'n');
+    snprintf(v, sizeof v, "%d", c->zero_stage);
+    fn(ctx, "zero_stage", "zero_optimization.stage", v, 'n');
+}
+
 void config_print_train_help(void) {
     Config d;
     config_defaults(&d);
@@ -685,6 +720,8 @@ static int validate_training(const Config *c) {
     RULE(c->log_every < 0, "log_every (%d) must be >= 0", c->log_every);
     RULE(c->sample_every < 0, "sample_every (%d) must be >= 0", c->sample_every);
     RULE(c->threads < 0, "threads (%d) must be >= 0", c->threads);
+    RULE(c->train_batch_size < 0, "train_batch_size (%d) must be >= 0", c->train_batch_size);
+    RULE(!(c->peak_tflops >= 0), "peak_tflops (%g) must be >= 0", (double)c->peak_tflops);
     return 0;
 }
 
@@ -698,7 +735,7 @@ static int validate_layout(const Config *c) {
     return 0;
 }
 
-// The pipeline (SPEC §6.1): L blocks in pp·v chunks, the schedule's own conditions.
+// The pipeline (design §6): L blocks in pp·v chunks, the schedule's own conditions.
 static int validate_pipeline(const Config *c) {
     int L = c->model.n_layer, v = c->pp_virtual;
     RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);

@@ -1,17 +1,17 @@
-// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, SPEC §7)
+// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, design §7)
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
 
 typedef struct {
-    // model (SPEC §2); JSON section "model"
+    // model (design §2); JSON section "model"
     int vocab_size;      // V (256 = bytes; 50257 = GPT-2 BPE)
     int n_positions;     // T_max
     int n_embd;          // d
     int n_layer;         // L
     int n_head;
     int n_inner;         // f (0 in JSON = 4d)
-    // moe (SPEC §2); JSON section "moe"
+    // moe (design §2); JSON section "moe"
     int num_experts;     // E (1 = dense GPT)
     int top_k;
     int moe_every;
@@ -26,7 +26,7 @@ enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
 
 typedef struct {
     ModelConfig model;
-    // training (SPEC §3)
+    // training (design §3)
     int seq_len;          // T ("seq_len"; 0 = n_positions)
     int micro_batch;      // "train_micro_batch_size_per_gpu"
     int grad_accum;       // "gradient_accumulation_steps"
@@ -42,12 +42,12 @@ typedef struct {
     int zero_stage;       // zero_optimization.stage (1)
     int bf16, fp16;       // later issues; refused when set for now
     int activation_checkpointing;
-    int dtd;              // duplicate token dropping (SPEC §5); "dtd" / --dtd
-    int cac;              // communication-aware checkpointing (SPEC §5); "cac" / --cac
+    int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
+    int cac;              // communication-aware checkpointing (design §5); "cac" / --cac
     long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
-    // parallel layout (SPEC §4)
+    // parallel layout (design §4)
     int tp, ep;
-    // pipeline parallelism (SPEC §6.1): "pp", "pipeline" section
+    // pipeline parallelism (design §6): "pp", "pipeline" section
     int pp;               // stages
     int pp_schedule;      // PP_GPIPE, PP_1F1B (default), PP_INTERLEAVED
     int pp_virtual;       // chunks per stage (interleaved)
@@ -65,6 +65,8 @@ typedef struct {
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
     int device;           // 0 cpu, 1 cuda (--device)
+    float peak_tflops;    // --peak-tflops: the MFU peak per process (0: measured)
+    int train_batch_size; // DeepSpeed's global batch; 0 = not given (checked = mb·accum·dp)
 } Config;
 
 // Defaults (the values a run gets with neither JSON nor flags).
@@ -83,6 +85,11 @@ char *config_model_json(const Config *c);
 int config_load_model_json(Config *c, const char *path);
 // "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
 int config_pp_schedule(const char *name);
+// Calls fn for every setting (name = the flag without "--", or the JSON key for JSON-only
+// ones), with its JSON key (NULL: flag only), its value in c as text, and the value's JSON
+// type: 'n' number, 'b' bool, 's' string, 'r' raw JSON.
+typedef void (*SettingFn)(void *ctx, const char *name, const char *json, const char *value, char type);
+void config_each_setting(const Config *c, SettingFn fn, void *ctx);
 // Prints the help of `ted train` (every option).
 void config_print_train_help(void);
 // Derived values.

@@ -1,4 +1,4 @@
-// data.h — training data (SPEC §3): a text file read as bytes (V 256) or llm.c token
+// data.h — training data (design §3): a text file read as bytes (V 256) or llm.c token
 // shards (*.bin: 256 int32 header, magic 20240520, version 1, count; then uint16 tokens).
 // Batches depend only on (seed, step) — never on the layout.
 #pragma once

@@ -100,7 +100,7 @@ static void exchange(Exchange *x, const float *in, float *buf, float *out, int d
     }
 }
 
-// Duplicate token dropping (seed 000 §5): the TP ranks of a group hold the same tokens, so each
+// Duplicate token dropping (design §5): the TP ranks of a group hold the same tokens, so each
 // sends only its 1/tp share of every expert's rows, and the TP group puts the rows together
 // again on either side: all-gather after the first all-to-all; reduce-scatter (the sum of
 // the expert shards) before the second and all-gather after it. buf holds 2·max(Rs, Rr) rows.

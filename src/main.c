@@ -1,6 +1,7 @@
 // main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench.
 #include "comm.h"
 #include "plan.h"
+#include "progress.h"
 #include "tokenizer.h"
 #include "train.h"
 #include "util.h"
@@ -11,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ted <command> [options]   (ted <command> --help for its options)\n"
             "  train      train an MoE GPT (one process, or under mpirun with --tp/--ep)\n"
-            "  eval       mean loss of a checkpoint over the first N windows of a file\n"
+            "  eval       mean loss of a checkpoint over the validation split (or any split, any windows)\n"
             "  generate   sample text from a checkpoint\n"
             "  tokenize   text -> GPT-2 BPE token shards (llm.c format)\n"
             "  plan       model-state memory per GPU under TED, and the largest model that fits\n"
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    progress_line_buffered();   // a console redirected to a file shows each line as it is printed
     comm_init(&argc, &argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

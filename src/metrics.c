@@ -39,7 +39,7 @@ static cJSON *mem_json(void) {
     cJSON_AddNumberToObject(o, "optimizer_temp_peak", (double)s->optimizer_temp_peak);
     cJSON_AddNumberToObject(o, "device", (double)s->device);             // GPU bytes held (0 on the CPU)
     cJSON_AddNumberToObject(o, "device_peak", (double)s->device_peak);
-    // seed 000 Fig. 4: what each category held at most during each phase
+    // what each category held at most during each phase
     cJSON *ph = cJSON_AddObjectToObject(o, "by_phase");
     const char *names[] = {"forward", "backward", "optimizer"};
     for (int p = PHASE_FORWARD; p <= PHASE_OPTIMIZER; p++) {

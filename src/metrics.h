@@ -1,4 +1,4 @@
-// metrics.h — one JSON object per line (--log FILE.jsonl), SPEC §7: training steps carry
+// metrics.h — one JSON object per line (--log FILE.jsonl), design §7: training steps carry
 // the scalars plus `comm` (per collective and per collective.group: calls, bytes, ms on
 // this rank) and `mem` (bytes: peaks overall and per phase, current per category).
 #pragma once
@@ -17,7 +17,7 @@ void metrics_step(FILE *f, const StepMetrics *m);
 void metrics_eval(FILE *f, long step, double val_loss, double lm, double aux, long windows);
 // Adds this step's collective counts into acc.
 void comm_accumulate(CommStats *acc);
-// Where the time of `steps` steps went (seed 000 Fig. 5): compute (total − collectives) and
+// Where the time of `steps` steps went: compute (total − collectives) and
 // each collective.group, per step and as a share; one line each on out.
 void comm_summary(FILE *out, const CommStats *acc, double total_ms, long steps);
 // Measured single-precision GEMM peak of this machine (FLOP/s), best of a few sgemm calls.

@@ -1,5 +1,5 @@
 // model.c — GPT/MoE forward and backward on one rank (see model.h). Tensor-parallel
-// all-reduces sit where SPEC §4 puts them; on one process they act on groups of size 1.
+// all-reduces sit where design §4 puts them; on one process they act on groups of size 1.
 #include "model.h"
 #include "alloc.h"
 #include "comm.h"
@@ -452,7 +452,7 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
                       x->exp_off, 0, 0};
 }
 
-// MoE FFN (seed 000 Fig. 3): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
+// MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
 // → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
 // A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
 // the exchanged rows from the first pass instead of communicating again.

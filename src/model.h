@@ -1,4 +1,4 @@
-// model.h — the GPT/MoE model of SPEC §2 on one rank: parameters (registry), activations
+// model.h — the GPT/MoE model of design §2 on one rank: parameters (registry), activations
 // (one flat buffer with per-layer views, on the run's device, plus a small host buffer for
 // what the host plans with), forward and backward of a micro-batch.
 #pragma once
@@ -56,7 +56,7 @@ typedef struct {
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
     int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage
-    // pipeline (SPEC §6.1): the chunks this rank runs, in order — global index and blocks [l0, l1)
+    // pipeline (design §6): the chunks this rank runs, in order — global index and blocks [l0, l1)
     int nch, chunks;            // local chunks; chunks of the whole model (pp·v)
     int ch_id[MAX_CHUNKS], ch_l0[MAX_CHUNKS], ch_l1[MAX_CHUNKS];
     int ch_view[MAX_CHUNKS], ch_slots[MAX_CHUNKS];   // first view of the chunk, views it has
@@ -110,6 +110,6 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
 void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale);
 float *model_chunk_input(Model *M, int i, int slot);    // [B,T,d] the chunk's input
 float *model_chunk_output(Model *M, int i, int slot);   // [B,T,d] its output (not the last chunk)
-// Model FLOPs per token (SPEC §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
+// Model FLOPs per token (design §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
 double model_flops_per_token(const ModelConfig *m, int T);
 long model_num_params(const ModelConfig *m);

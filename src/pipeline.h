@@ -1,4 +1,4 @@
-// pipeline.h — runs this stage's schedule (schedule.h) on its model (SPEC §6.1): activations go
+// pipeline.h — runs this stage's schedule (schedule.h) on its model (design §6): activations go
 // to the next stage and their gradients to the previous one by point-to-point messages over the
 // PP group ([micro_batch, T, d], fp32 or the run's 16-bit type), counted as `sendrecv.pp`.
 // Sends start and return (their buffers are kept until done), receives wait: with every stage

@@ -1,11 +1,13 @@
-// plan.c — `ted plan`: the TED memory model (seed 000 Eq. 2–6, SPEC §5).
+// plan.c — `ted plan`: the TED memory model (design §5).
 //   NP_exp = E/3·NP_base, NP_nonexp = 2/3·NP_base (a MoE FFN in every other block);
-//   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (Eq. 4)
-//   as G grows: NP_base ≤ tp/4 · M_gpu                                    (Eq. 6)
+//   M_gpu ≥ (4 + 12/dp)·NP_nonexp/tp + (4 + 12/edp)·NP_exp/(tp·ep)       (M1)
+//   as G grows: NP_base ≤ tp/4 · M_gpu                                    (M2)
 #include "plan.h"
 #include "config.h"
 #include "schedule.h"
+#include "model.h"
 #include "util.h"
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,20 @@ double plan_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp
     return (2.0 * wbytes + 12.0 / dp) * np_nonexp_gpu + (2.0 * wbytes + 12.0 / edp) * np_exp_gpu;
 }
 
+// A number with an optional size suffix: K, M, B or G (1e9), T; "6.7B", "80GB", "1.3e9".
 static int num(const char *flag, const char *s, double lo, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo)) { ted_error("plan: %s must be a number >= %g, got \"%s\"", flag, lo, s); return -1; }
+    int ok = !errno && end != s;
+    if (ok && *end) {
+        const char *u = "KMBGT";
+        const double scale[] = {1e3, 1e6, 1e9, 1e9, 1e12};
+        const char *at = strchr(u, toupper((unsigned char)*end));
+        ok = at != NULL && (!end[1] || (toupper((unsigned char)end[1]) == 'B' && !end[2] && *end != 'B' && *end != 'b'));
+        if (ok) v *= scale[at - u];
+    }
+    if (!ok || !(v >= lo)) { ted_error("plan: %s must be a number >= %g (suffixes K M B T, e.g. 6.7B), got \"%s\"", flag, lo, s); return -1; }
     *out = v;
     return 0;
 }
@@ -42,7 +53,7 @@ static void row(double N, int E, int G, int tp, int ep, int pp, double mem, int 
     human(bytes, b, sizeof b);
     if (pp > 1) printf("  pp %-3d", pp);
     printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes (%s)  %-4s  largest base model %.3g params "
-           "(Eq. 6 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
+           "(M2 bound %.3g)\n", tp, ep, dp, edp, bytes, b, bytes <= mem ? "fits" : "NO", largest,
            (double)tp * pp / (2 * wbytes) * mem);
 }
 
@@ -67,19 +78,40 @@ static void pipeline_rows(int pp, int m, int v, const double *shape, int wbytes)
     }
 }
 
+// A ted train config's own model: its exact non-expert and expert parameter counts.
+static void config_rows(const Config *c, int g, int T, int P, double mem, int wbytes) {
+    const ModelConfig *m = &c->model;
+    double d = m->n_embd, f = cfg_ffn(m), exp_all = 0;
+    for (int l = 0; l < m->n_layer; l++) if (cfg_is_moe(m, l)) exp_all += (double)m->num_experts * (2 * d * f + f + d);
+    double nonexp = (double)model_num_params(m) - exp_all;
+    printf("config model: %.4g params (%.4g non-expert, %.4g in experts), %d experts; %d GPUs of %.3g bytes\n",
+           nonexp + exp_all, nonexp, exp_all, m->num_experts, g, mem);
+    for (int tp = 1; tp <= g; tp++) {
+        if (g % tp || (T && tp != T) || m->n_head % tp || (int)f % tp) continue;
+        for (int ep = 1; ep <= m->num_experts; ep++) {
+            if (m->num_experts % ep || (g / tp) % ep || (P && ep != P)) continue;
+            int dp = g / tp, edp = dp / ep;
+            double bytes = plan_state_bytes(nonexp / tp, exp_all / (tp * ep), dp, edp, wbytes);
+            printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes  %-4s\n", tp, ep, dp, edp, bytes, bytes <= mem ? "fits" : "NO");
+        }
+    }
+}
+
 int plan_main(int argc, char **argv) {
-    enum { NOPT = 15 };
-    const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", "1", "8", "2", "0", "0", "0", "0", "0"};
+    enum { NOPT = 16 };
+    const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", NULL, "1", "8", "2", "0", "0", "0", "0", "0"};
     const char *names[NOPT] = {"--base-params", "--experts", "--gpus", "--tp", "--ep", "--gpu-mem", "--precision",
-                               "--pp", "--micro-batches", "--virtual", "--hidden", "--layers", "--seq-len",
+                               "--config", "--pp", "--micro-batches", "--virtual", "--hidden", "--layers", "--seq-len",
                                "--micro-batch", "--heads"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: ted plan --base-params N --experts E --gpus G [--tp T] [--ep P] [--gpu-mem BYTES]\n"
                    "                [--precision bf16|fp32] [--pp P [--micro-batches M] [--virtual V]\n"
                    "                [--hidden D --layers L --seq-len T --micro-batch B --heads A]]\n"
+                   "       ted plan --config FILE --gpus G [...]   (the exact parameter counts of a ted train config)\n"
+                   "  Numbers take suffixes K, M, B (or G), T: --base-params 6.7B --gpu-mem 80GB.\n"
                    "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
-                   "  an N-parameter base model) under TED with ZeRO-1 (seed 000 Eq. 4), and the largest base\n"
+                   "  an N-parameter base model) under TED with ZeRO-1 (docs/design.md §5, M1), and the largest base\n"
                    "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n"
                    "  With --pp each stage holds 1/P of the model; the ideal bubble of each schedule for M\n"
                    "  micro-batches (default 8; interleaved with V chunks per stage, default 2) and, given the\n"
@@ -92,19 +124,29 @@ int plan_main(int argc, char **argv) {
         if (i + 1 >= argc) { ted_error("plan: %s needs a value", argv[i]); return TED_EXIT_USAGE; }
         vals[k] = argv[++i];
     }
-    for (int j = 0; j < 3; j++)
+    for (int j = vals[7] ? 2 : 0; j < 3; j++)
         if (!vals[j]) { ted_error("plan: %s is required", names[j]); return TED_EXIT_USAGE; }
-    double N, E, G, T = 0, P = 0, mem;
-    if (num("--base-params", vals[0], 1, &N) || num("--experts", vals[1], 1, &E) || num("--gpus", vals[2], 1, &G) ||
+    double N = 0, E = 0, G, T = 0, P = 0, mem;
+    if ((vals[0] && num("--base-params", vals[0], 1, &N)) || (vals[1] && num("--experts", vals[1], 1, &E)) || num("--gpus", vals[2], 1, &G) ||
         (vals[3] && num("--tp", vals[3], 1, &T)) || (vals[4] && num("--ep", vals[4], 1, &P)) ||
         num("--gpu-mem", vals[5], 1, &mem))
         return TED_EXIT_USAGE;
     double pipe[3], shape[5];
-    for (int j = 0; j < 3; j++) if (num(names[7 + j], vals[7 + j], 1, &pipe[j])) return TED_EXIT_USAGE;
-    for (int j = 0; j < 5; j++) if (num(names[10 + j], vals[10 + j], 0, &shape[j])) return TED_EXIT_USAGE;
+    for (int j = 0; j < 3; j++) if (num(names[8 + j], vals[8 + j], 1, &pipe[j])) return TED_EXIT_USAGE;
+    for (int j = 0; j < 5; j++) if (num(names[11 + j], vals[11 + j], 0, &shape[j])) return TED_EXIT_USAGE;
     int pp = (int)pipe[0];
     int wbytes = !strcmp(vals[6], "fp32") ? 4 : !strcmp(vals[6], "bf16") || !strcmp(vals[6], "fp16") ? 2 : 0;
     if (!wbytes) { ted_error("plan: --precision must be bf16, fp16 or fp32, got \"%s\"", vals[6]); return TED_EXIT_USAGE; }
+    if (vals[7]) {
+        Config c;
+        config_defaults(&c);
+        if (config_load_json(&c, vals[7]) || config_validate(&c)) return TED_EXIT_USAGE;
+        int precision_given = 0;
+        for (int i = 1; i < argc; i++) precision_given |= !strcmp(argv[i], "--precision");
+        if (!precision_given) wbytes = c.bf16 || c.fp16 ? 2 : 4;
+        config_rows(&c, (int)G, (int)T, (int)P, mem, wbytes);
+        return 0;
+    }
     int e = (int)E, g = (int)G;
     printf("base model %.3g params, %d experts (every other block): NP_nonexp %.3g, NP_exp %.3g; %d GPUs of %.3g bytes\n",
            N, e, 2.0 / 3 * N, E / 3 * N, g, mem);

@@ -1,8 +1,8 @@
-// plan.h — the memory model of seed 000 (Eq. 2–6): model-state bytes per GPU under TED with
+// plan.h — the memory model of design §5 (M1, M2): model-state bytes per GPU under TED with
 // ZeRO-1, and the largest base model that fits.
 #pragma once
 
-// Eq. 4: bytes of model state per GPU for np_nonexp / np_exp parameters held per GPU, with
+// M1: bytes of model state per GPU for np_nonexp / np_exp parameters held per GPU, with
 // data-parallel degrees dp (non-expert) and edp (expert); `wbytes` is the size of one weight
 // (2 for bf16/fp16: 16-bit weights + 16-bit gradients = 4; 4 for fp32 = 8), plus 12 bytes
 // (fp32 master, Adam m, v) sharded over the group.

@@ -1,4 +1,4 @@
-// router.h — token-choice top-k routing with GShard local-group capacity (SPEC §2).
+// router.h — token-choice top-k routing with GShard local-group capacity (design §2).
 // Groups are `group_tokens` consecutive tokens (group_size whole sequences); the last group
 // of a batch may be shorter. Per group: C = max(min_capacity, ceil(cf·k·S/E)), C ≤ S;
 // slots are taken choice-major, then in token order; a full expert drops the choice.

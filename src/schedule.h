@@ -1,4 +1,4 @@
-// schedule.h — a pipeline schedule (SPEC §6.1) as a list of instructions a reader can print:
+// schedule.h — a pipeline schedule (design §6) as a list of instructions a reader can print:
 // for one stage, in order, what it does in one training step — receive a chunk's input,
 // run its forward, send its output; receive the gradient of its output, run its backward, send
 // the gradient of its input. With one stage the list is forward, backward, forward, backward, …

@@ -16,6 +16,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 #include "alloc.h"
+#include "progress.h"
 #include "util.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -569,19 +570,24 @@ int tok_vocab_size(const Tokenizer *t) { return t->vocab_size; }
 
 // ---------------------------------------------------------------- `ted tokenize`
 
+enum { TOK_MAX_INPUTS = 4096 };
 typedef struct {
-    const char *encoder, *input, *output;
+    const char *encoder, *output;
+    const char *inputs[TOK_MAX_INPUTS];
+    int ninputs;
     double val_frac;
     long shard_tokens;
 } TokArgs;
 
 static void tok_usage(FILE *f) {
     fprintf(f,
-        "usage: ted tokenize --input FILE.txt --output PREFIX [options]\n"
-        "Encodes a text file with GPT-2's BPE into llm.c token shards PREFIX_train_000000.bin, ...\n"
-        "and PREFIX_val_000000.bin (the text is preceded by one <|endoftext|>).\n"
+        "usage: ted tokenize --input FILE [FILE ...] --output PREFIX [options]\n"
+        "Encodes documents with GPT-2's BPE into llm.c token shards PREFIX_train_000000.bin, ...\n"
+        "and PREFIX_val_000000.bin. Each text file is one document; a *.jsonl file holds one document\n"
+        "per line, the \"text\" string of a JSON object. Every document is preceded by <|endoftext|>.\n"
+        "Progress goes to stderr.\n"
         "  --encoder DIR       directory with encoder.json and vocab.bpe (default data/gpt2)\n"
-        "  --input FILE        the text to encode (required)\n"
+        "  --input FILE...     the files to encode, in order (required; may be repeated)\n"
         "  --output PREFIX     where the shards go (required)\n"
         "  --val-frac F        the last fraction F of the tokens is the validation split (0.1)\n"
         "  --shard-tokens N    tokens per shard at most (100000000)\n"
@@ -590,7 +596,10 @@ static void tok_usage(FILE *f) {
 
 // Parses the flags; 0 ok, 1 --help given, 2 bad usage (one line printed).
 static int tok_parse(int argc, char **argv, TokArgs *a) {
-    *a = (TokArgs){"data/gpt2", NULL, NULL, 0.1, 100000000};
+    memset(a, 0, sizeof *a);
+    a->encoder = "data/gpt2";
+    a->val_frac = 0.1;
+    a->shard_tokens = 100000000;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
@@ -608,7 +617,12 @@ static int tok_parse(int argc, char **argv, TokArgs *a) {
         i++;
         errno = 0;
         if (!strcmp(f, "--encoder")) a->encoder = v;
-        else if (!strcmp(f, "--input")) a->input = v;
+        else if (!strcmp(f, "--input")) {   // one or more files, up to the next option
+            for (i--; i + 1 < argc && strncmp(argv[i + 1], "--", 2); i++) {
+                if (a->ninputs == TOK_MAX_INPUTS) { ted_error("tokenize: more than %d inputs", TOK_MAX_INPUTS); return 2; }
+                a->inputs[a->ninputs++] = argv[i + 1];
+            }
+        }
         else if (!strcmp(f, "--output")) a->output = v;
         else if (!strcmp(f, "--val-frac")) {
             a->val_frac = strtod(v, &end);
@@ -624,9 +638,9 @@ static int tok_parse(int argc, char **argv, TokArgs *a) {
             }
         }
     }
-    if (!a->input || !a->output) {
+    if (!a->ninputs || !a->output) {
         ted_error("tokenize: %s is required (see ted tokenize --help)",
-                  a->input ? "--output PREFIX" : "--input FILE");
+                  a->ninputs ? "--output PREFIX" : "--input FILE");
         return 2;
     }
     return 0;
@@ -696,37 +710,107 @@ static int write_split(const char *prefix, const char *split, const int *tok, si
     return k;
 }
 
-// Reads the input and encodes it after one <|endoftext|>; -1 after an error line.
-static long encode_file(Tokenizer *t, const char *path, int **ids, size_t *bytes) {
-    char *text = read_regular(path, bytes);
-    if (!text) return -1;
-    int *body = NULL;
-    long n = tok_encode(t, text, *bytes, &body);
-    ted_free(text);
-    int eot = vocab_find(t, "<|endoftext|>", 13);
-    if (n >= 0 && eot < 0) ted_error("tokenize: the vocabulary has no <|endoftext|> token");
-    if (n < 0 || eot < 0) {
-        ted_free(body);
-        return -1;
+// A growing array of token ids.
+typedef struct { int *id; size_t n, cap; } Ids;
+
+static void ids_push(Ids *x, const int *id, size_t n) {
+    if (x->n + n > x->cap) {
+        size_t cap = x->cap ? x->cap : 1 << 16;
+        while (cap < x->n + n) cap *= 2;
+        int *g = ted_alloc(cap * sizeof(int), MEM_TEMP);
+        if (x->n) memcpy(g, x->id, x->n * sizeof(int));
+        ted_free(x->id);
+        x->id = g;
+        x->cap = cap;
     }
-    *ids = ted_alloc(((size_t)n + 1) * sizeof(int), MEM_TEMP);
-    (*ids)[0] = eot;
-    memcpy(*ids + 1, body, (size_t)n * sizeof(int));
+    memcpy(x->id + x->n, id, n * sizeof(int));
+    x->n += n;
+}
+
+// One document: <|endoftext|> then its tokens. 0 or -1 after an error line.
+static int encode_doc(Tokenizer *t, int eot, const char *text, size_t len, Ids *out) {
+    int *body = NULL;
+    long n = tok_encode(t, text, len, &body);
+    if (n < 0) { ted_free(body); return -1; }
+    ids_push(out, &eot, 1);
+    if (n) ids_push(out, body, (size_t)n);
     ted_free(body);
-    return n + 1;
+    return 0;
+}
+
+// The documents of a JSONL file: each line a JSON object with a "text" string (blank lines
+// skipped). 0 or -1 after one line naming the file and line.
+static int encode_jsonl(Tokenizer *t, int eot, const char *path, char *text, size_t len, Ids *out, long *docs) {
+    long line = 0;
+    for (char *p = text, *end = text + len; p < end;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) nl = end;
+        *nl = 0;
+        line++;
+        const char *q = p;
+        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+        if (*q) {
+            cJSON *o = cJSON_Parse(p);
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "text");
+            int bad = !cJSON_IsString(x) || encode_doc(t, eot, x->valuestring, strlen(x->valuestring), out);
+            if (bad && !cJSON_IsString(x)) ted_error("%s:%ld: expected a JSON object with a \"text\" string", path, line);
+            cJSON_Delete(o);
+            if (bad) return -1;
+            (*docs)++;
+        }
+        p = nl + 1;
+    }
+    return 0;
+}
+
+static int ends_with_jsonl(const char *path) {
+    size_t n = strlen(path);
+    return n >= 6 && !strcmp(path + n - 6, ".jsonl");
+}
+
+// Encodes every input, each document after an <|endoftext|>; -1 after an error line.
+static long encode_inputs(Tokenizer *t, const TokArgs *a, int **ids, size_t *bytes, long *docs) {
+    int eot = vocab_find(t, "<|endoftext|>", 13);
+    if (eot < 0) { ted_error("tokenize: the vocabulary has no <|endoftext|> token"); return -1; }
+    double total = 0;
+    for (int i = 0; i < a->ninputs; i++) {
+        struct stat st;
+        if (!stat(a->inputs[i], &st)) total += (double)st.st_size;
+    }
+    Ticker tk;
+    ticker_start(&tk, "tokenize", "bytes", total, stderr);
+    Ids out = {0};
+    *bytes = 0;
+    *docs = 0;
+    for (int i = 0; i < a->ninputs; i++) {
+        size_t len;
+        char *text = read_regular(a->inputs[i], &len);
+        if (!text) { ted_free(out.id); return -1; }
+        int rc = ends_with_jsonl(a->inputs[i]) ? encode_jsonl(t, eot, a->inputs[i], text, len, &out, docs)
+                                               : encode_doc(t, eot, text, len, &out);
+        if (!ends_with_jsonl(a->inputs[i])) (*docs)++;
+        ted_free(text);
+        if (rc) { ted_free(out.id); return -1; }
+        *bytes += len;
+        ticker_update(&tk, (double)*bytes);
+    }
+    *ids = out.id;
+    return (long)out.n;
 }
 
 // The input is a readable file and the output's directory is writable; 0, or -1 after an
 // error line.
 static int check_paths(const TokArgs *a) {
     struct stat st;
-    if (stat(a->input, &st) != 0 || access(a->input, R_OK) != 0) {
-        ted_error("%s: %s", a->input, strerror(errno));
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ted_error("%s: not a regular file", a->input);
-        return -1;
+    for (int i = 0; i < a->ninputs; i++) {
+        if (stat(a->inputs[i], &st) != 0 || access(a->inputs[i], R_OK) != 0) {
+            ted_error("%s: %s", a->inputs[i], strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            ted_error("%s: not a regular file", a->inputs[i]);
+            return -1;
+        }
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", a->output);
@@ -760,7 +844,8 @@ int tok_main(int argc, char **argv) {
     }
     int *ids = NULL;
     size_t bytes = 0;
-    long n = encode_file(t, a.input, &ids, &bytes);
+    long docs = 0;
+    long n = encode_inputs(t, &a, &ids, &bytes, &docs);
     tok_free(t);
     if (n < 0) return 2;
     size_t n_train = (size_t)((1.0 - a.val_frac) * (double)n), n_val = (size_t)n - n_train;
@@ -772,8 +857,11 @@ int tok_main(int argc, char **argv) {
         remove_stale(a.output, "val", 0);
     ted_free(ids);
     if (k_train < 0 || k_val < 0) return 1;
-    printf("tokenize: %s: %zu bytes -> %ld tokens (%zu train in %d shard%s, %zu val) in %.0f ms,"
-           " written to %s_{train,val}_*.bin\n", a.input, bytes, n, n_train, k_train,
+    char what[600];
+    if (a.ninputs == 1) snprintf(what, sizeof what, "%s", a.inputs[0]);
+    else snprintf(what, sizeof what, "%d files", a.ninputs);
+    printf("tokenize: %s: %zu bytes, %ld document%s -> %ld tokens (%zu train in %d shard%s, %zu val) in %.0f ms,"
+           " written to %s_{train,val}_*.bin\n", what, bytes, docs, docs == 1 ? "" : "s", n, n_train, k_train,
            k_train == 1 ? "" : "s", n_val, now_ms() - t0, a.output);
     return 0;
 }

@@ -1,4 +1,4 @@
-// topology.c — ranks and groups (SPEC §4).
+// topology.c — ranks and groups (design §4).
 #include "topology.h"
 #include <stdio.h>
 

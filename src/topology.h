@@ -1,4 +1,4 @@
-// topology.h — the rank layout of SPEC §4: G = pp·tp·dp, dp = ep·edp, TP innermost:
+// topology.h — the rank layout of design §4: G = pp·tp·dp, dp = ep·edp, TP innermost:
 // rank = (stage·dp + dp_idx)·tp + tp_idx, dp_idx = edp_idx·ep + ep_idx.
 #pragma once
 #include "comm.h"

@@ -7,10 +7,14 @@
 #include "comm.h"
 #include "data.h"
 #include "metrics.h"
+#include "mfu.h"
 #include "model.h"
 #include "pipeline.h"
+#include "progress.h"
 #include "plan.h"
 #include "rng.h"
+#include "runinfo.h"
+#include "sample.h"
 #include "tokenizer.h"
 #include "util.h"
 #include "zero.h"
@@ -44,15 +48,7 @@ static int start_device(const Config *c) {
 static void host_view(Model *M, Zero *z, int copy) { reg_host_view(&M->reg, copy); zero_host_view(z, copy); }
 static void device_view(Model *M, Zero *z, int copy) { reg_device_view(&M->reg, copy); zero_device_view(z, copy); }
 
-// The peak that MFU is against: the sgemm rate measured here on the CPU; on a GPU its datasheet
-// dense bf16 rate (0 when the GPU is not known: MFU is then reported as 0).
-static double peak_flops(int n, int reps, const char **what) {
-#ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) { *what = "datasheet bf16"; return cu_peak_flops(); }
-#endif
-    *what = "sgemm";
-    return sgemm_peak_flops(n, reps);
-}
+// MFU against the run's peak (mfu.c); 0 when the peak is not known (an unknown GPU).
 static double mfu_of(double flops_per_s, double peak) { return peak > 0 ? flops_per_s / peak : 0; }
 
 static int n_moe_layers(const ModelConfig *m) {
@@ -68,7 +64,7 @@ static int seq_len_of(const Config *c) { return c->seq_len > 0 ? c->seq_len : c-
 
 typedef struct { double loss, lm, aux; long windows; } EvalResult;
 
-static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T) {
+static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T, Ticker *tk) {
     Model *M = P->M;
     const Topology *tp = M->topo;
     int mb = M->Bmax, dp = tp->dp;
@@ -90,6 +86,7 @@ static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T) {
         sums[1] += M->rstats.aux_sum - before.aux_sum;
         sums[2] += M->rstats.z_sum - before.z_sum;
         sums[3] += nmoe ? (double)(M->rstats.groups - before.groups) / nmoe : 0;
+        if (tk) ticker_update(tk, (double)(first + B));
     }
     M->uneven = 0;
     comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
@@ -102,48 +99,6 @@ static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T) {
     if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok;
     r.loss = r.lm + r.aux;
     return r;
-}
-
-// ---------------------------------------------------------------------------------------
-// sampling: the full context through the model for each new token (no KV cache). Every rank
-// runs it (the pipeline's stages pass the context along); out is NULL on ranks that do not print.
-
-static void sample(Pipeline *P, const Tokenizer *tok, const int *prompt, int np, int ntok, float temperature,
-                   int top_k, uint64_t seed, FILE *out) {
-    Model *M = P->M;
-    int T = M->T, V = M->V, n = np;
-    int *ctx = ted_alloc(sizeof(int) * (np + ntok + 1), MEM_TEMP);
-    memcpy(ctx, prompt, sizeof(int) * np);
-    float *p = ted_alloc(sizeof(float) * V, MEM_TEMP);
-    char piece[512];
-    for (int i = 0; i < ntok; i++) {
-        int start = n > T ? n - T : 0, len = n - start;
-        pipe_forward(P, ctx + start, NULL, 1, len);
-        const float *lg = M->full_logits + (long)(len - 1) * V;
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) { p[v] = lg[v] / (temperature > 0 ? temperature : 1e-6f); if (p[v] > mx) mx = p[v]; }
-        if (top_k > 0 && top_k < V) {   // keep the top_k largest
-            float *sorted = ted_alloc(sizeof(float) * V, MEM_TEMP);
-            memcpy(sorted, p, sizeof(float) * V);
-            for (int a = 0; a < top_k; a++)   // partial selection
-                for (int b = a + 1; b < V; b++) if (sorted[b] > sorted[a]) { float t = sorted[a]; sorted[a] = sorted[b]; sorted[b] = t; }
-            float cut = sorted[top_k - 1];
-            for (int v = 0; v < V; v++) if (p[v] < cut) p[v] = -INFINITY;
-            ted_free(sorted);
-        }
-        double s = 0;
-        for (int v = 0; v < V; v++) { p[v] = expf(p[v] - mx); s += p[v]; }
-        double u = rng_uniform(rng_at(seed, 0x73616d70ull, (uint64_t)i)) * s, acc = 0;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) { acc += p[v]; if (acc >= u) { next = v; break; } }
-        ctx[n++] = next;
-        if (!out) continue;
-        if (tok) { int k = tok_decode(tok, next, piece); fwrite(piece, 1, k, out); }
-        else fputc(next, out);
-        fflush(out);
-    }
-    if (out) fputc('\n', out);
-    ted_free(ctx); ted_free(p);
 }
 
 static int *encode_prompt(const Tokenizer *tok, const char *text, int *n) {
@@ -178,7 +133,8 @@ static int find_flag(int argc, char **argv, const char *name, const char **val) 
 }
 
 // Config from --config and flags; 0 or -1 (one line printed).
-static int load_config(Config *c, int argc, char **argv) {
+// With --resume, the model comes from the checkpoint (resolved into ckdir).
+static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t cklen) {
     config_defaults(c);
     const char *path;
     if (find_flag(argc, argv, "--config", &path)) {
@@ -186,22 +142,19 @@ static int load_config(Config *c, int argc, char **argv) {
         if (config_load_json(c, path)) return -1;
     }
     if (config_apply_flags(c, argc, argv, 1)) return -1;
+    if (runinfo_resolve(c, argc, argv, ckdir, cklen)) return -1;
     return config_validate(c);
 }
 
 // Everything that can be wrong with a run's inputs, checked before any allocation of the
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
-    if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
+    if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / c->tp;
     if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
-    if (c->resume[0]) {   // the checkpoint must be of this model
-        if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
-        Config k = *c;
-        if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
-    }
+    if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
         ted_error("%s: token id %d does not fit vocab_size %d", c->data, ds->max_token, c->model.vocab_size);
@@ -236,6 +189,7 @@ typedef struct {
     double ntok_step, ngroups_step, flops_tok, peak;
     CommStats comm_total;
     double train_ms, wait_ms;
+    Progress prog;
 } Run;
 
 // The checkpoint's weights and optimizer state, and its trainer state checked against this run.
@@ -267,7 +221,7 @@ static int resume_from(Run *R) {
     return 0;
 }
 
-// The memory model (Eq. 4 of the design) with this rank's parameter counts, next to what was allocated.
+// The memory model (docs/design.md §5, M1) with this rank's parameter counts, next to what was allocated.
 static void print_model_state(const Run *R) {
     const Model *M = &R->M;
     double np_exp = 0, np_all = 0;
@@ -280,7 +234,7 @@ static void print_model_state(const Run *R) {
     double pred = plan_state_bytes(np_all - np_exp, np_exp, R->topo.dp, R->topo.edp, wbytes);
     double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
     if (R->topo.rank == 0)
-        printf("model state per rank: Eq. 4 predicts %.0f bytes (%s weights and gradients), allocated %.0f "
+        printf("model state per rank: M1 (docs/design.md §5) predicts %.0f bytes (%s weights and gradients), allocated %.0f "
                "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas,
                ms->current[MEM_PARAMS], ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
 }
@@ -300,7 +254,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
     if (R->ckdir[0] && resume_from(R)) return -1;
     const char *peak_kind;
-    R->peak = peak_flops(1024, 5, &peak_kind);
+    R->peak = mfu_peak_flops(c, &R->topo, &peak_kind);
     R->flops_tok = model_flops_per_token(&c->model, R->T);
     R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
     R->ntok_step = (double)R->gbatch * R->T;
@@ -308,8 +262,10 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->nmoe = n_moe_layers(&c->model);
     if (R->topo.rank == 0)
         printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "%s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts, c->model.top_k,
-               R->T, R->gbatch, peak_kind, R->peak * 1e-9);
+               "MFU against %s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts,
+               c->model.top_k, R->T, R->gbatch, peak_kind, R->peak * 1e-9);
+    runinfo_start(c, argc, argv, &R->ds, R->T, R->topo.world, R->topo.dp, R->topo.rank == 0);
+    runinfo_log(R->log);
     print_model_state(R);
     R->nval = data_nwindows(&R->ds.val, R->T);
     if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
@@ -358,7 +314,7 @@ static StepMetrics train_step(Run *R, long s) {
                      .tokens_per_s = R->ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
     if (R->nmoe) m.aux_loss = c->model.aux_coef * sums[1] / R->ngroups_step + c->model.z_coef * sums[2] / R->ntok_step;
     m.loss = m.lm_loss + m.aux_loss;
-    m.mfu = mfu_of(R->flops_tok * m.tokens_per_s, R->peak * R->topo.world);
+    m.mfu = mfu_of(mfu_flops_per_token(&c->model, R->T, m.dropped_frac) * m.tokens_per_s, R->peak);
     m.loss_scale = R->z.loss_scale;
     m.skipped = R->z.skipped;
     return m;
@@ -379,20 +335,18 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
     const Config *c = &R->c;
     int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
     metrics_step(R->log, m);
-    if (rank0 && (c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step)))
-        printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
-               "%.0f tok/s | MFU %.1f%%\n", s + 1, c->steps, m->loss, m->lm_loss, m->aux_loss, m->lr, m->grad_norm,
-               m->dropped_frac, m->step_ms, m->tokens_per_s, 100 * m->mfu);
+    progress_step(&R->prog, m, R->peak, c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step));
     if (R->nval > 0 && ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last)) {
-        EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T);
+        EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T, NULL);
         metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
-        if (rank0) printf("eval step %ld: val_loss %.4f (lm %.4f) over %ld windows\n", s + 1, e.loss, e.lm, e.windows);
+        progress_eval(&R->prog, s + 1, e.loss, e.lm, e.windows);
     }
     if (c->sample_every > 0 && ((s + 1) % c->sample_every == 0 || last) && c->model.vocab_size == 256) {
         int np;
         int *pr = encode_prompt(NULL, "\n", &np);
         if (rank0) printf("sample: ");
-        sample(&R->P, NULL, pr, np, 200, 0.8f, 0, c->seed + (uint64_t)s, rank0 ? stdout : NULL);
+        SampleOpts so = {200, 0.8f, 0, 1.0f, NULL, c->seed + (uint64_t)s};
+        sample_text(&R->P, NULL, pr, np, &so, rank0 ? stdout : NULL);
         ted_free(pr);
     }
     R->st.step = s + 1;
@@ -415,6 +369,7 @@ int cmd_train(int argc, char **argv) {
     memset(&R, 0, sizeof R);
     if (run_setup(&R, argc, argv)) return TED_EXIT_USAGE;
     long first_step = R.st.step;
+    progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.topo.rank == 0);
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = train_step(&R, s);
         if (after_step(&R, s, first_step, &m)) return 1;
@@ -427,6 +382,7 @@ int cmd_train(int argc, char **argv) {
     }
     // with --save a run always ends saved, also when it ran no step (--steps 0: the initial weights)
     if (R.c.save[0] && R.saved != R.st.step && save_now(&R)) return 1;
+    progress_summary(&R.prog, R.st.step, R.c.save, R.c.save[0] ? R.saved : -1, R.c.log);
     run_free(&R);
     return 0;
 }
@@ -491,72 +447,115 @@ static int load_model(Model *M, Topology *topo, Config *c, const char *load, int
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1, 1);
     model_build(M, c, topo, B, T);
-    return ckpt_load_weights(dir, M);
+    if (ckpt_load_weights(dir, M)) return -1;
+    long step = runinfo_ckpt_step(dir);
+    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, step, model_num_params(&c->model));
+    return 0;
+}
+
+// The split that `ted eval` scores: the validation split of --data as training makes it (the
+// last 10 % of a text file, or the *_val_* shards), its training split, or a whole file.
+static int eval_split(const char *data, const char *which, Dataset *ds, Split **s) {
+    memset(ds, 0, sizeof *ds);
+    if (!strcmp(which, "all")) {
+        *s = &ds->train;
+        if (data_load_whole(*s, data)) return -1;
+        for (long i = 0; i < (*s)->n; i++) if ((*s)->tok[i] > ds->max_token) ds->max_token = (*s)->tok[i];
+        return 0;
+    }
+    if (strcmp(which, "val") && strcmp(which, "train")) { ted_error("eval: --split must be val, train or all, got \"%s\"", which); return -1; }
+    *s = !strcmp(which, "val") ? &ds->val : &ds->train;
+    return data_load(ds, data);
 }
 
 int cmd_eval(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted eval --load CKPT --data FILE --windows N [--micro-batch B] [--seq-len T]\n"
-               "  Mean loss over the first N windows of the whole FILE (window i = tokens [iT, iT+T+1)),\n"
-               "  printed as {\"loss\", \"lm_loss\", \"aux_loss\", \"windows\"}. T defaults to the checkpoint's seq_len.\n");
+        printf("usage: ted eval --load CKPT --data FILE|PATTERN [--split val|train|all] [--windows N|all]\n"
+               "                [--micro-batch B] [--seq-len T]\n"
+               "  Mean loss of a checkpoint over the first N windows (default all) of a split of the data, split\n"
+               "  as training splits it (default val: the last 10 %% of a text file, or the *_val_* shards of a\n"
+               "  pattern; all: the whole of one file). Window i = tokens [iT, iT+T+1); T defaults to the\n"
+               "  checkpoint's seq_len. Prints {\"loss\", \"lm_loss\", \"aux_loss\", \"windows\", \"split\"}; progress\n"
+               "  goes to stderr. With the whole val split this is the val_loss the training log reports.\n");
         return 0;
     }
-    const char *load = NULL, *data = NULL, *win = NULL, *mbs = "8", *tls = "0";
-    Opt o[] = {{"--load", &load}, {"--data", &data}, {"--windows", &win}, {"--micro-batch", &mbs}, {"--seq-len", &tls}};
-    long nwin, mb, Tl;
-    if (parse_opts(argc, argv, o, 5, "eval")) return TED_EXIT_USAGE;
+    const char *load = NULL, *data = NULL, *win = "all", *mbs = "8", *tls = "0", *which = "val";
+    Opt o[] = {{"--load", &load}, {"--data", &data}, {"--windows", &win}, {"--micro-batch", &mbs}, {"--seq-len", &tls},
+               {"--split", &which}};
+    long nwin = 0, mb, Tl;
+    if (parse_opts(argc, argv, o, 6, "eval")) return TED_EXIT_USAGE;
     if (!data) { ted_error("eval: --data FILE is required"); return TED_EXIT_USAGE; }
-    if (!win) { ted_error("eval: --windows N is required"); return TED_EXIT_USAGE; }
-    if (to_long("eval", "--windows", win, 1, 1L << 40, &nwin) || to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) ||
-        to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
+    if ((strcmp(win, "all") && to_long("eval", "--windows", win, 1, 1L << 40, &nwin)) ||
+        to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) || to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
         return TED_EXIT_USAGE;
-    Split s;
-    if (data_load_whole(&s, data)) return TED_EXIT_USAGE;   // the loader printed its line
+    Dataset ds;
+    Split *s;
+    if (eval_split(data, which, &ds, &s)) return TED_EXIT_USAGE;   // the loader printed its line
     Model M; Topology topo; Config c;
     if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl)) return TED_EXIT_USAGE;
     int T = M.T;
-    for (long i = 0; i < s.n; i++)
-        if (s.tok[i] >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, s.tok[i], c.model.vocab_size); return TED_EXIT_USAGE; }
-    long have = data_nwindows(&s, T);
-    if (nwin > have) { ted_error("%s: --windows %ld but the file holds %ld windows of %d+1 tokens", data, nwin, have, T); return TED_EXIT_USAGE; }
+    if (ds.max_token >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, ds.max_token, c.model.vocab_size); return TED_EXIT_USAGE; }
+    long have = data_nwindows(s, T);
+    if (!have) { ted_error("%s: the %s split holds no window of %d+1 tokens", data, which, T); return TED_EXIT_USAGE; }
+    if (!nwin) nwin = have;
+    if (nwin > have) { ted_error("%s: --windows %ld but the %s split holds %ld windows of %d+1 tokens", data, nwin, which, have, T); return TED_EXIT_USAGE; }
+    Ticker tk;
+    ticker_start(&tk, "eval", "windows", (double)nwin, stderr);
     Pipeline P;
     pipe_init(&P, &M, &c);
-    EvalResult e = evaluate(&P, &s, nwin, T);
+    EvalResult e = evaluate(&P, s, nwin, T, &tk);
     pipe_free(&P);
-    printf("{\"loss\": %.9g, \"lm_loss\": %.9g, \"aux_loss\": %.9g, \"windows\": %ld}\n", e.loss, e.lm, e.aux, e.windows);
+    printf("{\"loss\": %.9g, \"lm_loss\": %.9g, \"aux_loss\": %.9g, \"windows\": %ld, \"split\": \"%s\"}\n", e.loss, e.lm,
+           e.aux, e.windows, which);
     model_free(&M);
-    ted_free(s.tok);
+    data_free(&ds);
     return 0;
 }
 
 int cmd_generate(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted generate --load CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-               "                    [--encoder DIR]\n"
-               "  Samples N tokens (default 200) after the prompt; temperature 1.0, top-k 0 (all), seed 1337.\n"
-               "  Byte models print bytes; GPT-2 vocabulary models decode with DIR/encoder.json (default data/gpt2).\n");
+        printf("usage: ted generate --load CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
+               "                    [--stop TEXT] [--num-samples S] [--seed N] [--encoder DIR]\n"
+               "  Samples up to N tokens (default 200) after the prompt; temperature 1.0, top-k 0 (all), top-p 1.0\n"
+               "  (all; else the smallest set of tokens holding that probability), seed 1337. --stop ends a sample\n"
+               "  once its text contains TEXT. --num-samples S prints S samples (seeds N, N+1, ...), each under a\n"
+               "  \"--- sample i/S\" line. Byte models print bytes; GPT-2 vocabulary models decode with\n"
+               "  DIR/encoder.json (default data/gpt2). The text streams to stdout; progress goes to stderr.\n");
         return 0;
     }
     const char *load = NULL, *prompt = "\n", *ntok = "200", *temp = "1.0", *topk = "0", *seed = "1337", *enc = "data/gpt2";
+    const char *topp = "1.0", *stop = NULL, *nsamp = "1";
     Opt o[] = {{"--load", &load}, {"--prompt", &prompt}, {"--tokens", &ntok}, {"--temperature", &temp},
-               {"--top-k", &topk}, {"--seed", &seed}, {"--encoder", &enc}};
-    long n, k, sd;
-    double t;
-    if (parse_opts(argc, argv, o, 7, "generate")) return TED_EXIT_USAGE;
+               {"--top-k", &topk}, {"--seed", &seed}, {"--encoder", &enc}, {"--top-p", &topp}, {"--stop", &stop},
+               {"--num-samples", &nsamp}};
+    long n, k, sd, ns;
+    double t, tp;
+    if (parse_opts(argc, argv, o, 10, "generate")) return TED_EXIT_USAGE;
     if (to_long("generate", "--tokens", ntok, 0, 1 << 20, &n) || to_long("generate", "--top-k", topk, 0, 1 << 20, &k) ||
-        to_long("generate", "--seed", seed, 0, (1L << 62), &sd) || to_float("generate", "--temperature", temp, 0, &t))
+        to_long("generate", "--seed", seed, 0, (1L << 62), &sd) || to_float("generate", "--temperature", temp, 0, &t) ||
+        to_float("generate", "--top-p", topp, 0, &tp) || to_long("generate", "--num-samples", nsamp, 1, 1 << 20, &ns))
         return TED_EXIT_USAGE;
+    if (!(tp > 0 && tp <= 1)) { ted_error("generate: --top-p must be in (0, 1], got \"%s\"", topp); return TED_EXIT_USAGE; }
+    if (stop && !stop[0]) { ted_error("generate: --stop needs a non-empty text"); return TED_EXIT_USAGE; }
     Model M; Topology topo; Config c;
     if (load_model(&M, &topo, &c, load, 1, 0)) return TED_EXIT_USAGE;
     Tokenizer *tok = NULL;
     if (c.model.vocab_size != 256 && !(tok = tok_load(enc))) return TED_EXIT_USAGE;
     int np;
     int *ids = encode_prompt(tok, prompt, &np);
-    fputs(prompt, stdout);
+    double t0 = now_ms();
+    long made = 0;
     Pipeline P;
     pipe_init(&P, &M, &c);
-    sample(&P, tok, ids, np, (int)n, (float)t, (int)k, (uint64_t)sd, stdout);
+    for (long i = 0; i < ns; i++) {
+        if (ns > 1) printf("--- sample %ld/%ld\n", i + 1, ns);
+        fputs(prompt, stdout);
+        SampleOpts so = {(int)n, (float)t, (int)k, (float)tp, stop, (uint64_t)sd + (uint64_t)i};
+        made += sample_text(&P, tok, ids, np, &so, stdout);
+    }
     pipe_free(&P);
+    double ms = now_ms() - t0;
+    fprintf(stderr, "generated %ld tokens in %.1f s (%.1f tokens/s)\n", made, ms * 1e-3, made / (ms * 1e-3 + 1e-9));
     ted_free(ids);
     if (tok) tok_free(tok);
     model_free(&M);
@@ -564,7 +563,7 @@ int cmd_generate(int argc, char **argv) {
 }
 
 // ---------------------------------------------------------------------------------------
-// ted bench: full training steps of the SPEC bench model on random tokens
+// ted bench: full training steps of the benchmark model on random tokens
 
 // Random tokens for the benchmark: from (seed, step, micro-batch) only.
 typedef struct { const Config *c; int step; } BenchBatch;
@@ -604,7 +603,7 @@ int cmd_bench(int argc, char **argv) {
     Topology topo;
     topo_init(&topo, c.tp, c.ep, c.pp);
     const char *peak_kind;
-    double peak = peak_flops(2048, 4, &peak_kind);
+    double peak = mfu_peak_flops(&c, &topo, &peak_kind);
     Model M;
     model_build(&M, &c, &topo, B, T);
     Pipeline P;
@@ -629,15 +628,16 @@ int cmd_bench(int argc, char **argv) {
         if (s >= warm) { total += now_ms() - t0; wait += P.wait_ms; comm_accumulate(&comm_total); }
     }
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
-    double mfu = mfu_of(model_flops_per_token(m, T) * tps, peak * topo.world);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
+    double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0 && topo.pp > 1)
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu}\n", ms, wait / c.steps, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
+           "\"device_bytes_peak\": %zu}\n", ms, wait / c.steps, tps, mfu,
+           ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
            peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak);
     pipe_free(&P);

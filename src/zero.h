@@ -1,4 +1,4 @@
-// zero.h — ZeRO-1 AdamW over the parameter registry (SPEC §3, §4). fp32 master weights
+// zero.h — ZeRO-1 AdamW over the parameter registry (design §3, §4). fp32 master weights
 // and Adam m, v are partitioned over each parameter's DP group (its sync tag names it):
 // gradients are reduce-scattered to the shard owner, the owner clips and steps, and the
 // parameters are all-gathered. On one process every group has size 1 and the shard is

@@ -9,8 +9,8 @@ compare_logs() {
 import json, sys
 a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
 keys = sys.argv[4].split(",") if len(sys.argv) > 4 else ("loss", "lm_loss", "aux_loss", "val_loss")
-la = [json.loads(l) for l in open(a)]
-lb = [json.loads(l) for l in open(b)]
+la = [o for o in map(json.loads, open(a)) if "run" not in o]   # the first record is the run's settings
+lb = [o for o in map(json.loads, open(b)) if "run" not in o]
 assert len(la) == len(lb), f"{b}: {len(lb)} lines, {a} has {len(la)}"
 worst = 0.0
 for x, y in zip(la, lb):

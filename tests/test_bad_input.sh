@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_bad_input.sh — every bad input is refused cleanly (SPEC §7; one error line per failure):
+# test_bad_input.sh — every bad input is refused cleanly (design §7; one error line per failure):
 # exit code exactly 2 (never a crash: no code >= 128), exactly one line on stderr that names the
 # file or option at fault (a case-insensitive substring given per case), and no file written or
 # changed: a --log file and a --save checkpoint directory that existed before keep their bytes,

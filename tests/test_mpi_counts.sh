@@ -14,7 +14,7 @@ source tests/mpi_env.sh
   --min-capacity 4 --steps 1 --tp 2 --ep 2 --log $TED_TMP/log.jsonl >/dev/null
 /usr/bin/python3 - $TED_TMP/log.jsonl <<'PY'
 import json, math, sys
-s = json.loads(open(sys.argv[1]).readline())
+s = next(o for o in map(json.loads, open(sys.argv[1])) if "step" in o)
 c, mem = s["comm"], s["mem"]
 G, tp, ep = 4, 2, 2; dp = G // tp; edp = dp // ep
 V, Tmax, d, f, L, E, k, B, T, A = 256, 32, 32, 128, 2, 4, 2, 2, 16, 3

@@ -39,7 +39,7 @@ done
 if /usr/bin/python3 - $TED_TMP/np4-cf1.0 <<'PY'
 import json, sys
 b = sys.argv[1]
-first = lambda m: json.loads(open(f"{b}-{m}.jsonl").readline())
+first = lambda m: next(o for o in map(json.loads, open(f"{b}-{m}.jsonl")) if "step" in o)
 none, ac, cac = first("none"), first("activation-checkpointing"), first("cac")
 N, d, A = (8 * 2 // 4) * 16, 32, 2           # tokens per rank and micro-step, width, micro-steps
 fixed = {"calls": A * 5, "bytes": A * 4 * (2 * N * d + 3 * N)}   # TP all-reduces outside the blocks
@@ -55,7 +55,7 @@ for coll in ("allreduce.tp", "alltoall.ep"):
         print(f"{'ok  ' if good else 'FAIL'} {coll}.{key} in the blocks: checkpointing {r_ac:.3f}x, cac {r_cac:.3f}x "
               f"(without: {base})")
 for name, tp in (("np4-cf1.0", 2), ("np8-cf1.0", 4)):
-    one = lambda m: json.loads(open(f"{b.rsplit('/', 1)[0]}/{name}-{m}.jsonl").readline())["comm"]
+    one = lambda m: next(o for o in map(json.loads, open(f"{b.rsplit('/', 1)[0]}/{name}-{m}.jsonl")) if "step" in o)["comm"]
     plain, dtd = one("none"), one("dtd")
     for key in ("bytes", "calls"):
         a, x = plain["alltoall.ep"][key], dtd["alltoall.ep"][key]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ted plan against the memory model worked by hand (seed 000 Eq. 4-6), and its bad input.
+# ted plan against the memory model worked by hand (docs/design.md §5), and its bad input.
 set -euo pipefail
 : "${TED:?}"
 pass=0 fail=0
@@ -8,7 +8,7 @@ out=$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8)
 # tp 2, ep 2: dp 4, edp 2; NP_nonexp/GPU = 2/3·1.3e9/2, NP_exp/GPU = 8/3·1.3e9/4
 # (4 + 12/4)·4.3333e8 + (4 + 12/2)·8.6667e8 = 1.17e10 bytes; largest base = 8e10/(1.17e10/1.3e9) = 8.89e9
 expect "tp 2 ep 2 state bytes" 'grep -q "tp 2   ep 2    dp 4     edp 2        11700000000 bytes" <<<"$out"'
-expect "tp 2 ep 2 largest model and Eq. 6 bound" 'grep "tp 2   ep 2 " <<<"$out" | grep -q "largest base model 8.89e+09 params (Eq. 6 bound 4e+10)"'
+expect "tp 2 ep 2 largest model and M2 bound" 'grep "tp 2   ep 2 " <<<"$out" | grep -q "largest base model 8.89e+09 params (M2 bound 4e+10)"'
 expect "every dividing layout listed (tp 1: ep 1,2,4,8; tp 2: 1,2,4; tp 4: 1,2; tp 8: 1)" '[ $(grep -c "^  tp" <<<"$out") -eq 10 ]'
 # fp32: 8 bytes of weights + gradients per parameter: tp 1 ep 8 dp 8 edp 1: (8+1.5)·8.667e8 + (8+12)·4.333e8
 out=$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8 --tp 1 --ep 8 --precision fp32)
@@ -27,5 +27,12 @@ for bad in "--experts 8 --gpus 8" "--base-params x --experts 8 --gpus 8" "--base
   set +e; err=$("$TED" plan $bad 2>&1 >/dev/null); rc=$?; set -e
   expect "bad input ($bad): exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <<<"$err") -eq 1 ] && grep -q "^ted: plan" <<<"$err"'
 done
+# sizes with suffixes: 1.3B and 80GB are 1.3e9 and 80e9
+expect "6.7B / 80GB suffixes" '[ "$("$TED" plan --base-params 1.3B --experts 8 --gpus 8 --gpu-mem 80GB)" = "$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8)" ]'
+# --config: the exact counts of a train config; one process (dp 1) equals what ted train predicts for itself
+cd "${TED_ROOT:-.}"
+pred=$("$TED" train --config configs/moby.json --data data/moby-dick.txt --steps 0 --threads 1 2>&1 | sed -n 's|^model state per rank: M1 (docs/design.md §5) predicts \([0-9]*\) bytes.*|\1|p')
+out=$("$TED" plan --config configs/moby.json --gpus 1)
+expect "plan --config = ted train's own prediction ($pred bytes)" '[ -n "$pred" ] && grep -q "^  tp 1   ep 1    dp 1     edp 1  *$pred bytes  fits" <<<"$out"'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

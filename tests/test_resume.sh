@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_resume.sh — checkpoints resume bit-exactly, and a failed save never damages the last
-# good checkpoint (SPEC §3 determinism, §7 checkpoints "written atomically ... resume bit-exactly").
+# good checkpoint (design §3 determinism, §7 checkpoints "written atomically ... resume bit-exactly").
 #
 # (a) For a MoE model with gradient accumulation 2, in shuffled order (the whole book) and in
 #     sequential order (a 4 KB excerpt, so that the window numbering wraps around during steps
@@ -56,6 +56,7 @@ def read(path):
     train, val = {}, {}
     for n, line in enumerate(open(path), 1):
         o = json.loads(line, parse_float=str, parse_int=str)   # numbers kept as their exact text
+        if 'run' in o: continue   # the run's settings
         step = int(o['step'])
         if 'val_loss' in o: val[step] = o['val_loss']
         else:

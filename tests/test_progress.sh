@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_progress.sh — what a person sees while a run goes (issue: output redirected to a file
+# showed nothing until the end):
+# (a) `ted train` with stdout redirected to a file: the first step's progress line (elapsed,
+#     ETA, tokens seen) is in the file while the process is still running. The run prints
+#     no other step line (--log-every = --steps), so only a per-line flush puts it there.
+# (b) a short run ends with the summary (steps, tokens, best val_loss, checkpoint and log
+#     paths), prints the resolved config with where each key came from (flag, JSON, default)
+#     and the data summary; the log's first record and the checkpoint's run.json hold the same
+#     settings.
+# Environment (from CTest): TED, TED_ROOT, TED_TMP.
+set -euo pipefail
+: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+cd "$TED_ROOT"
+rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
+W=$TED_TMP
+fail() { echo "FAIL: $*"; exit 1; }
+MODEL=(--data data/moby-dick.txt --n-layer 1 --n-embd 16 --n-head 2 --n-positions 16 --micro-batch 2 --threads 1)
+
+# (a) a long run, stdout to a file; wait (up to 120 s) for step 1's line while it still runs
+"$TED" train "${MODEL[@]}" --steps 1000000 --log-every 1000000 >"$W/long.out" 2>"$W/long.err" &
+pid=$!
+seen=0
+for _ in $(seq 1200); do
+  if grep -q '^step     1/1000000 .*tokens .*elapsed, ETA' "$W/long.out"; then seen=1; break; fi
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+alive=0; kill -0 $pid 2>/dev/null && alive=1
+kill $pid 2>/dev/null || true
+wait $pid 2>/dev/null || true
+[ $alive -eq 1 ] || { cat "$W/long.err"; fail "the long run ended early"; }
+[ $seen -eq 1 ] || { head -c 2000 "$W/long.out"; fail "no progress line in the redirected stdout while the run was going"; }
+echo "ok   progress line readable from the redirected stdout while the run is going"
+
+# (b) a short run: summary, resolved config, run record
+cat >"$W/cfg.json" <<'JSON'
+{"optimizer": {"params": {"lr": 0.003}}, "scheduler": {"params": {"warmup_num_steps": 2}}}
+JSON
+"$TED" train "${MODEL[@]}" --config "$W/cfg.json" --steps 6 --eval-every 3 --eval-windows 4 --log "$W/log.jsonl" \
+  --save "$W/ck" >"$W/short.out" 2>"$W/short.err" || { cat "$W/short.err"; fail "short run"; }
+out=$W/short.out
+grep -q '^done: 6 steps in .*, .* tokens this session.*; best val_loss [0-9.]* at step [36]$' "$out" || fail "no summary line"
+grep -q "^  checkpoint: $W/ck/step_00000006$" "$out" || fail "summary: no checkpoint path"
+grep -q "^  log: *$W/log.jsonl$" "$out" || fail "summary: no log path"
+grep -q '^  flags: .* steps 6 ' "$out" || fail "config: steps not shown as a flag"
+sed -n '/^  json:/,/^  defaults:/p' "$out" | grep -q ' lr 0.003 ' || fail "config: lr not shown as from the JSON"
+sed -n '/^  defaults:/,/^data:/p' "$out" | grep -q 'tile-size 1800000' || fail "config: a default not shown"
+grep -q '^data: data/moby-dick.txt: train .* tokens (.* windows of 16), val .* tokens' "$out" || fail "no data summary"
+/usr/bin/python3 - "$W/log.jsonl" "$W/ck/step_00000006/run.json" <<'PY' || fail "run record"
+import json, sys
+first = json.loads(open(sys.argv[1]).readline())
+saved = json.load(open(sys.argv[2]))
+assert first == saved, "the log's first record and run.json differ"
+r = first["run"]
+assert r["config"]["lr"] == 0.003 and r["from"]["lr"] == "json", r["from"]["lr"]
+assert r["config"]["steps"] == 6 and r["from"]["steps"] == "flag"
+assert r["config"]["warmup"] == 2 and r["from"]["warmup"] == "json"
+assert r["config"]["tile-size"] == 1800000 and r["from"]["tile-size"] == "default"
+import os
+assert r["data"]["train_tokens"] + r["data"]["val_tokens"] == os.path.getsize("data/moby-dick.txt")
+assert r["global_batch"] == 2 and r["tokens_per_step"] == 32
+PY
+echo "ok   summary, resolved config with sources, data summary, run record in the log and in run.json"
