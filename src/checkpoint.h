@@ -26,3 +26,5 @@ int ckpt_load_weights(const char *dir, Model *M);
 // caller then sets the masters from the weights (zero_sync_master).
 // Checkpoints read and write the host views (reg_host_view, zero_host_view).
 int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st);
+// Reads and range-checks a trainer_state.json. Returns 0 or -1 after one line naming the key.
+int read_trainer_state(const char *path, TrainerState *st);

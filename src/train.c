@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
+#include "guard.h"
 #include "metrics.h"
 #include "model.h"
 #include "plan.h"
@@ -283,6 +284,7 @@ int cmd_train(int argc, char **argv) {
     long nval = data_nwindows(&ds.val, T), saved = -1;
     if (c.eval_windows > 0 && c.eval_windows < nval) nval = c.eval_windows;
     long first_step = st.step;
+    Guard guard = {0};
     CommStats comm_total;
     memset(&comm_total, 0, sizeof comm_total);
     double train_ms = 0;
@@ -322,6 +324,7 @@ int cmd_train(int argc, char **argv) {
         m.loss_scale = z.loss_scale;
         m.skipped = z.skipped;
         metrics_step(log, &m);
+        if (guard_step(&guard, &c, &m)) return 1;   // non-finite: stop, never save this state
         if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
             printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
                    "%.0f tok/s | MFU %.1f%%\n", s + 1, c.steps, m.loss, m.lm_loss, m.aux_loss, lr, norm,
