@@ -5,6 +5,7 @@
 #include "comm.h"
 #include "half.h"
 #include "safetensors.h"
+#include "savedir.h"
 #include "util.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -98,8 +99,9 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     int rank0 = M->topo->rank == 0, rc = 0;
     char dir[1200], tmp[1200], old[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
-    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp", root, st->step);
-    snprintf(old, sizeof old, "%s/.step_%08ld.old", root, st->step);
+    // unique temporaries (the folder is locked; a crashed save's are removed at the next start)
+    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, (int)getpid());
+    snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, (int)getpid());
     if (rank0) {
         rm_tree(tmp);
         if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }
@@ -134,7 +136,13 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
                 ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
                 if (had) rename(old, dir);
                 rc = -1;
-            } else if (had) rm_tree(old);
+            } else {
+                if (had) rm_tree(old);
+                if (savedir_fsync(dir) || savedir_fsync(root)) {
+                    ted_error("%s: cannot sync: %s", dir, strerror(errno));
+                    rc = -1;
+                } else savedir_prune(root, M->cfg.keep_last);
+            }
         }
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);

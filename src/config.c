@@ -64,6 +64,8 @@ void config_defaults(Config *c) {
     c->tp = 1;
     c->ep = 1;
     c->log_every = 1;
+    c->watchdog = 600;
+    c->debug_expert_grad_scale = 1.0f;
 }
 
 // min_lr follows lr (lr/10) until it is given explicitly.
@@ -446,6 +448,11 @@ static const Flag flags[] = {
     {"--activation-checkpointing", F_SWITCH, CF(activation_checkpointing), NULL, "activation_checkpointing.enabled", "off", "recompute blocks in backward"},
     {"--dtd", F_SWITCH, CF(dtd), NULL, "dtd", "off", "duplicate token dropping"},
     {"--cac", F_SWITCH, CF(cac), NULL, "cac", "off", "communication-aware checkpointing"},
+    {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
+    {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
+    {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
+    {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
+    {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -692,6 +699,9 @@ static int validate_training(const Config *c) {
     RULE(c->log_every < 0, "log_every (%d) must be >= 0", c->log_every);
     RULE(c->sample_every < 0, "sample_every (%d) must be >= 0", c->sample_every);
     RULE(c->threads < 0, "threads (%d) must be >= 0", c->threads);
+    RULE(c->keep_last < 0, "--keep-last (%d) must be >= 0", c->keep_last);
+    RULE(c->watchdog < 0, "--watchdog (%d) must be >= 0 seconds", c->watchdog);
+    RULE(!(c->debug_expert_grad_scale > 0), "--debug-expert-grad-scale (%g) must be > 0", (double)c->debug_expert_grad_scale);
     return 0;
 }
 

@@ -5,12 +5,15 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "agree.h"
 #include "data.h"
 #include "guard.h"
 #include "metrics.h"
 #include "model.h"
 #include "plan.h"
 #include "rng.h"
+#include "savedir.h"
+#include "stop.h"
 #include "tokenizer.h"
 #include "util.h"
 #include "zero.h"
@@ -206,6 +209,8 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     }
     if (c->save[0] && comm_world_rank() == 0 && ckpt_check_root(c->save)) return TED_EXIT_USAGE;
     if (start_device(c)) return TED_EXIT_USAGE;   // last but one: the log is only opened once all is well
+    if (comm_world_rank() == 0 && savedir_check_log(c)) return TED_EXIT_USAGE;
+    if (c->save[0] && comm_world_rank() == 0 && savedir_open(c)) return TED_EXIT_USAGE;   // locked for the run
     if (c->log[0] && comm_world_rank() == 0) {
         *log = fopen(c->log, c->resume[0] ? "a" : "w");
         if (!*log) { ted_error("%s: cannot open the log: %s", c->log, strerror(errno)); return TED_EXIT_USAGE; }
@@ -221,6 +226,8 @@ int cmd_train(int argc, char **argv) {
     char ckdir[1200] = "";
     FILE *log = NULL;
     if (ted_agree(prepare(&c, argc, argv, &ds, ckdir, sizeof ckdir, &log) != 0)) return TED_EXIT_USAGE;
+    if (agree_run(&c, ckdir)) return TED_EXIT_USAGE;   // every rank resolved the same run
+    stop_install();
     set_threads(c.threads);
     int T = seq_len_of(&c);
     Topology topo;
@@ -343,13 +350,19 @@ int cmd_train(int argc, char **argv) {
             ted_free(pr);
         }
         st.step = s + 1;
-        if (c.save[0] && ((c.save_every > 0 && (s + 1) % c.save_every == 0) || last)) {
+        int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
+        if (c.save[0] && ((c.save_every > 0 && (s + 1) % c.save_every == 0) || last || stop)) {
             st.adam_t = z.t;
             host_view(&M, &z, 1);
             if (ckpt_save(c.save, &M, &z, &st)) return 1;
             device_view(&M, &z, 0);
             saved = st.step;
             if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, s + 1);
+        }
+        if (stop) {
+            if (topo.rank == 0) fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, st.step,
+                                        c.save[0] ? " (saved)" : "");
+            return 128 + stop;
         }
     }
     if (topo.rank == 0 && topo.world > 1) comm_summary(stdout, &comm_total, train_ms, c.steps - first_step);
