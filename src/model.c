@@ -8,6 +8,7 @@
 #include "half.h"
 #include "ops.h"
 #include "util.h"
+#include "watchdog.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -417,6 +418,7 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     int d = M->d, Dl = M->Hl * M->hd, tp0 = M->topo->tp_idx == 0;
     long N = (long)B * T;
     float *in = M->resid[l];
+    watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
     layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
     matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
     attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
@@ -464,6 +466,7 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
         block_forward(M, l, B, T, 0);
         pack_block(M, l, B, T, 0);
     }
+    watchdog_block(-1, 0, NULL);
     layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     // LM head on this rank's vocabulary shard, then the parallel cross-entropy
     gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f, M->logits, M->Vl);
@@ -507,6 +510,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
     float *dlogits = M->logits;
+    watchdog_block(-1, 0, NULL);
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
     // LM head (tied, vocab shard): dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf
     gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
@@ -520,6 +524,7 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
         BlockActs *x = &M->ba[l];
         stage_in(M, l + 1, 1);
         if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
+        watchdog_block(l, b->moe, "backward");
         pack_block(M, l, B, T, 1);
         // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
         if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);

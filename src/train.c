@@ -15,6 +15,7 @@
 #include "savedir.h"
 #include "stop.h"
 #include "tokenizer.h"
+#include "watchdog.h"
 #include "util.h"
 #include "zero.h"
 #include <cblas.h>
@@ -228,6 +229,7 @@ int cmd_train(int argc, char **argv) {
     if (ted_agree(prepare(&c, argc, argv, &ds, ckdir, sizeof ckdir, &log) != 0)) return TED_EXIT_USAGE;
     if (agree_run(&c, ckdir)) return TED_EXIT_USAGE;   // every rank resolved the same run
     stop_install();
+    watchdog_start(c.watchdog);
     set_threads(c.threads);
     int T = seq_len_of(&c);
     Topology topo;
@@ -303,6 +305,7 @@ int cmd_train(int argc, char **argv) {
         memset(&M.rstats, 0, sizeof M.rstats);
         double lm = 0;
         for (int a = 0; a < c.grad_accum; a++) {
+            watchdog_step(s + 1, a);
             long first = (long)a * c.micro_batch * topo.dp + (long)topo.dp_idx * c.micro_batch;
             for (int j = 0; j < c.micro_batch; j++)
                 data_sequence(&ds.train, T, st.seed, c.data_sequential, s, first + j, gbatch, inp + j * T, tgt + j * T);
@@ -314,6 +317,7 @@ int cmd_train(int argc, char **argv) {
                            (float)(S * c.model.z_coef / ntok_step));
         }
         mem_set_phase(PHASE_OPTIMIZER);
+        watchdog_step(s + 1, -1);
         float lr = lr_at(&c, s);
         double norm = zero_step(&z, &c, lr);
         buf_sync();
