@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "savedir.h"
 #include "stop.h"
+#include "tensorlog.h"
 #include "tokenizer.h"
 #include "watchdog.h"
 #include "util.h"
@@ -294,6 +295,8 @@ int cmd_train(int argc, char **argv) {
     if (c.eval_windows > 0 && c.eval_windows < nval) nval = c.eval_windows;
     long first_step = st.step;
     Guard guard = {0};
+    TensorLog tlog;
+    if (ted_agree(tensorlog_init(&tlog, &M, &c) != 0)) return TED_EXIT_USAGE;
     CommStats comm_total;
     memset(&comm_total, 0, sizeof comm_total);
     double train_ms = 0;
@@ -311,6 +314,7 @@ int cmd_train(int argc, char **argv) {
                 data_sequence(&ds.train, T, st.seed, c.data_sequential, s, first + j, gbatch, inp + j * T, tgt + j * T);
             mem_set_phase(PHASE_FORWARD);
             lm += model_forward(&M, inp, tgt, c.micro_batch, T);
+            tensorlog_count(&tlog, &M);
             mem_set_phase(PHASE_BACKWARD);
             float S = z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
             model_backward(&M, (float)(S / ntok_step), (float)(S * c.model.aux_coef / ngroups_step),
@@ -319,7 +323,9 @@ int cmd_train(int argc, char **argv) {
         mem_set_phase(PHASE_OPTIMIZER);
         watchdog_step(s + 1, -1);
         float lr = lr_at(&c, s);
+        tensorlog_debug_scale(&M, &c);
         double norm = zero_step(&z, &c, lr);
+        tensorlog_write(&tlog, &M, &z, log, s + 1);
         buf_sync();
         mem_set_phase(PHASE_NONE);
         double sums[5] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices};
@@ -378,6 +384,7 @@ int cmd_train(int argc, char **argv) {
         if (topo.rank == 0) printf("saved %s/step_%08ld\n", c.save, st.step);
     }
     if (log) fclose(log);
+    tensorlog_free(&tlog);
     ted_free(inp); ted_free(tgt);
     zero_free(&z);
     model_free(&M);
