@@ -199,6 +199,8 @@ static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {
     return 1;
 }
 
+int ckpt_check_model(const char *dir, const Config *ck, const ModelConfig *run) { return same_shape(dir, ck, run) ? 0 : -1; }
+
 static float *weights_of(const Model *M, const void *ctx, int i, long *lo, long *hi);
 
 // A stored tensor must be finite (and, for Adam's second moment, not negative): a NaN or an

@@ -198,7 +198,7 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     if (c->resume[0]) {   // the checkpoint must be of this model
         if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
         Config k = *c;
-        if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
+        if (ckpt_read_config(ckdir, &k) || ckpt_check_model(ckdir, &k, &c->model)) return TED_EXIT_USAGE;
     }
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
