@@ -1,5 +1,5 @@
 // agree.c — rank agreement before training (see agree.h). Every field travels as 64 bits
-// (integers as themselves, floats as doubles' bits, strings as digests) in one all-gather of a
+// (integers as themselves, floats as doubles' bits) in one all-gather of a
 // fixed size, so that ranks given different argv never exchange messages of different sizes.
 #include "agree.h"
 #include "alloc.h"
@@ -15,7 +15,7 @@ uint64_t agree_hash(const void *p, size_t n, uint64_t h) {
     return h;
 }
 
-typedef enum { K_INT, K_FLOAT, K_HASH } FieldKind;
+typedef enum { K_INT, K_FLOAT } FieldKind;
 typedef struct { const char *name; FieldKind kind; } FieldInfo;
 #define AGREE_MAX 64
 
@@ -28,10 +28,6 @@ static void put_int(Digest *d, const char *name, int64_t x) {
 static void put_float(Digest *d, const char *name, double x) {
     d->info[d->n] = (FieldInfo){name, K_FLOAT};
     memcpy(&d->v[d->n++], &x, 8);
-}
-static void put_hash(Digest *d, const char *name, const void *p, size_t n) {
-    d->info[d->n] = (FieldInfo){name, K_HASH};
-    d->v[d->n++] = agree_hash(p, n, 0);
 }
 
 // The settings every rank must share (paths that only rank 0 uses are left out).
@@ -69,8 +65,6 @@ static int digest_state(Digest *d, const char *ckdir) {
     put_int(d, "resumed step", st.step); put_int(d, "resumed adam_t", st.adam_t);
     put_int(d, "resumed run's steps", st.steps); put_int(d, "resumed seed", (int64_t)st.seed);
     put_int(d, "resumed data_order", st.sequential);
-    const char *dir = ckdir ? ckdir : "";
-    put_hash(d, "resumed checkpoint", dir, strlen(dir));
     return 0;
 }
 
@@ -78,8 +72,7 @@ static void format_value(const Digest *d, int f, uint64_t v, char *buf, size_t n
     int64_t i; double x;
     switch (d->info[f].kind) {
     case K_INT: memcpy(&i, &v, 8); snprintf(buf, n, "%lld", (long long)i); break;
-    case K_FLOAT: memcpy(&x, &v, 8); snprintf(buf, n, "%.9g", x); break;
-    default: snprintf(buf, n, "digest %016llx", (unsigned long long)v); break;
+    default: memcpy(&x, &v, 8); snprintf(buf, n, "%.9g", x); break;
     }
 }
 
