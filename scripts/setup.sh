@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev
-      libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy nodejs npm)
+      libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy nodejs npm
+      clang)   # clang: the ASan + UBSan build and the libFuzzer harnesses (tests/test_sanitize.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,10 +7,14 @@
 #include "half.h"
 #include "hfconfig.h"
 #include "safetensors.h"
+#include "savedir.h"
 #include "util.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -132,8 +136,9 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     int rank0 = M->topo->rank == 0, rc = 0;
     char dir[1200], tmp[1200], old[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
-    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp", root, st->step);
-    snprintf(old, sizeof old, "%s/.step_%08ld.old", root, st->step);
+    // unique temporaries (the folder is locked; a crashed save's are removed at the next start)
+    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, (int)getpid());
+    snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, (int)getpid());
     if (rank0) {
         rm_tree(tmp);
         if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }
@@ -169,7 +174,13 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
                 ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
                 if (had) rename(old, dir);
                 rc = -1;
-            } else if (had) rm_tree(old);
+            } else {
+                if (had) rm_tree(old);
+                if (savedir_fsync(dir) || savedir_fsync(root)) {
+                    ted_error("%s: cannot sync: %s", dir, strerror(errno));
+                    rc = -1;
+                } else savedir_prune(root, M->cfg.keep_last);
+            }
         }
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
@@ -226,7 +237,21 @@ static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {
     return 1;
 }
 
+int ckpt_check_model(const char *dir, const Config *ck, const ModelConfig *run) { return same_shape(dir, ck, run) ? 0 : -1; }
+
 static float *weights_of(const Model *M, const void *ctx, int i, long *lo, long *hi);
+
+// A stored tensor must be finite (and, for Adam's second moment, not negative): a NaN or an
+// Inf loaded silently would train NaN. 0, or -1 after one line naming the tensor.
+static int check_finite(const char *file, const char *name, const float *x, long n, int nonneg) {
+    for (long j = 0; j < n; j++) {
+        if (isfinite(x[j]) && !(nonneg && x[j] < 0)) continue;
+        ted_error("%s: tensor %s holds %s%g at element %ld", file, name, isfinite(x[j]) ? "a negative second moment " : "",
+                  (double)x[j], j);
+        return -1;
+    }
+    return 0;
+}
 
 // Copies this rank's elements of each parameter from the full tensors of file f
 // (name + suffix) into dst(param) — weights or Adam shards.
@@ -248,6 +273,7 @@ static int load_tensors(StFile *f, const char *file, const Model *M, const char 
             return -1;
         }
         long lo, hi, stored = p->save_rows * p->shape[1];
+        if (check_finite(file, name, src, stored, strstr(suffix, "_sq") != NULL)) return -1;
         float *out = dst(M, ctx, i, &lo, &hi);
         for (long j = lo; j < hi; j++) {
             long fi = param_full_index(r, p, j);
@@ -288,6 +314,46 @@ int ckpt_load_weights(const char *dir, Model *M) {
     return rc;
 }
 
+// An integer member of the trainer state in [lo, hi]; 0, or -1 after one line.
+static int state_int(const char *path, const cJSON *j, const char *key, long lo, long hi, long *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!(d >= lo && d <= hi) || d != floor(d)) {
+        ted_error("%s: \"%s\" must be an integer in [%ld, %ld]", path, key, lo, hi);
+        return -1;
+    }
+    *out = (long)d;
+    return 0;
+}
+
+// trainer_state.json: every number range-checked (a step no run of ted can reach, an Adam
+// count past the step, a seed that is not a 64-bit integer are refused, naming the key).
+int read_trainer_state(const char *path, TrainerState *st) {
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) { ted_error("%s: cannot read: %s", path, strerror(errno)); return -1; }
+    cJSON *j = cJSON_Parse(text);
+    ted_free(text);
+    if (!cJSON_IsObject(j)) { ted_error("%s: malformed trainer state (not a JSON object)", path); cJSON_Delete(j); return -1; }
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(j, "seed"), *o = cJSON_GetObjectItemCaseSensitive(j, "data_order");
+    int rc = state_int(path, j, "steps", 0, INT_MAX, &st->steps) || state_int(path, j, "step", 0, st->steps, &st->step) ||
+             state_int(path, j, "adam_t", 0, st->step, &st->adam_t);
+    char *end = NULL;
+    errno = 0;
+    if (!rc && (!cJSON_IsString(sd) || !isdigit((unsigned char)sd->valuestring[0]) ||
+                (st->seed = strtoull(sd->valuestring, &end, 10), errno || *end))) {   // a string: 64-bit seeds survive JSON
+        ted_error("%s: \"seed\" must be a string holding an integer in [0, 2^64-1]", path);
+        rc = -1;
+    }
+    if (!rc && (!cJSON_IsString(o) || (strcmp(o->valuestring, "sequential") && strcmp(o->valuestring, "shuffled")))) {
+        ted_error("%s: \"data_order\" must be \"sequential\" or \"shuffled\"", path);
+        rc = -1;
+    }
+    if (!rc) st->sequential = !strcmp(o->valuestring, "sequential");
+    cJSON_Delete(j);
+    return rc ? -1 : 0;
+}
+
 int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     char p[1300];
     snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
@@ -307,26 +373,7 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
         if (rc) return -1;
     }
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
-    size_t len;
-    char *text = read_file(p, &len);
-    if (!text) { ted_error("%s: cannot read: %s", p, strerror(errno)); return -1; }
-    cJSON *j = cJSON_Parse(text);
-    ted_free(text);
-    cJSON *s = cJSON_GetObjectItem(j, "step"), *t = cJSON_GetObjectItem(j, "adam_t");
-    cJSON *n = cJSON_GetObjectItem(j, "steps"), *sd = cJSON_GetObjectItem(j, "seed");
-    cJSON *o = cJSON_GetObjectItem(j, "data_order");
-    if (!j || !cJSON_IsNumber(s) || !cJSON_IsNumber(t) || !cJSON_IsNumber(n) || !cJSON_IsString(sd) ||
-        !cJSON_IsString(o) || s->valuedouble < 0 || t->valuedouble < 0 || n->valuedouble < 0) {
-        ted_error("%s: malformed trainer state (needs step, adam_t, steps >= 0, seed, data_order)", p);
-        cJSON_Delete(j);
-        return -1;
-    }
-    st->step = (long)s->valuedouble;
-    st->adam_t = (long)t->valuedouble;
-    st->steps = (long)n->valuedouble;
-    st->seed = strtoull(sd->valuestring, NULL, 10);   // a string: 64-bit seeds survive JSON
-    st->sequential = !strcmp(o->valuestring, "sequential");
+    if (read_trainer_state(p, st)) return -1;
     z->t = st->adam_t;
-    cJSON_Delete(j);
     return 0;
 }

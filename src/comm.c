@@ -3,6 +3,7 @@
 #include "alloc.h"
 #include "half.h"
 #include "util.h"
+#include "watchdog.h"
 #include <stdlib.h>
 #include <string.h>
 #ifdef TED_CUDA
@@ -128,8 +129,12 @@ Group comm_group(GroupKind kind, int color, int key) {
 
 // Counting wrapper: time and bytes of one collective on group g.
 typedef struct { double t0; } Tick;
-static Tick tick(void) { return (Tick){now_ms()}; }
+static Tick tick(CollKind c, Group *g, long long bytes) {
+    watchdog_enter(comm_coll_name(c), comm_group_name(g->kind), g->size, bytes);
+    return (Tick){now_ms()};
+}
 static void count(Tick t, CollKind c, Group *g, long long bytes) {
+    watchdog_leave();
     CommCount *k = &stats.c[c][g->kind];
     k->calls++; k->bytes += bytes; k->ms += now_ms() - t.t0;
 }
@@ -140,7 +145,7 @@ static void count(Tick t, CollKind c, Group *g, long long bytes) {
 #ifdef TED_CUDA
 #define GPU_PATH(p, nccl_call, coll, bytes, ...) \
     if (on_gpu(p)) { \
-        if (g->nccl) { Tick k_ = tick(); NCCL_CHECK(nccl_call); cu_sync(); count(k_, coll, g, bytes); } \
+        if (g->nccl) { Tick k_ = tick(coll, g, bytes); NCCL_CHECK(nccl_call); cu_sync(); count(k_, coll, g, bytes); } \
         else __VA_ARGS__ \
         return; \
     }
@@ -155,7 +160,7 @@ void comm_allreduce(Group *g, void *buf, long n, DType t) {
                  void *h = stage(0, n * dsize(t));
                  cu_memcpy(h, buf, n * dsize(t)); comm_allreduce(g, h, n, t); cu_memcpy(buf, h, n * dsize(t));
              })
-    Tick k = tick();
+    Tick k = tick(COLL_ALLREDUCE, g, (long long)n * dsize(t));
     MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mtype(t), sum_op(t), g->comm);
     count(k, COLL_ALLREDUCE, g, (long long)n * dsize(t));
 }
@@ -167,7 +172,7 @@ void comm_allreduce_max(Group *g, float *buf, long n) {
                  float *h = stage(0, n * 4);
                  cu_memcpy(h, buf, n * 4); comm_allreduce_max(g, h, n); cu_memcpy(buf, h, n * 4);
              })
-    Tick k = tick();
+    Tick k = tick(COLL_ALLREDUCE, g, (long long)n * 4);
     MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, g->comm);
     count(k, COLL_ALLREDUCE, g, (long long)n * 4);
 }
@@ -180,7 +185,7 @@ void comm_allgather(Group *g, const void *send, void *recv, long n, DType t) {
                  char *hs = stage(0, b), *hr = stage(1, b * g->size);
                  cu_memcpy(hs, send, b); comm_allgather(g, hs, hr, n, t); cu_memcpy(recv, hr, b * g->size);
              })
-    Tick k = tick();
+    Tick k = tick(COLL_ALLGATHER, g, (long long)n * dsize(t));
     const void *s = send;
     if ((const char *)send == (char *)recv + (size_t)g->rank * n * dsize(t)) s = MPI_IN_PLACE;
     MPI_Allgather(s, (int)n, mtype(t), recv, (int)n, mtype(t), g->comm);
@@ -195,7 +200,7 @@ void comm_reduce_scatter(Group *g, const void *send, void *recv, long n, DType t
                  char *hs = stage(0, b * g->size), *hr = stage(1, b);
                  cu_memcpy(hs, send, b * g->size); comm_reduce_scatter(g, hs, hr, n, t); cu_memcpy(recv, hr, b);
              })
-    Tick k = tick();
+    Tick k = tick(COLL_REDUCE_SCATTER, g, (long long)n * g->size * dsize(t));
     MPI_Reduce_scatter_block(send, recv, (int)n, mtype(t), sum_op(t), g->comm);
     count(k, COLL_REDUCE_SCATTER, g, (long long)n * g->size * dsize(t));
 }
@@ -228,7 +233,7 @@ void comm_alltoall(Group *g, const void *send, void *recv, long n, DType t) {
         char *hs = stage(0, b), *hr = stage(1, b);
         cu_memcpy(hs, send, b); comm_alltoall(g, hs, hr, n, t); cu_memcpy(recv, hr, b);
     })
-    Tick k = tick();
+    Tick k = tick(COLL_ALLTOALL, g, (long long)n * g->size * dsize(t));
     MPI_Alltoall(send, (int)n, mtype(t), recv, (int)n, mtype(t), g->comm);
     count(k, COLL_ALLTOALL, g, (long long)n * g->size * dsize(t));
 }
@@ -249,7 +254,9 @@ void comm_alltoallv(Group *g, const void *send, const long *sc, const long *sd,
         char *hs = stage(0, bs), *hr = stage(1, br);
         cu_memcpy(hs, send, bs); comm_alltoallv(g, hs, sc, sd, hr, rc, rd, t); cu_memcpy(recv, hr, br);
     })
-    Tick k = tick();
+    long long sent = 0;
+    for (int i = 0; i < g->size; i++) sent += sc[i];
+    Tick k = tick(COLL_ALLTOALL, g, sent * (long long)dsize(t));
     int P = g->size, *b = malloc(sizeof(int) * 4 * P);
     CHECK(b, "out of memory in alltoallv");
     long long bytes = 0;
@@ -269,30 +276,39 @@ void comm_broadcast(Group *g, void *buf, long n, DType t, int root) {
                  void *h = stage(0, n * dsize(t));
                  cu_memcpy(h, buf, n * dsize(t)); comm_broadcast(g, h, n, t, root); cu_memcpy(buf, h, n * dsize(t));
              })
-    Tick k = tick();
+    Tick k = tick(COLL_BROADCAST, g, (long long)n * dsize(t));
     MPI_Bcast(buf, (int)n, mtype(t), root, g->comm);
     count(k, COLL_BROADCAST, g, (long long)n * dsize(t));
 }
 
-void comm_barrier(Group *g) { if (g->size > 1) MPI_Barrier(g->comm); }
+void comm_barrier(Group *g) {
+    if (g->size == 1) return;
+    watchdog_enter("barrier", comm_group_name(g->kind), g->size, 0);
+    MPI_Barrier(g->comm);
+    watchdog_leave();
+}
 
 void comm_isend(Group *g, const void *buf, long n, DType t, int peer, int tag, MPI_Request *req) {
     CHECK(g->size > 1 && peer != g->rank, "point-to-point send to itself (group %s)", comm_group_name(g->kind));
-    Tick k = tick();
+    Tick k = tick(COLL_SENDRECV, g, (long long)n * dsize(t));
     MPI_Isend(buf, (int)n, mtype(t), peer, tag, g->comm, req);
     count(k, COLL_SENDRECV, g, (long long)n * dsize(t));
 }
 
 void comm_recv(Group *g, void *buf, long n, DType t, int peer, int tag) {
     CHECK(g->size > 1 && peer != g->rank, "point-to-point receive from itself (group %s)", comm_group_name(g->kind));
+    watchdog_enter("recv", comm_group_name(g->kind), g->size, (long long)n * dsize(t));
     MPI_Recv(buf, (int)n, mtype(t), peer, tag, g->comm, MPI_STATUS_IGNORE);
+    watchdog_leave();
 }
 
 void comm_wait(MPI_Request *req) {
     if (*req == MPI_REQUEST_NULL) return;
-    Tick k = tick();
+    watchdog_enter("send (wait)", "pp", 2, 0);
+    double t0 = now_ms();
     MPI_Wait(req, MPI_STATUS_IGNORE);
-    stats.c[COLL_SENDRECV][GROUP_PP].ms += now_ms() - k.t0;
+    stats.c[COLL_SENDRECV][GROUP_PP].ms += now_ms() - t0;
+    watchdog_leave();
 }
 
 int comm_test(MPI_Request *req) {
@@ -305,7 +321,9 @@ int comm_test(MPI_Request *req) {
 int comm_max_int(Group *g, int v) {
     if (g->size == 1) return v;
     int r;
+    watchdog_enter("allreduce (max)", comm_group_name(g->kind), g->size, 4);
     MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MAX, g->comm);
+    watchdog_leave();
     return r;
 }
 

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define CF(field) offsetof(Config, field)
 #define FIELD(c, off, type) ((type *)((char *)(c) + (off)))
@@ -67,6 +68,8 @@ void config_defaults(Config *c) {
     c->pp_schedule = PP_1F1B;
     c->pp_virtual = 1;
     c->log_every = 1;
+    c->watchdog = 600;
+    c->debug_expert_grad_scale = 1.0f;
 }
 
 // min_lr follows lr (lr/10) until it is given explicitly.
@@ -220,6 +223,7 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static int validate_checkpoint_model(const Config *c, const char *path);
 
 // Stores one value of a known key.
 static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
@@ -368,6 +372,7 @@ int config_load_model_json(Config *c, const char *path) {
         }
     }
     cJSON_Delete(root);
+    if (rc == 0) rc = validate_checkpoint_model(&tmp, path);   // the training config's rules
     if (rc == 0) {
         c->model = tmp.model;
         c->seq_len = tmp.seq_len;
@@ -479,6 +484,11 @@ static const Flag flags[] = {
     {"--activation-checkpointing", F_SWITCH, CF(activation_checkpointing), NULL, "activation_checkpointing.enabled", "off", "recompute blocks in backward"},
     {"--dtd", F_SWITCH, CF(dtd), NULL, "dtd", "off", "duplicate token dropping"},
     {"--cac", F_SWITCH, CF(cac), NULL, "cac", "off", "communication-aware checkpointing"},
+    {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
+    {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
+    {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
+    {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
+    {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -663,6 +673,10 @@ void config_print_train_help(void) {
 // ---------------------------------------------------------------------------------------
 // Validation
 
+// The file a config being validated came from (a checkpoint's config.json), or NULL
+// (flags and the training JSON: the key itself names the setting).
+static const char *validating = NULL;
+
 static void invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void invalid(const char *fmt, ...) {
     char msg[512];
@@ -670,21 +684,56 @@ static void invalid(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ted_error("invalid config: %s", msg);
+    if (validating) ted_error("%s: invalid config: %s", validating, msg);
+    else ted_error("invalid config: %s", msg);
 }
 
 #define RULE(bad, ...) do { if (bad) { invalid(__VA_ARGS__); return -1; } } while (0)
 
+// Bounds that keep every int index and every size product of the code in range; the
+// products themselves are checked in 64 bits below.
+#define MAX_POSITIONS (1 << 20)
+#define MAX_WIDTH (1 << 20)
+#define MAX_LAYERS 4096
+#define MAX_EXPERTS 65536
+#define MAX_TENSORS (1L << 20)
+
+static double mem_physical_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
+// 64-bit size products: the largest tensor, the tensor count, the whole model in bytes.
+static int validate_sizes(const ModelConfig *m) {
+    int64_t d = m->n_embd, f = m->n_inner > 0 ? m->n_inner : 4 * d, V = m->vocab_size, E = m->num_experts;
+    int64_t nmoe = m->num_experts > 1 ? m->n_layer / m->moe_every : 0;
+    int64_t tensors = 4 + (int64_t)m->n_layer * (11 + 4 * E);   // the parameter registry's room
+    RULE(tensors > MAX_TENSORS, "n_layer %d with num_experts %lld needs room for %lld tensors (at most %ld)", m->n_layer,
+         (long long)E, (long long)tensors, MAX_TENSORS);
+    int64_t big = V * d > d * f ? V * d : d * f;
+    if ((int64_t)m->n_positions * d > big) big = (int64_t)m->n_positions * d;
+    RULE(big > INT_MAX, "a tensor of %lld elements (vocab_size, n_positions or n_inner times n_embd) exceeds 2^31-1",
+         (long long)big);
+    double params = (double)(V + m->n_positions) * d + (double)m->n_layer * (4 * d * d + 2 * d * f) +
+                    (double)nmoe * (E - 1) * 2 * d * f;
+    double bytes = params * 16, avail = mem_physical_bytes();   // weights, gradients, Adam m and v in fp32
+    RULE(avail > 0 && bytes > 64 * avail, "the model has %.3g parameters (%.3g bytes of fp32 training state), more than "
+         "this machine's memory (%.3g bytes) could hold even split over 64 ranks", params, bytes, avail);
+    return 0;
+}
+
 static int validate_model(const ModelConfig *m) {
     RULE(m->vocab_size < 2 || m->vocab_size > 65536, "vocab_size (%d) must be in [2, 65536] (token shards are uint16)", m->vocab_size);
-    RULE(m->n_positions < 1, "n_positions (%d) must be >= 1", m->n_positions);
-    RULE(m->n_embd < 1 || m->n_embd > INT_MAX / 4, "n_embd (%d) must be in [1, %d]", m->n_embd, INT_MAX / 4);
-    RULE(m->n_layer < 1, "n_layer (%d) must be >= 1", m->n_layer);
+    RULE(m->n_positions < 1 || m->n_positions > MAX_POSITIONS, "n_positions (%d) must be in [1, %d]", m->n_positions, MAX_POSITIONS);
+    RULE(m->n_embd < 1 || m->n_embd > MAX_WIDTH, "n_embd (%d) must be in [1, %d]", m->n_embd, MAX_WIDTH);
+    RULE(m->n_layer < 1 || m->n_layer > MAX_LAYERS, "n_layer (%d) must be in [1, %d]", m->n_layer, MAX_LAYERS);
     RULE(m->n_head < 1, "n_head (%d) must be >= 1", m->n_head);
     RULE(m->n_embd % m->n_head != 0, "n_embd (%d) is not a multiple of n_head (%d)", m->n_embd, m->n_head);
-    RULE(m->n_inner < 0, "n_inner (%d) must be >= 0 (0 = 4*n_embd)", m->n_inner);
-    RULE(m->num_experts < 1, "num_experts (%d) must be >= 1", m->num_experts);
+    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner, 4 * MAX_WIDTH);
+    RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts, MAX_EXPERTS);
     RULE(m->moe_every < 1, "moe_every (%d) must be >= 1", m->moe_every);
+    RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no token "
+         "is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
     if (m->num_experts > 1) {
         RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
         RULE(m->top_k > m->num_experts, "top_k (%d) > num_experts (%d)", m->top_k, m->num_experts);
@@ -693,7 +742,7 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->group_size < 1, "group_size (%d) must be >= 1", m->group_size);
     RULE(!(m->aux_coef >= 0), "aux_coef (%g) must be >= 0", (double)m->aux_coef);
     RULE(!(m->z_coef >= 0), "z_coef (%g) must be >= 0", (double)m->z_coef);
-    return 0;
+    return validate_sizes(m);
 }
 
 static int validate_training(const Config *c) {
@@ -722,6 +771,9 @@ static int validate_training(const Config *c) {
     RULE(c->threads < 0, "threads (%d) must be >= 0", c->threads);
     RULE(c->train_batch_size < 0, "train_batch_size (%d) must be >= 0", c->train_batch_size);
     RULE(!(c->peak_tflops >= 0), "peak_tflops (%g) must be >= 0", (double)c->peak_tflops);
+    RULE(c->keep_last < 0, "--keep-last (%d) must be >= 0", c->keep_last);
+    RULE(c->watchdog < 0, "--watchdog (%d) must be >= 0 seconds", c->watchdog);
+    RULE(!(c->debug_expert_grad_scale > 0), "--debug-expert-grad-scale (%g) must be > 0", (double)c->debug_expert_grad_scale);
     return 0;
 }
 
@@ -739,6 +791,7 @@ static int validate_layout(const Config *c) {
 static int validate_pipeline(const Config *c) {
     int L = c->model.n_layer, v = c->pp_virtual;
     RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);
+    RULE(c->pp > 1 && c->log_tensors, "--log-tensors is not supported with pp > 1 (each stage holds other tensors)");
     RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
     RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);
     RULE(c->pp_schedule == PP_INTERLEAVED && (c->pp < 2 || v < 2),
@@ -760,6 +813,18 @@ int config_pp_schedule(const char *name) {
     if (!strcmp(name, "1f1b")) return PP_1F1B;
     if (!strcmp(name, "interleaved")) return PP_INTERLEAVED;
     return -1;
+}
+
+// A checkpoint's config.json: the model rules and seq_len, each line naming the file.
+static int validate_checkpoint_model(const Config *c, const char *path) {
+    validating = path;
+    int rc = validate_model(&c->model);
+    if (!rc && (c->seq_len < 1 || c->seq_len > c->model.n_positions)) {
+        invalid("seq_len (%d) must be in [1, n_positions %d]", c->seq_len, c->model.n_positions);
+        rc = -1;
+    }
+    validating = NULL;
+    return rc;
 }
 
 int config_validate(const Config *c) {

@@ -67,6 +67,12 @@ typedef struct {
     int device;           // 0 cpu, 1 cuda (--device)
     float peak_tflops;    // --peak-tflops: the MFU peak per process (0: measured)
     int train_batch_size; // DeepSpeed's global batch; 0 = not given (checked = mb·accum·dp)
+    // trust (src/savedir.c, src/watchdog.c, src/tensorlog.c)
+    int keep_last;        // --keep-last N: keep the N newest checkpoints (0: all)
+    int overwrite;        // --overwrite: take over a --save folder / --log of another run
+    int watchdog;         // --watchdog SECONDS: a collective that takes longer ends the job (0: off)
+    int log_tensors;      // --log-tensors: per-tensor gradient norms and expert loads in the log
+    float debug_expert_grad_scale; // --debug-expert-grad-scale X: a deliberate bug for `ted compare`'s test (1: off)
 } Config;
 
 // Defaults (the values a run gets with neither JSON nor flags).

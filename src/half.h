@@ -16,14 +16,21 @@ static inline float bf16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
+// IEEE half: _Float16, or clang's storage-only __fp16 where this target has no _Float16
+// (the sanitizer build, tests/fuzz/build.sh); both convert with round to nearest even.
+#if defined(__clang__) && !defined(__FLT16_MAX__)
+typedef __fp16 ted_f16;
+#else
+typedef _Float16 ted_f16;
+#endif
 static inline uint16_t fp16_from_f32(float f) {
-    _Float16 h = (_Float16)f;
+    ted_f16 h = (ted_f16)f;
     uint16_t u;
     memcpy(&u, &h, 2);
     return u;
 }
 static inline float fp16_to_f32(uint16_t u) {
-    _Float16 h;
+    ted_f16 h;
     memcpy(&h, &u, 2);
     return (float)h;
 }

@@ -1,5 +1,6 @@
 // main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench.
 #include "comm.h"
+#include "compare.h"
 #include "plan.h"
 #include "progress.h"
 #include "tokenizer.h"
@@ -16,7 +17,8 @@ static void usage(FILE *f) {
             "  generate   sample text from a checkpoint\n"
             "  tokenize   text -> GPT-2 BPE token shards (llm.c format)\n"
             "  plan       model-state memory per GPU under TED, and the largest model that fits\n"
-            "  bench      time training steps of the benchmark model\n");
+            "  bench      time training steps of the benchmark model\n"
+            "  compare    the first step and tensor where two training logs part\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "tokenize")) rc = tok_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc - 1, argv + 1);
     else if (!strcmp(cmd, "plan")) rc = plan_main(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "compare")) rc = compare_main(argc - 1, argv + 1);
     else { ted_error("unknown command \"%s\" (ted --help lists them)", cmd); rc = TED_EXIT_USAGE; }
     // every rank ends here together: failures were agreed (ted_agree) where they can happen
     ted_agree(rc != 0);

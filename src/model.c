@@ -9,6 +9,7 @@
 #include "ops.h"
 #include "schedule.h"
 #include "util.h"
+#include "watchdog.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -513,6 +514,7 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     int d = M->d, Dl = M->Hl * M->hd, tp0 = M->topo->tp_idx == 0;
     long N = (long)B * T;
     float *in = M->resid[l];
+    watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
     layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
     matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
     attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
@@ -585,6 +587,7 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
         block_forward(M, l, B, T, 0);
         pack_block(M, l, B, T, 0);
     }
+    watchdog_block(-1, 0, NULL);
     if (!last_chunk(M, i)) return 0;
     if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
     if (!first_chunk(M, i)) stage_in(M, 0, 0);
@@ -627,6 +630,7 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
 static void head_backward(Model *M, long N, float lm_scale) {
     int d = M->d;
     float *dlogits = M->logits;
+    watchdog_block(-1, 0, NULL);
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
     gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
@@ -644,6 +648,7 @@ static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
     BlockActs *x = &M->ba[l];
     stage_in(M, l + 1, 1);
     if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
+    watchdog_block(l, b->moe, "backward");
     pack_block(M, l, B, T, 1);
     // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
     if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
@@ -667,6 +672,7 @@ static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
 
 void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale) {
     use_view(M, i, slot);
+    watchdog_block(-1, 0, NULL);
     long N = (long)M->B * M->Tc;
     int head = first_chunk(M, i) || last_chunk(M, i);
     if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero

@@ -4,6 +4,7 @@
 #include "comm.h"
 #include "half.h"
 #include "util.h"
+#include "watchdog.h"
 #include <string.h>
 
 enum { TAG_ACT, TAG_GRAD, TAG_EVAL };
@@ -96,10 +97,14 @@ static double run_instr(Pipeline *P, const PipeInstr *in, PipeBatchFn batch, voi
     case PIPE_RECV_ACT:
         recv_floats(P, model_chunk_input(M, i, slot), n, stage_of(P, in->chunk - 1), tag_of(P, TAG_ACT, in->chunk));
         return 0;
-    case PIPE_FORWARD:
+    case PIPE_FORWARD: {
         mem_set_phase(PHASE_FORWARD);
+        watchdog_step(P->step, in->mb);
         if (in->chunk == 0 || in->chunk == M->chunks - 1) batch(ctx, in->mb, P->inp, P->tgt);
-        return model_forward_chunk(M, i, slot, P->inp, P->tgt, B, T);
+        double loss = model_forward_chunk(M, i, slot, P->inp, P->tgt, B, T);
+        if (P->after_forward) P->after_forward(P->hook_ctx);
+        return loss;
+    }
     case PIPE_SEND_ACT:
         send_floats(P, model_chunk_output(M, i, slot), n, stage_of(P, in->chunk + 1), tag_of(P, TAG_ACT, in->chunk + 1));
         return 0;
@@ -108,6 +113,7 @@ static double run_instr(Pipeline *P, const PipeInstr *in, PipeBatchFn batch, voi
         return 0;
     case PIPE_BACKWARD:
         mem_set_phase(PHASE_BACKWARD);
+        watchdog_step(P->step, in->mb);
         model_backward_chunk(M, i, slot, scale[0], scale[1], scale[2]);
         return 0;
     case PIPE_SEND_GRAD:

@@ -23,6 +23,9 @@ typedef struct {
     int *inp, *tgt;      // a micro-batch's tokens and targets
     double wait_ms;      // time spent blocked in receives this step: waiting for other stages
     long steps_run;
+    long step;           // the training step running (the watchdog's report)
+    void (*after_forward)(void *ctx);   // called after each forward of a training step (or NULL)
+    void *hook_ctx;
 } Pipeline;
 
 // A micro-batch's tokens and targets ([micro_batch, T] each) for micro-batch mb of the step.

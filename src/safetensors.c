@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <unistd.h>
 
 // ---------------------------------------------------------------------------------------
 // Writing
@@ -122,6 +123,7 @@ int st_write(const char *path, const StTensor *tensors, int n) {
         size_t elems = (size_t)shape_elems(tensors[i].ndim, tensors[i].shape);
         ok = elems == 0 || fwrite(tensors[i].data, sizeof(float), elems, f) == elems;
     }
+    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = 0;   // on disk before the checkpoint is renamed in
     int err = errno;
     if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
     ted_free(hdr.p);

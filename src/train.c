@@ -5,7 +5,9 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "agree.h"
 #include "data.h"
+#include "guard.h"
 #include "metrics.h"
 #include "mfu.h"
 #include "model.h"
@@ -15,7 +17,11 @@
 #include "rng.h"
 #include "runinfo.h"
 #include "sample.h"
+#include "savedir.h"
+#include "stop.h"
+#include "tensorlog.h"
 #include "tokenizer.h"
+#include "watchdog.h"
 #include "util.h"
 #include "zero.h"
 #include <cblas.h>
@@ -152,9 +158,14 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
-    int T = seq_len_of(c), dp = comm_world_size() / c->tp;
+    int T = seq_len_of(c), dp = comm_world_size() / (c->tp * c->pp);
     if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
     if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
+    if (c->resume[0]) {   // the checkpoint must be of this model
+        if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
+        Config k = *c;
+        if (ckpt_read_config(ckdir, &k) || ckpt_check_model(ckdir, &k, &c->model)) return TED_EXIT_USAGE;
+    }
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
         ted_error("%s: token id %d does not fit vocab_size %d", c->data, ds->max_token, c->model.vocab_size);
@@ -166,6 +177,8 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     }
     if (c->save[0] && comm_world_rank() == 0 && ckpt_check_root(c->save)) return TED_EXIT_USAGE;
     if (start_device(c)) return TED_EXIT_USAGE;   // last but one: the log is only opened once all is well
+    if (comm_world_rank() == 0 && savedir_check_log(c)) return TED_EXIT_USAGE;
+    if (c->save[0] && comm_world_rank() == 0 && savedir_open(c)) return TED_EXIT_USAGE;   // locked for the run
     if (c->log[0] && comm_world_rank() == 0) {
         *log = fopen(c->log, c->resume[0] ? "a" : "w");
         if (!*log) { ted_error("%s: cannot open the log: %s", c->log, strerror(errno)); return TED_EXIT_USAGE; }
@@ -190,6 +203,8 @@ typedef struct {
     CommStats comm_total;
     double train_ms, wait_ms;
     Progress prog;
+    Guard guard;       // non-finite losses stop the run
+    TensorLog tlog;    // --log-tensors
 } Run;
 
 // The checkpoint's weights and optimizer state, and its trainer state checked against this run.
@@ -239,10 +254,19 @@ static void print_model_state(const Run *R) {
                ms->current[MEM_PARAMS], ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
 }
 
+// --log-tensors: tokens per expert after each forward (pipeline callback).
+static void count_tokens(void *ctx) {
+    Run *R = ctx;
+    tensorlog_count(&R->tlog, &R->M);
+}
+
 // Everything before the first step: inputs checked, layout, model, optimizer, resume.
 static int run_setup(Run *R, int argc, char **argv) {
     Config *c = &R->c;
     if (ted_agree(prepare(c, argc, argv, &R->ds, R->ckdir, sizeof R->ckdir, &R->log) != 0)) return -1;
+    if (agree_run(c, R->ckdir)) return -1;   // every rank resolved the same run
+    stop_install();
+    watchdog_start(c->watchdog);
     set_threads(c->threads);
     R->T = seq_len_of(c);
     topo_init(&R->topo, c->tp, c->ep, c->pp);
@@ -253,6 +277,9 @@ static int run_setup(Run *R, int argc, char **argv) {
     zero_init(&R->z, &R->M.reg, &R->topo);
     R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
     if (R->ckdir[0] && resume_from(R)) return -1;
+    if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
+    R->P.after_forward = count_tokens;
+    R->P.hook_ctx = R;
     const char *peak_kind;
     R->peak = mfu_peak_flops(c, &R->topo, &peak_kind);
     R->flops_tok = model_flops_per_token(&c->model, R->T);
@@ -295,12 +322,16 @@ static StepMetrics train_step(Run *R, long s) {
     memset(&M->rstats, 0, sizeof M->rstats);
     R->step = s;
     float S = R->z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
+    R->P.step = s + 1;
     double lm = pipe_train_step(&R->P, step_batch, R, (float)(S / R->ntok_step),
                                 (float)(S * c->model.aux_coef / R->ngroups_step), (float)(S * c->model.z_coef / R->ntok_step));
     pipe_sum_tied(&R->P);
     mem_set_phase(PHASE_OPTIMIZER);
+    watchdog_step(s + 1, -1);
     float lr = lr_at(c, s);
+    tensorlog_debug_scale(M, c);
     double norm = zero_step(&R->z, c, lr);
+    tensorlog_write(&R->tlog, M, &R->z, R->log, s + 1);
     buf_sync();
     mem_set_phase(PHASE_NONE);
     double sums[5] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices};
@@ -335,6 +366,7 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
     const Config *c = &R->c;
     int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
     metrics_step(R->log, m);
+    if (guard_step(&R->guard, c, m)) return -1;   // non-finite: stop, never save this state
     progress_step(&R->prog, m, R->peak, c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step));
     if (R->nval > 0 && ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last)) {
         EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T, NULL);
@@ -350,12 +382,18 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
         ted_free(pr);
     }
     R->st.step = s + 1;
-    if (c->save[0] && ((c->save_every > 0 && (s + 1) % c->save_every == 0) || last)) return save_now(R);
+    int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
+    if (c->save[0] && ((c->save_every > 0 && (s + 1) % c->save_every == 0) || last || stop) && save_now(R)) return -1;
+    if (stop) {
+        if (rank0) fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, R->st.step, c->save[0] ? " (saved)" : "");
+        return 128 + stop;
+    }
     return 0;
 }
 
 static void run_free(Run *R) {
     if (R->log) fclose(R->log);
+    tensorlog_free(&R->tlog);
     pipe_free(&R->P);
     zero_free(&R->z);
     model_free(&R->M);
@@ -372,7 +410,8 @@ int cmd_train(int argc, char **argv) {
     progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.topo.rank == 0);
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = train_step(&R, s);
-        if (after_step(&R, s, first_step, &m)) return 1;
+        int rc = after_step(&R, s, first_step, &m);
+        if (rc) return rc < 0 ? 1 : rc;
     }
     if (R.topo.rank == 0 && R.topo.world > 1) {
         comm_summary(stdout, &R.comm_total, R.train_ms, R.c.steps - first_step);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# test_mpi_trust.sh — ranks agree or stop together, hangs are diagnosed, runs are comparable:
+#  - one rank given a different flag: every rank exits 2 with one line naming the setting
+#  - one rank resuming a checkpoint with another trainer state: the same, naming "resumed step"
+#  - a rank stopped (SIGSTOP) inside a collective: with --watchdog 5 the job ends within 5+10 s,
+#    with a line naming the collective, its group, bytes, step, micro-batch and block
+#  - ted compare: a one-process run and a (tp 2, ep 2) run with --log-tensors do not part over
+#    10 steps; with --debug-expert-grad-scale 2 (expert gradients scaled on EP runs only) it names
+#    step 1 and an expert tensor
+set -uo pipefail
+: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
+cd "$TED_ROOT"
+source tests/mpi_env.sh
+export TED
+W=$TED_TMP
+small=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16 --micro-batch 2
+       --num-experts 4 --ep 2 --log-every 0 --eval-windows 2)
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; tail -5 "$W/err"; fail=$((fail + 1)); }
+
+# on_rank1 ARGS...: ted train on 2 ranks, rank 1 given $EXTRA1 as well
+on_rank1() {
+  timeout 120 "${MPIRUN[@]}" -np 2 bash -c 'x=(); [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=($EXTRA1); exec "$TED" train "$@" "${x[@]}"' \
+    _ "$@" >"$W/out" 2>"$W/err"
+}
+agree_case() {  # name, needle, extra args of rank 1, args...
+  local name=$1 needle=$2; export EXTRA1=$3; shift 3
+  local rc=0; on_rank1 "$@" || rc=$?
+  local lines; lines=$(grep -c "^ted:" "$W/err")
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$lines" -eq 1 ] && grep -q "^ted: ranks disagree on $needle" "$W/err"
+  then ok "$name: $(grep '^ted:' "$W/err")"; else bad "$name: exit $rc, $lines ted lines"; fi
+}
+agree_case "a flag differs on one rank" "lr" "--lr 0.001" "${small[@]}" --steps 2
+agree_case "a switch differs on one rank" "dtd" "--dtd" "${small[@]}" --steps 2
+# two checkpoints of the same run, at steps 2 and 3: rank 1 resumes the other one
+"${MPIRUN[@]}" -np 2 "$TED" train "${small[@]}" --steps 3 --save-every 1 --save "$W/ck" >/dev/null 2>&1 ||
+  { echo "FAIL setup"; exit 1; }
+agree_case "one rank resumes another trainer state" "resumed step" "--resume $W/ck/step_00000003" \
+  "${small[@]}" --steps 5 --resume "$W/ck/step_00000002"
+
+# the watchdog: rank 1 stops (SIGSTOP) after its first steps; the others wait in a collective
+t0=$SECONDS rc=0
+timeout 120 "${MPIRUN[@]}" -np 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && (sleep 4; kill -STOP $$) &
+  exec "$TED" train "$@"' _ "${small[@]}" --steps 1000000 --watchdog 5 >"$W/out" 2>"$W/err" || rc=$?
+took=$((SECONDS - t0))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le $((4 + 5 + 10)) ] &&
+   grep -qE "^ted: rank 0: watchdog: [a-z_ ()]+ on group [a-z]+ \(2 ranks, [0-9]+ bytes\) not done after 5 s \(step [0-9]+, " "$W/err"
+then ok "watchdog: job ended ${took}s after start (stop at 4 s, limit 5 s): $(grep -m1 watchdog "$W/err")"
+else bad "watchdog: exit $rc after ${took}s"; fi
+
+# ted compare: one process against tp 2 x ep 2 (the same global batch of 8)
+model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 8 --n-positions 32
+       --seq-len 16 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 10 --lr 3e-3 --warmup 4
+       --eval-windows 4 --log-every 100 --log-tensors)
+OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --micro-batch 8 --log "$W/one.jsonl" >/dev/null 2>"$W/err" || bad "one process run"
+"${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 4 --tp 2 --ep 2 --log "$W/par.jsonl" >/dev/null 2>"$W/err" ||
+  bad "tp 2 ep 2 run"
+"${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 4 --tp 2 --ep 2 --debug-expert-grad-scale 2 \
+  --log "$W/bug.jsonl" >/dev/null 2>"$W/err" || bad "tp 2 ep 2 run with the debug switch"
+rc=0; "$TED" compare "$W/one.jsonl" "$W/par.jsonl" >"$W/out" 2>"$W/err" || rc=$?
+[ "$rc" -eq 0 ] && grep -q "no divergence over 10 common steps" "$W/out" && ok "compare one vs tp2 ep2: $(cat "$W/out")" ||
+  { cat "$W/out"; bad "compare one vs tp2 ep2: exit $rc"; }
+rc=0; "$TED" compare "$W/one.jsonl" "$W/bug.jsonl" >"$W/out" 2>"$W/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -qE "^step 1: grad norm of transformer\.h\.0\.mlp\.experts\.0\.c_fc\.weight parts" "$W/out" &&
+  ok "compare finds the mis-scaled expert gradient: $(cat "$W/out")" || { cat "$W/out"; bad "compare with the bug: exit $rc"; }
+# tokens per expert are layout-free too: the same lines in both logs
+/usr/bin/python3 - "$W/one.jsonl" "$W/par.jsonl" <<'PY' && ok "tokens per expert equal in both layouts" || bad "tokens per expert"
+import json, sys
+t = [[json.loads(l)["tokens_per_expert"] for l in open(p) if "tensors_step" in l] for p in sys.argv[1:]]
+assert len(t[0]) == 10 and t[0] == t[1], (t[0][:1], t[1][:1])
+PY
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# test_trust.sh — ted cannot fail silently (one process; the MPI cases are test_mpi_trust.sh).
+# Each case is a failure that once went unnoticed; now it must give one clear line and a
+# non-zero exit with nothing lost or overwritten:
+#  - a checkpoint config.json with n_head 0 / moe_every 0 / n_layer -3 / num_experts 2^31-1 /
+#    capacity_factor 1e30 / seq_len > n_positions: refused by ted generate, ted eval and --resume
+#  - flags or a JSON config whose sizes overflow (a tensor past 2^31 elements, num_experts near
+#    INT_MAX, a capacity factor that collapses capacity): refused before any allocation
+#  - trainer_state.json: step past its run's steps, adam_t past step, a 2^60 step, a bad seed
+#  - NaN/Inf weights or a negative Adam second moment in a checkpoint: refused, naming the tensor
+#  - a run whose loss becomes NaN stops with one line naming step and loss, exit 1, and saves nothing
+#  - a second run on a --save folder in use: exit 2 before training; the first run is intact
+#  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise
+#  - a --save folder that cannot be written: refused before step 1
+#  - leftover .step_*.tmp directories of an interrupted save are removed at the next start
+#  - SIGTERM/SIGINT mid-run: the last complete step is saved, exit 128+sig, the save resumes
+#  - --keep-last N keeps the N newest checkpoints
+# Environment (from CTest): TED, TED_ROOT, TED_TMP.
+set -uo pipefail
+: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+PY=/usr/bin/python3
+cd "$TED_ROOT"
+rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
+W=$TED_TMP
+BOOK=$TED_ROOT/data/moby-dick.txt
+MODEL=(--data "$BOOK" --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16 --micro-batch 2
+       --num-experts 4 --top-k 2 --moe-every 2 --eval-windows 2 --log-every 0)
+fails=0 n=0
+ok() { echo "ok    $1"; n=$((n + 1)); }
+fail() { echo "FAIL  $1"; fails=$((fails + 1)); n=$((n + 1)); }
+tree_sum() { (cd "$1" && find . -print | LC_ALL=C sort && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum); }
+
+# expect NAME CODE NEEDLE WATCH ARGS...: `ted ARGS` exits CODE with one stderr line holding NEEDLE,
+# and the directory WATCH (or "-") is left byte for byte as it was
+expect() {
+  local name=$1 code=$2 needle=$3 watch=$4; shift 4
+  local before="" rc=0 why=()
+  [ "$watch" != - ] && before=$(tree_sum "$watch")
+  "$TED" "$@" </dev/null >"$W/out" 2>"$W/err" || rc=$?
+  [ "$rc" -eq "$code" ] || why+=("exit $rc, want $code")
+  [ "$(wc -l <"$W/err")" -eq 1 ] || why+=("$(wc -l <"$W/err") stderr lines, want 1")
+  grep -qiF -- "$needle" "$W/err" || why+=("no \"$needle\" in the message")
+  [ "$watch" = - ] || [ "$before" = "$(tree_sum "$watch")" ] || why+=("$watch changed")
+  if [ ${#why[@]} -eq 0 ]; then ok "$name: $(cat "$W/err")"
+  else fail "$name: $(IFS=';'; echo "${why[*]}")"; sed 's/^/        /' "$W/err" | head -5; fi
+}
+run_ok() { "$TED" "$@" >"$W/out" 2>"$W/err" || { cat "$W/err"; echo "FAIL: setup: ted $*"; exit 1; }; }
+
+# a checkpoint to corrupt
+run_ok train "${MODEL[@]}" --steps 2 --save "$W/base"
+CK=$W/base/step_00000002
+# edit DIR FILE KEY VALUE: a copy of the checkpoint with one JSON key of FILE changed
+edit() {
+  rm -rf "$W/$1" && cp -a "$CK" "$W/$1"
+  "$PY" - "$W/$1/$2" "$3" "$4" <<'EOF'
+import json, sys
+p, k, v = sys.argv[1:]
+j = json.load(open(p)); j[k] = json.loads(v); json.dump(j, open(p, "w"))
+EOF
+}
+
+# --- a checkpoint's config.json gets the training config's validation
+for kv in "n_head 0" "moe_every 0" "n_layer -3" "num_experts 2147483647" "capacity_factor 1e30" "seq_len 1000" \
+          "n_embd 4194304"; do
+  set -- $kv
+  edit cfg config.json "$1" "$2"
+  expect "generate, config $1 $2" 2 "config.json" "$W/cfg" generate --load "$W/cfg" --tokens 2
+  [ "$1" = n_head ] || [ "$1" = seq_len ] &&
+    expect "eval, config $1 $2" 2 "$1" "$W/cfg" eval --load "$W/cfg" --data "$BOOK" --windows 2
+  [ "$1" = moe_every ] && expect "resume, config $1 $2" 2 "$1" "$W/cfg" train "${MODEL[@]}" --steps 3 --resume "$W/cfg"
+done
+
+# --- sizes from flags and JSON, checked in 64 bits before any allocation
+expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
+expect "capacity_factor 1e30" 2 capacity_factor - train "${MODEL[@]}" --capacity-factor 1e30
+expect "tensor past 2^31 elements" 2 "2^31" - train "${MODEL[@]}" --vocab-size 65536 --n-embd 65536 --n-head 1
+expect "layers x experts" 2 "tensors" - train "${MODEL[@]}" --n-layer 4096 --num-experts 65536
+printf '{"model": {"n_embd": 1048576, "n_head": 1, "n_layer": 4096, "n_inner": 1}}' >"$W/huge.json"
+expect "model beyond memory (JSON)" 2 "memory" - train --data "$BOOK" --config "$W/huge.json"
+
+# --- trainer state range checks
+for kv in "step 3" "step 1152921504606846976" "adam_t 5" "adam_t -1" "steps 1e300" 'seed "12x"' \
+          'data_order "random"'; do
+  set -- $kv
+  edit st trainer_state.json "$1" "$2"
+  expect "trainer_state $1 $2" 2 "$1" "$W/st" train "${MODEL[@]}" --steps 4 --resume "$W/st"
+done
+
+# --- non-finite weights and optimizer state are refused on load, naming the tensor
+poison() {  # DIR FILE TENSOR VALUE: sets the first element of TENSOR in FILE
+  rm -rf "$W/$1" && cp -a "$CK" "$W/$1"
+  "$PY" - "$W/$1/$2" "$3" "$4" <<'EOF'
+import json, struct, sys
+p, name, v = sys.argv[1], sys.argv[2], float(sys.argv[3])
+raw = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", raw[:8])[0]
+off = 8 + n + json.loads(raw[8:8 + n])[name]["data_offsets"][0]
+raw[off:off + 4] = struct.pack("<f", v); open(p, "wb").write(raw)
+EOF
+}
+poison nanw model.safetensors transformer.h.1.mlp.experts.2.c_fc.weight nan
+expect "NaN weight, resume" 2 "transformer.h.1.mlp.experts.2.c_fc.weight" "$W/nanw" train "${MODEL[@]}" --steps 4 --resume "$W/nanw"
+expect "NaN weight, generate" 2 "transformer.h.1.mlp.experts.2.c_fc.weight" "$W/nanw" generate --load "$W/nanw" --tokens 2
+poison infw model.safetensors transformer.wte.weight inf
+expect "Inf weight, eval" 2 "transformer.wte.weight" "$W/infw" eval --load "$W/infw" --data "$BOOK" --windows 2
+poison nanm optimizer.safetensors transformer.h.0.attn.c_attn.weight.exp_avg nan
+expect "NaN Adam m" 2 "c_attn.weight.exp_avg" "$W/nanm" train "${MODEL[@]}" --steps 4 --resume "$W/nanm"
+poison negv optimizer.safetensors transformer.wpe.weight.exp_avg_sq -1
+expect "negative Adam v" 2 "transformer.wpe.weight.exp_avg_sq" "$W/negv" train "${MODEL[@]}" --steps 4 --resume "$W/negv"
+
+# --- a loss that becomes NaN stops the run at once, exit 1, and nothing of it is saved
+rm -rf "$W/nan" && mkdir -p "$W/nan"
+expect "NaN loss stops, fp32" 1 "step 2: lm_loss is" - train "${MODEL[@]}" --steps 20 --lr 1e30 --warmup 0 --clip 0 \
+  --save "$W/nan/ck" --save-every 1 --log "$W/nan/log.jsonl"
+[ "$(ls "$W/nan/ck" | grep step_)" = step_00000001 ] && [ "$(grep -c '"loss"' "$W/nan/log.jsonl")" -eq 2 ] &&
+  ok "NaN loss: only the finite step 1 is saved, the log ends at the NaN step 2" ||
+  fail "NaN loss: checkpoints $(ls "$W/nan/ck" | tr '\n' ' ')"
+expect "NaN loss stops, bf16" 1 "lm_loss is" - train "${MODEL[@]}" --steps 20 --lr 1e30 --warmup 0 --clip 0 --bf16
+expect "fp16: overflow skipped until the bound" 1 "fp16 steps in a row overflowed" - train "${MODEL[@]}" --steps 100 \
+  --lr 1e30 --warmup 0 --clip 0 --fp16
+
+# --- the --save folder: one run at a time, its own run, writable, cleaned
+S=$W/save
+run_ok train "${MODEL[@]}" --steps 2 --save "$S"
+"$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" >"$W/long.out" 2>"$W/long.err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$W/long.jsonl" ] && break; sleep 0.1; done
+expect "second run on a locked --save" 2 "in use by another ted run" "$S" train "${MODEL[@]}" --steps 2 --save "$S"
+kill -TERM $pid; wait $pid; rc=$?
+last=$(ls "$S" | grep step_ | sort | tail -1)
+[ "$rc" -eq 143 ] && grep -q "stopped by signal 15" "$W/long.err" && [ -n "$last" ] &&
+  [ "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$S/$last/trainer_state.json")" -eq \
+    "$(grep -c '"loss"' "$W/long.jsonl")" ] && ok "SIGTERM: exit 143, $last saved (the last complete step)" ||
+  { fail "SIGTERM: exit $rc, last $last"; cat "$W/long.err"; }
+# the saved step resumes (appending to the run's log); a log of another run is refused
+mkdir -p "$W/logs" && mv "$W/long.jsonl" "$W/logs/"
+steps_before=$(grep -c '"loss"' "$W/logs/long.jsonl")
+"$TED" train "${MODEL[@]}" --steps $((steps_before + 2)) --save "$W/s2" --resume "$S/$last" --log "$W/logs/long.jsonl" \
+  >"$W/out" 2>"$W/err" && [ "$(grep -c '"loss"' "$W/logs/long.jsonl")" -eq $((steps_before + 2)) ] &&
+  ok "resume after SIGTERM, appending to the log" || { fail "resume after SIGTERM"; cat "$W/err"; }
+expect "--log of another run" 2 "--log" "$W/logs" train "${MODEL[@]}" --steps 2 --log "$W/logs/long.jsonl"
+expect "--save of another run" 2 "another run" "$S" train "${MODEL[@]}" --steps 2 --save "$S" --seed 7
+"$TED" train "${MODEL[@]}" --steps 2 --save "$S" --seed 7 --overwrite >"$W/out" 2>"$W/err" &&
+  [ "$(ls "$S" | grep step_)" = step_00000002 ] && ok "--overwrite replaces the other run's checkpoints" ||
+  fail "--overwrite: $(ls "$S")"
+# an interrupted save's temporaries are removed at the next start
+mkdir -p "$S/.step_00000009.tmp.12345" && echo partial >"$S/.step_00000009.tmp.12345/model.safetensors"
+run_ok train "${MODEL[@]}" --steps 2 --save "$S" --seed 7
+[ -z "$(ls -a "$S" | grep '^\.step_')" ] && ok "leftover .step_*.tmp removed" || fail "leftovers: $(ls -a "$S")"
+# --keep-last 2
+run_ok train "${MODEL[@]}" --steps 5 --save "$W/keep" --save-every 1 --keep-last 2
+[ "$(ls "$W/keep" | grep step_ | tr '\n' ' ')" = "step_00000004 step_00000005 " ] && ok "--keep-last 2" ||
+  fail "--keep-last 2: $(ls "$W/keep")"
+# SIGINT the same way (exit 130), here without --save: nothing to save, still the signal's status
+"$TED" train "${MODEL[@]}" --steps 1000000 --log "$W/int.jsonl" >"$W/int.out" 2>"$W/int.err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$W/int.jsonl" ] && break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+[ "$rc" -eq 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $rc"
+# an unwritable --save folder is found before step 1 (root writes anywhere: run as nobody then)
+mkdir -p "$W/ro" && chmod 555 "$W/ro" && chmod 755 "$W"
+as=()
+[ "$(id -u)" -eq 0 ] && as=(setpriv --reuid 65534 --regid 65534 --clear-groups)
+rc=0
+"${as[@]}" "$TED" train "${MODEL[@]}" --steps 2 --save "$W/ro" >"$W/ro.out" 2>"$W/ro.err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--save $W/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
+  ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
+
+echo
+echo "test_trust: $((n - fails)) of $n passed"
+[ "$fails" -eq 0 ]
