@@ -71,8 +71,9 @@ base=$TED_TMP/reshard-pp2
 steps_after5() {   # steps 6..10 of B equal A's within 1e-5
   /usr/bin/python3 - "$1" "$2" <<'PY'
 import json, sys
-a = {(r["step"], "val_loss" in r): r for r in map(json.loads, open(sys.argv[1]))}
-b = [r for r in map(json.loads, open(sys.argv[2])) if r["step"] > 5]
+rows = lambda path: [r for r in map(json.loads, open(path)) if "step" in r and "loss" in r or "val_loss" in r]
+a = {(r["step"], "val_loss" in r): r for r in rows(sys.argv[1])}
+b = [r for r in rows(sys.argv[2]) if r["step"] > 5]
 assert len(b) >= 6, f"{sys.argv[2]}: {len(b)} records after step 5"
 worst = max(abs(r[k] - a[(r["step"], "val_loss" in r)][k]) / max(1e-3, abs(r[k])) for r in b
             for k in ("loss", "val_loss") if k in r)
