@@ -191,6 +191,7 @@ static int load_config(Config *c, int argc, char **argv) {
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv)) return TED_EXIT_USAGE;
+    watchdog_start(c->watchdog);   // from here every collective is watched
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / c->tp;
@@ -230,7 +231,6 @@ int cmd_train(int argc, char **argv) {
     if (ted_agree(prepare(&c, argc, argv, &ds, ckdir, sizeof ckdir, &log) != 0)) return TED_EXIT_USAGE;
     if (agree_run(&c, ckdir)) return TED_EXIT_USAGE;   // every rank resolved the same run
     stop_install();
-    watchdog_start(c.watchdog);
     set_threads(c.threads);
     int T = seq_len_of(&c);
     Topology topo;
