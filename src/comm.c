@@ -118,7 +118,9 @@ static void *stage(int i, size_t bytes) {
 Group comm_group(GroupKind kind, int color, int key) {
     Group g = {kind, 1, 0, MPI_COMM_NULL, NULL};
     if (!mpi_on) return g;
+    watchdog_enter("comm_split", comm_group_name(kind), world_size, 0);
     MPI_Comm_split(MPI_COMM_WORLD, color, key, &g.comm);
+    watchdog_leave();
     MPI_Comm_size(g.comm, &g.size);
     MPI_Comm_rank(g.comm, &g.rank);
 #ifdef TED_CUDA

@@ -156,6 +156,7 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
+    watchdog_start(c->watchdog);   // from here every collective is watched
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / (c->tp * c->pp);
@@ -266,7 +267,6 @@ static int run_setup(Run *R, int argc, char **argv) {
     if (ted_agree(prepare(c, argc, argv, &R->ds, R->ckdir, sizeof R->ckdir, &R->log) != 0)) return -1;
     if (agree_run(c, R->ckdir)) return -1;   // every rank resolved the same run
     stop_install();
-    watchdog_start(c->watchdog);
     set_threads(c->threads);
     R->T = seq_len_of(c);
     topo_init(&R->topo, c->tp, c->ep, c->pp);

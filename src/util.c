@@ -1,6 +1,7 @@
 // util.c — errors, time, whole-file reads.
 #include "util.h"
 #include "alloc.h"
+#include "watchdog.h"
 #include <errno.h>
 #include <mpi.h>
 #include <stdarg.h>
@@ -32,7 +33,9 @@ int ted_agree(int failed) {
     if (!init) { flush_deferred(); return failed; }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int mine = failed ? rank : 1 << 30;
+    watchdog_enter("allreduce (agreement on errors)", "world", 0, 4);
     MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    watchdog_leave();
     if (lowest == rank) flush_deferred();
     deferred[0] = 0;
     return lowest != 1 << 30;

@@ -27,6 +27,7 @@ void watchdog_step(long step, int micro) { at.step = step; at.micro = micro; at.
 void watchdog_block(int block, int moe, const char *pass) { at.block = block; at.moe = moe; at.pass = pass; }
 
 static void describe_place(char *buf, size_t n) {
+    if (at.step == 0) { snprintf(buf, n, "before training"); return; }
     int k = snprintf(buf, n, "step %ld, ", at.step);
     if (at.micro < 0) k += snprintf(buf + k, n - k, "optimizer");
     else k += snprintf(buf + k, n - k, "micro-batch %d", at.micro);
@@ -42,8 +43,9 @@ static void *watch(void *arg) {
         if (t0 <= 0 || now_ms() - t0 < limit_s * 1e3) continue;
         char place[160];
         describe_place(place, sizeof place);
+        int gsize = at.gsize > 0 ? at.gsize : comm_world_size();
         fprintf(stderr, "ted: rank %d: watchdog: %s on group %s (%d ranks, %lld bytes) not done after %d s (%s): "
-                "ending the job\n", comm_world_rank(), at.op, at.group, at.gsize, at.bytes, limit_s, place);
+                "ending the job\n", comm_world_rank(), at.op, at.group, gsize, at.bytes, limit_s, place);
         fflush(stderr);
         _exit(3);   // mpirun takes the other ranks down
     }

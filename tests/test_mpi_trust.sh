@@ -40,15 +40,36 @@ agree_case "a switch differs on one rank" "dtd" "--dtd" "${small[@]}" --steps 2
 agree_case "one rank resumes another trainer state" "resumed step" "--resume $W/ck/step_00000003" \
   "${small[@]}" --steps 5 --resume "$W/ck/step_00000002"
 
-# the watchdog: rank 1 stops (SIGSTOP) after its first steps; the others wait in a collective
-t0=$SECONDS rc=0
-timeout 120 "${MPIRUN[@]}" -np 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && (sleep 4; kill -STOP $$) &
-  exec "$TED" train "$@"' _ "${small[@]}" --steps 1000000 --watchdog 5 >"$W/out" 2>"$W/err" || rc=$?
+# the watchdog: once training runs, rank 1 is stopped (SIGSTOP); rank 0 waits in a collective
+rm -rf "$W/wd" && mkdir -p "$W/wd"
+"${MPIRUN[@]}" -np 2 bash -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$TED" train "$@"' "$W/wd" "${small[@]}" \
+  --steps 1000000 --watchdog 5 --log "$W/wd/log.jsonl" >"$W/out" 2>"$W/err" &
+mpid=$!
+for _ in $(seq 300); do [ -s "$W/wd/log.jsonl" ] && [ -s "$W/wd/pid.1" ] && break; sleep 0.2; done
+kill -STOP "$(cat "$W/wd/pid.1")"
+t0=$SECONDS
+for _ in $(seq 60); do kill -0 $mpid 2>/dev/null || break; sleep 1; done
 took=$((SECONDS - t0))
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le $((4 + 5 + 10)) ] &&
-   grep -qE "^ted: rank 0: watchdog: [a-z_ ()]+ on group [a-z]+ \(2 ranks, [0-9]+ bytes\) not done after 5 s \(step [0-9]+, " "$W/err"
-then ok "watchdog: job ended ${took}s after start (stop at 4 s, limit 5 s): $(grep -m1 watchdog "$W/err")"
-else bad "watchdog: exit $rc after ${took}s"; fi
+if kill -0 $mpid 2>/dev/null; then kill -KILL "$(cat "$W/wd/pid.1")" $mpid; wait $mpid; bad "watchdog: no end after ${took}s"
+else
+  wait $mpid; rc=$?
+  if [ "$rc" -ne 0 ] && [ "$took" -le $((5 + 10)) ] && grep -qE \
+      "^ted: rank 0: watchdog: [a-z_ ()]+ on group [a-z]+ \(2 ranks, [0-9]+ bytes\) not done after 5 s \(step [0-9]+, " "$W/err"
+  then ok "watchdog: job ended ${took}s after the stop (limit 5 s): $(grep -m1 watchdog "$W/err")"
+  else bad "watchdog: exit $rc, ${took}s after the stop"; fi
+fi
+
+# SIGTERM to one rank: every rank finishes the step, the step is saved once, exit 143
+rm -rf "$W/sig" && mkdir -p "$W/sig"
+"${MPIRUN[@]}" -np 2 bash -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$TED" train "$@"' "$W/sig" "${small[@]}" \
+  --steps 1000000 --save "$W/sig/ck" --log "$W/sig/log.jsonl" >"$W/out" 2>"$W/err" &
+mpid=$!
+for _ in $(seq 150); do [ -s "$W/sig/log.jsonl" ] && [ -s "$W/sig/pid.1" ] && break; sleep 0.2; done
+kill -TERM "$(cat "$W/sig/pid.1")"; wait $mpid; rc=$?
+saved=$(ls "$W/sig/ck" | grep step_ | tail -1)
+[ "$rc" -eq 143 ] && [ "$saved" = "$(printf 'step_%08d' "$(grep -c '"loss"' "$W/sig/log.jsonl")")" ] &&
+  [ "$(grep -c '^ted: stopped by signal 15' "$W/err")" -eq 1 ] && ok "SIGTERM to rank 1: $saved saved, exit 143" ||
+  bad "SIGTERM to rank 1: exit $rc, saved $saved"
 
 # ted compare: one process against tp 2 x ep 2 (the same global batch of 8)
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 8 --n-positions 32

@@ -39,7 +39,7 @@ done
 if cmp -s <(grep -v '"step":[0-9],\|"step":10,\|^{"run"' $T/straight.jsonl | cut -d, -f1-6) <(grep -v '^{"run"' $T/resumed.jsonl | cut -d, -f1-6)
 then ok "bf16 resume reproduces steps 11-20 bit for bit"; else bad "bf16 resume differs"; fi
 # tiled optimizer: E = 4 and 16 experts, same base model
-peak() { "$TED" train "${small[@]}" --bf16 --steps 1 --num-experts $1 --tile-size $2 --log $T/tile.jsonl >/dev/null
+peak() { "$TED" train "${small[@]}" --bf16 --steps 1 --num-experts $1 --tile-size $2 --log $T/tile.jsonl --overwrite >/dev/null
          /usr/bin/python3 -c "import json; print(next(o for o in map(json.loads, open('$T/tile.jsonl')) if 'step' in o)['mem']['optimizer_temp_peak'])"; }
 tile=4096
 p4=$(peak 4 $tile); p16=$(peak 16 $tile); u4=$(peak 4 0); u16=$(peak 16 0)
@@ -55,7 +55,7 @@ big=(--data data/moby-dick.txt --n-layer 4 --n-embd 256 --n-head 4 --n-positions
 base=$(( 4 * (12 * 256 * 256 + 13 * 256) + 256 * 256 + 64 * 256 + 2 * 256 ))
 for layout in "1 1 1" "4 2 2" "4 1 4"; do
   read -r np tp ep <<<"$layout"
-  "${MPIRUN[@]}" -np $np "$TED" train "${big[@]}" --tp $tp --ep $ep --log $T/plan.jsonl >/dev/null
+  "${MPIRUN[@]}" -np $np "$TED" train "${big[@]}" --tp $tp --ep $ep --log $T/plan.jsonl --overwrite >/dev/null
   measured=$(/usr/bin/python3 -c "import json; m = next(o for o in map(json.loads, open('$T/plan.jsonl')) if 'step' in o)['mem']; print(m['params'] + m['grads'] + m['optimizer'])")
   planned=$("$TED" plan --base-params $base --experts 8 --gpus $np --tp $tp --ep $ep | awk '/^  tp/ {print $9}')
   rel=$(/usr/bin/python3 -c "print(f'{abs($planned - $measured) / $measured:.4f}')")

@@ -165,6 +165,15 @@ rc=0
 [ "$rc" -eq 2 ] && grep -q -- "--save $W/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
   ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
 
+# --- ted compare and the debug switch refuse what they cannot do
+echo 'not json' >"$W/notjson.jsonl"
+expect "compare: a line that is not JSON" 2 "notjson.jsonl: line 1" - compare "$W/notjson.jsonl" "$W/logs/long.jsonl"
+expect "compare: a missing log" 2 "no-such.jsonl" - compare "$W/logs/long.jsonl" "$W/no-such.jsonl"
+expect "--debug-expert-grad-scale with bf16" 2 "--debug-expert-grad-scale" - train "${MODEL[@]}" --steps 1 --bf16 \
+  --debug-expert-grad-scale 2
+rc=0; "$TED" compare "$W/logs/long.jsonl" "$W/logs/long.jsonl" >"$W/out" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] && grep -q "no divergence" "$W/out" && ok "compare: a log against itself" || fail "compare: itself: exit $rc"
+
 echo
 echo "test_trust: $((n - fails)) of $n passed"
 [ "$fails" -eq 0 ]
