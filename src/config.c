@@ -586,8 +586,11 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     case F_SWITCH: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "true" : "false"); return 'b';
     case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
     case F_DEVICE: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "cuda" : "cpu"); return 's';
-    default: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    case F_STRING: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    case F_CONFIG: break;   // every kind is listed: a new one is a -Wswitch warning here
     }
+    snprintf(buf, n, "?");
+    return 's';
 }
 
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {

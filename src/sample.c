@@ -35,9 +35,11 @@ static double keep_top_p(float *p, int V, double s, float top_p, float *scratch)
 }
 
 // The next token after ctx[0..n): drawn with the random number (seed, i).
-static int next_token(Model *M, const int *ctx, int n, const SampleOpts *o, int i, float *p, float *scratch) {
+static int next_token(Model *M, SampleForwardFn fwd, void *fctx, const int *ctx, int n, const SampleOpts *o, int i,
+                      float *p, float *scratch) {
     int T = M->T, V = M->V, start = n > T ? n - T : 0, len = n - start;
-    model_forward(M, ctx + start, NULL, 1, len);
+    if (fwd) fwd(fctx, ctx + start, len);
+    else model_forward(M, ctx + start, NULL, 1, len);
     const float *lg = M->full_logits + (long)(len - 1) * V;
     float mx = -INFINITY;
     for (int v = 0; v < V; v++) { p[v] = lg[v] / (o->temperature > 0 ? o->temperature : 1e-6f); if (p[v] > mx) mx = p[v]; }
@@ -50,7 +52,8 @@ static int next_token(Model *M, const int *ctx, int n, const SampleOpts *o, int 
     return V - 1;
 }
 
-long sample_text(Model *M, const Tokenizer *tok, const int *prompt, int np, const SampleOpts *o, FILE *out) {
+long sample_text(Model *M, SampleForwardFn fwd, void *fctx, const Tokenizer *tok, const int *prompt, int np,
+                 const SampleOpts *o, FILE *out) {
     int V = M->V, n = np;
     size_t stop_len = o->stop ? strlen(o->stop) : 0, cap = 4096, len = 0;
     int *ctx = ted_alloc(sizeof(int) * (np + o->ntok + 1), MEM_TEMP);
@@ -59,13 +62,12 @@ long sample_text(Model *M, const Tokenizer *tok, const int *prompt, int np, cons
     char piece[512], *text = ted_alloc(cap, MEM_TEMP);   // the generated text, for --stop
     long made = 0;
     for (int i = 0; i < o->ntok; i++) {
-        int next = next_token(M, ctx, n, o, i, p, scratch);
+        int next = next_token(M, fwd, fctx, ctx, n, o, i, p, scratch);
         ctx[n++] = next;
         made++;
         int k = tok ? tok_decode(tok, next, piece) : 1;
         if (!tok) piece[0] = (char)next;
-        fwrite(piece, 1, k, out);
-        fflush(out);
+        if (out) { fwrite(piece, 1, k, out); fflush(out); }
         if (!stop_len) continue;
         if (len + k + 1 > cap) {   // keep only the tail that can still hold the stop string
             size_t keep = stop_len < len ? stop_len : len;
@@ -77,7 +79,7 @@ long sample_text(Model *M, const Tokenizer *tok, const int *prompt, int np, cons
         text[len] = 0;
         if (len >= stop_len && memmem(text, len, o->stop, stop_len)) break;
     }
-    fputc('\n', out);
+    if (out) fputc('\n', out);
     ted_free(ctx); ted_free(p); ted_free(scratch); ted_free(text);
     return made;
 }

@@ -16,6 +16,12 @@ typedef struct {
     uint64_t seed;
 } SampleOpts;
 
+// Runs one sequence of len tokens through the model (one process: model_forward; a pipeline:
+// through every stage), after which M->full_logits holds its logits [len, V].
+typedef void (*SampleForwardFn)(void *ctx, const int *tokens, int len);
+
 // Writes the generated text to out as it goes (bytes for a byte model, else decoded with tok),
-// then a newline. Returns the number of tokens generated.
-long sample_text(Model *M, const Tokenizer *tok, const int *prompt, int np, const SampleOpts *o, FILE *out);
+// then a newline; out NULL computes the same tokens without printing (ranks that do not print).
+// fwd NULL means model_forward on M. Returns the number of tokens generated.
+long sample_text(Model *M, SampleForwardFn fwd, void *fctx, const Tokenizer *tok, const int *prompt, int np,
+                 const SampleOpts *o, FILE *out);

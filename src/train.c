@@ -245,6 +245,7 @@ int cmd_train(int argc, char **argv) {
     double train_ms = 0;
     Progress prog;
     progress_start(&prog, first_step, c.steps, ntok_step, topo.rank == 0);
+    prog.peak_kind = peak_kind;
     for (long s = st.step; s < c.steps; s++) {
         comm_stats_reset();
         mem_reset_peaks();
@@ -293,7 +294,7 @@ int cmd_train(int argc, char **argv) {
             int *pr = encode_prompt(NULL, "\n", &np);
             printf("sample: ");
             SampleOpts so = {200, 0.8f, 0, 1.0f, NULL, c.seed + (uint64_t)s};
-            sample_text(&M, NULL, pr, np, &so, stdout);
+            sample_text(&M, NULL, NULL, NULL, pr, np, &so, stdout);
             ted_free(pr);
         }
         st.step = s + 1;
@@ -374,20 +375,21 @@ static int has_help(int argc, char **argv) {
 }
 
 // A one-process model with the checkpoint's weights.
-static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override) {
-    char dir[1200];
+static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override, char *dir) {
     if (!load || !load[0]) { ted_error("--load: a checkpoint directory is required"); return -1; }
-    if (ckpt_resolve(load, dir, sizeof dir)) return -1;
+    if (ckpt_resolve(load, dir, 1200)) return -1;
     config_defaults(c);
     if (ckpt_read_config(dir, c)) return -1;
     int T = T_override > 0 ? T_override : seq_len_of(c);
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1);
     model_build(M, c, topo, B, T);
-    if (ckpt_load_weights(dir, M)) return -1;
-    long step = runinfo_ckpt_step(dir);
-    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, step, model_num_params(&c->model));
-    return 0;
+    return ckpt_load_weights(dir, M);
+}
+
+// Once all is well: which checkpoint, at which step (stderr).
+static void say_loaded(const char *dir, const Config *c) {
+    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, runinfo_ckpt_step(dir), model_num_params(&c->model));
 }
 
 // The split that `ted eval` scores: the validation split of --data as training makes it (the
@@ -429,13 +431,15 @@ int cmd_eval(int argc, char **argv) {
     Split *s;
     if (eval_split(data, which, &ds, &s)) return TED_EXIT_USAGE;   // the loader printed its line
     Model M; Topology topo; Config c;
-    if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl)) return TED_EXIT_USAGE;
+    char dir[1200];
+    if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl, dir)) return TED_EXIT_USAGE;
     int T = M.T;
     if (ds.max_token >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, ds.max_token, c.model.vocab_size); return TED_EXIT_USAGE; }
     long have = data_nwindows(s, T);
     if (!have) { ted_error("%s: the %s split holds no window of %d+1 tokens", data, which, T); return TED_EXIT_USAGE; }
     if (!nwin) nwin = have;
     if (nwin > have) { ted_error("%s: --windows %ld but the %s split holds %ld windows of %d+1 tokens", data, nwin, which, have, T); return TED_EXIT_USAGE; }
+    say_loaded(dir, &c);
     Ticker tk;
     ticker_start(&tk, "eval", "windows", (double)nwin, stderr);
     EvalResult e = evaluate(&M, s, nwin, T, &tk);
@@ -472,9 +476,11 @@ int cmd_generate(int argc, char **argv) {
     if (!(tp > 0 && tp <= 1)) { ted_error("generate: --top-p must be in (0, 1], got \"%s\"", topp); return TED_EXIT_USAGE; }
     if (stop && !stop[0]) { ted_error("generate: --stop needs a non-empty text"); return TED_EXIT_USAGE; }
     Model M; Topology topo; Config c;
-    if (load_model(&M, &topo, &c, load, 1, 0)) return TED_EXIT_USAGE;
+    char dir[1200];
+    if (load_model(&M, &topo, &c, load, 1, 0, dir)) return TED_EXIT_USAGE;
     Tokenizer *tok = NULL;
     if (c.model.vocab_size != 256 && !(tok = tok_load(enc))) return TED_EXIT_USAGE;
+    say_loaded(dir, &c);
     int np;
     int *ids = encode_prompt(tok, prompt, &np);
     double t0 = now_ms();
@@ -483,7 +489,7 @@ int cmd_generate(int argc, char **argv) {
         if (ns > 1) printf("--- sample %ld/%ld\n", i + 1, ns);
         fputs(prompt, stdout);
         SampleOpts so = {(int)n, (float)t, (int)k, (float)tp, stop, (uint64_t)sd + (uint64_t)i};
-        made += sample_text(&M, tok, ids, np, &so, stdout);
+        made += sample_text(&M, NULL, NULL, tok, ids, np, &so, stdout);
     }
     double ms = now_ms() - t0;
     fprintf(stderr, "generated %ld tokens in %.1f s (%.1f tokens/s)\n", made, ms * 1e-3, made / (ms * 1e-3 + 1e-9));
