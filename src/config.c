@@ -223,6 +223,7 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static const char *sched_name_of(int kind);
 static int validate_checkpoint_model(const Config *c, const char *path);
 
 // Stores one value of a known key.
@@ -631,8 +632,12 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     case F_SWITCH: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "true" : "false"); return 'b';
     case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
     case F_DEVICE: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "cuda" : "cpu"); return 's';
-    default: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    case F_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, f->off, int))); return 's';
+    case F_STRING: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    case F_CONFIG: break;   // every kind is listed: a new one is a -Wswitch warning here
     }
+    snprintf(buf, n, "?");
+    return 's';
 }
 
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
@@ -806,6 +811,10 @@ static int validate_pipeline(const Config *c) {
         RULE(sum != L, "pipeline.layers adds up to %ld blocks, the model has %d", sum, L);
     }
     return 0;
+}
+
+static const char *sched_name_of(int kind) {
+    return kind == PP_GPIPE ? "gpipe" : kind == PP_1F1B ? "1f1b" : "interleaved";
 }
 
 int config_pp_schedule(const char *name) {

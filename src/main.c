@@ -21,8 +21,15 @@ static void usage(FILE *f) {
             "  compare    the first step and tensor where two training logs part\n");
 }
 
+static int wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    progress_line_buffered();   // a console redirected to a file shows each line as it is printed
+    // a console redirected to a file shows each line as it is printed; help text stays one
+    // write (`ted x --help | grep -q ...` must not meet a closed pipe half-way)
+    if (!wants_help(argc, argv)) progress_line_buffered();
     comm_init(&argc, &argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -145,7 +145,8 @@ static int adopt_checkpoint(Config *c, Settings *S, const char *dir) {
         if ((!model && !seq) || !strcmp(s->value, K.s[i].value)) continue;
         if (sources[i] == 'd') { sources[i] = 'c'; continue; }
         if (seq) continue;   // a given seq_len is a training choice (checked against n_positions)
-        n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s %s (%s) vs %s", n ? ", " : "", s->name, s->value,
+        const char *key = strrchr(s->json, '.') + 1;   // model keys are named as in config.json
+        n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s %s (%s) vs %s", n ? ", " : "", key, s->value,
                               sources[i] == 'f' ? "flag" : "--config", K.s[i].value);
         if (n > sizeof msg - 100) break;
     }

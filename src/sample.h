@@ -16,6 +16,7 @@ typedef struct {
     uint64_t seed;
 } SampleOpts;
 
+
 // Writes the generated text to out as it goes (bytes for a byte model, else decoded with tok),
 // then a newline. Every rank of the model runs it (the pipeline's stages pass the context
 // along); out is NULL on ranks that do not print. Returns the number of tokens generated.

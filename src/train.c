@@ -203,6 +203,7 @@ typedef struct {
     double ntok_step, ngroups_step, flops_tok, peak;
     CommStats comm_total;
     double train_ms, wait_ms;
+    const char *peak_kind;
     Progress prog;
     Guard guard;       // non-finite losses stop the run
     TensorLog tlog;    // --log-tensors
@@ -280,8 +281,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
     R->P.after_forward = count_tokens;
     R->P.hook_ctx = R;
-    const char *peak_kind;
-    R->peak = mfu_peak_flops(c, &R->topo, &peak_kind);
+    R->peak = mfu_peak_flops(c, &R->topo, &R->peak_kind);
     R->flops_tok = model_flops_per_token(&c->model, R->T);
     R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
     R->ntok_step = (double)R->gbatch * R->T;
@@ -290,7 +290,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     if (R->topo.rank == 0)
         printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
                "MFU against %s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts,
-               c->model.top_k, R->T, R->gbatch, peak_kind, R->peak * 1e-9);
+               c->model.top_k, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
     runinfo_start(c, argc, argv, &R->ds, R->T, R->topo.world, R->topo.dp, R->topo.rank == 0);
     runinfo_log(R->log);
     print_model_state(R);
@@ -408,6 +408,7 @@ int cmd_train(int argc, char **argv) {
     if (run_setup(&R, argc, argv)) return TED_EXIT_USAGE;
     long first_step = R.st.step;
     progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.topo.rank == 0);
+    R.prog.peak_kind = R.peak_kind;
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = train_step(&R, s);
         int rc = after_step(&R, s, first_step, &m);
@@ -476,20 +477,21 @@ static int has_help(int argc, char **argv) {
 }
 
 // A one-process model with the checkpoint's weights.
-static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override) {
-    char dir[1200];
+static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override, char *dir) {
     if (!load || !load[0]) { ted_error("--load: a checkpoint directory is required"); return -1; }
-    if (ckpt_resolve(load, dir, sizeof dir)) return -1;
+    if (ckpt_resolve(load, dir, 1200)) return -1;
     config_defaults(c);
     if (ckpt_read_config(dir, c)) return -1;
     int T = T_override > 0 ? T_override : seq_len_of(c);
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1, 1);
     model_build(M, c, topo, B, T);
-    if (ckpt_load_weights(dir, M)) return -1;
-    long step = runinfo_ckpt_step(dir);
-    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, step, model_num_params(&c->model));
-    return 0;
+    return ckpt_load_weights(dir, M);
+}
+
+// Once all is well: which checkpoint, at which step (stderr).
+static void say_loaded(const char *dir, const Config *c) {
+    fprintf(stderr, "loaded %s (step %ld): %ld parameters\n", dir, runinfo_ckpt_step(dir), model_num_params(&c->model));
 }
 
 // The split that `ted eval` scores: the validation split of --data as training makes it (the
@@ -531,13 +533,15 @@ int cmd_eval(int argc, char **argv) {
     Split *s;
     if (eval_split(data, which, &ds, &s)) return TED_EXIT_USAGE;   // the loader printed its line
     Model M; Topology topo; Config c;
-    if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl)) return TED_EXIT_USAGE;
+    char dir[1200];
+    if (load_model(&M, &topo, &c, load, (int)mb, (int)Tl, dir)) return TED_EXIT_USAGE;
     int T = M.T;
     if (ds.max_token >= c.model.vocab_size) { ted_error("%s: token id %d does not fit vocab_size %d", data, ds.max_token, c.model.vocab_size); return TED_EXIT_USAGE; }
     long have = data_nwindows(s, T);
     if (!have) { ted_error("%s: the %s split holds no window of %d+1 tokens", data, which, T); return TED_EXIT_USAGE; }
     if (!nwin) nwin = have;
     if (nwin > have) { ted_error("%s: --windows %ld but the %s split holds %ld windows of %d+1 tokens", data, nwin, which, have, T); return TED_EXIT_USAGE; }
+    say_loaded(dir, &c);
     Ticker tk;
     ticker_start(&tk, "eval", "windows", (double)nwin, stderr);
     Pipeline P;
@@ -577,9 +581,11 @@ int cmd_generate(int argc, char **argv) {
     if (!(tp > 0 && tp <= 1)) { ted_error("generate: --top-p must be in (0, 1], got \"%s\"", topp); return TED_EXIT_USAGE; }
     if (stop && !stop[0]) { ted_error("generate: --stop needs a non-empty text"); return TED_EXIT_USAGE; }
     Model M; Topology topo; Config c;
-    if (load_model(&M, &topo, &c, load, 1, 0)) return TED_EXIT_USAGE;
+    char dir[1200];
+    if (load_model(&M, &topo, &c, load, 1, 0, dir)) return TED_EXIT_USAGE;
     Tokenizer *tok = NULL;
     if (c.model.vocab_size != 256 && !(tok = tok_load(enc))) return TED_EXIT_USAGE;
+    say_loaded(dir, &c);
     int np;
     int *ids = encode_prompt(tok, prompt, &np);
     double t0 = now_ms();

@@ -481,7 +481,7 @@ static void test_model_json(void) {
 
     // errors: unknown key, wrong type, missing key, malformed; c untouched on failure
     const struct { const char *text, *want; } bad[] = {
-        {"{\"vocab_size\": 256, \"model_type\": \"gpt2\"}", "unknown key \"model_type\""},
+        {"{\"vocab_size\": 256, \"frobnicate\": \"gpt2\"}", "unknown key \"frobnicate\""},
         {"{\"model\": {\"vocab_size\": 256}}", "unknown key \"model\""},
         {"{\"vocab_size\": \"256\"}", "\"vocab_size\" must be an integer"},
         {"{\"vocab_size\": 256}", "missing key"},

@@ -8,6 +8,7 @@
 #     paths), prints the resolved config with where each key came from (flag, JSON, default)
 #     and the data summary; the log's first record and the checkpoint's run.json hold the same
 #     settings.
+# (c) --peak-tflops: MFU is against the stated peak; above 100 % one warning.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
@@ -62,3 +63,15 @@ assert r["data"]["train_tokens"] + r["data"]["val_tokens"] == os.path.getsize("d
 assert r["global_batch"] == 2 and r["tokens_per_step"] == 32
 PY
 echo "ok   summary, resolved config with sources, data summary, run record in the log and in run.json"
+
+# (c) MFU against a stated peak: --peak-tflops far below the real rate gives MFU above 100 % in
+#     the log, and the console warns once (not at every step)
+"$TED" train "${MODEL[@]}" --steps 3 --eval-windows 2 --peak-tflops 1e-6 --log "$W/mfu.jsonl" >"$W/mfu.out" 2>&1 ||
+  { cat "$W/mfu.out"; fail "--peak-tflops run"; }
+[ "$(grep -c '^warning: MFU [0-9]*% is above 100%' "$W/mfu.out")" -eq 1 ] || fail "no single MFU warning"
+grep -q 'MFU against given peak 0.0 GFLOP/s' "$W/mfu.out" || fail "the stated peak is not printed"
+/usr/bin/python3 -c "
+import json, sys
+s = [o for o in map(json.loads, open('$W/mfu.jsonl')) if 'mfu' in o]
+assert len(s) == 3 and all(o['mfu'] > 1 for o in s), [o['mfu'] for o in s]" || fail "log mfu"
+echo "ok   --peak-tflops: MFU against the stated peak, one warning above 100 %"

@@ -48,10 +48,10 @@ rc=0
 "$TED" train --config "$W/other.json" --n-head 2 --data "$W/small.txt" --steps 6 --resume "$W/ck" >"$W/c.out" 2>"$W/c.err" || rc=$?
 [ $rc -eq 2 ] || fail "(b) exit $rc, expected 2"
 [ "$(wc -l <"$W/c.err")" -eq 1 ] || { cat "$W/c.err"; fail "(b) not one line"; }
-for k in "n-embd 64 (--config) vs 32" "n-layer 3 (--config) vs 2" "n-head 2 (flag) vs 4"; do
+for k in "n_embd 64 (--config) vs 32" "n_layer 3 (--config) vs 2" "n_head 2 (flag) vs 4"; do
   grep -qF "$k" "$W/c.err" || { cat "$W/c.err"; fail "(b) the line does not name: $k"; }
 done
-grep -q "vocab-size" "$W/c.err" && fail "(b) names vocab-size, which agrees"
+grep -q "vocab_size" "$W/c.err" && fail "(b) names vocab_size, which agrees"
 [ "$(find "$W/ck" -printf "%p %s %T@\n" | sort)" = "$before" ] || fail "(b) a refused run changed the checkpoint folder"
 echo "ok   (b) a disagreeing --config is refused naming every differing key: $(cat "$W/c.err")"
 # (c)
