@@ -2,6 +2,7 @@
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
+#include "sparse_layout.h"
 
 typedef struct {
     // model (SPEC §2); JSON section "model"
@@ -45,6 +46,7 @@ typedef struct {
     long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
     // parallel layout (SPEC §4)
     int tp, ep;
+    SparseConfig sparse;  // "sparse_attention" (SPEC §6.4): block-sparse attention layouts
     // I/O
     char data[1024];      // --data
     char log[1024];       // --log FILE.jsonl

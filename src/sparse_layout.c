@@ -124,6 +124,13 @@ void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, in
     if (len < n) snprintf(out + len, n - len, "}");
 }
 
+int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfig *b, uint64_t seed_b) {
+    char x[4096], y[4096];
+    sparse_config_write(a, seed_a, x, sizeof x);
+    sparse_config_write(b, seed_b, y, sizeof y);
+    return !strcmp(x, y);
+}
+
 // ---------------------------------------------------------------------------------------
 // validation
 
@@ -191,7 +198,8 @@ static void random_blocks(unsigned char *m, int nb, int num, uint64_t seed, int 
         int n = r + 1, k = num < n ? num : n;
         for (int i = 0; i < n; i++) pool[i] = i;
         for (int i = 0; i < k; i++) {   // partial Fisher–Yates
-            int pick = i + (int)(rng_at(seed, stream, ((uint64_t)head * nb + r) * nb + i) % (uint64_t)(n - i));
+            uint64_t at = ((uint64_t)head << 42) + ((uint64_t)r << 21) + (uint64_t)i;   // not nb: any T agrees
+            int pick = i + (int)(rng_at(seed, stream, at) % (uint64_t)(n - i));
             int t = pool[i]; pool[i] = pool[pick]; pool[pick] = t;
             m[(long)r * nb + pool[i]] = 1;
         }

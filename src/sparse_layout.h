@@ -36,6 +36,8 @@ int sparse_config_json(SparseConfig *s, const void *j, const char *key, const ch
 // The section as JSON text (for a checkpoint's config.json), seed resolved; "" when dense.
 // Writes at most n bytes into out.
 void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, int n);
+// Whether two sections give the same layouts (a resumed run must keep its checkpoint's).
+int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfig *b, uint64_t seed_b);
 // Rules (T % block, sizes, unsupported combinations); one line and -1 when broken.
 int sparse_config_validate(const SparseConfig *s, int T, int cuda);
 const char *sparse_mode_name(int mode);

@@ -193,6 +193,10 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
         if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
         Config k = *c;
         if (ckpt_read_config(ckdir, &k)) return TED_EXIT_USAGE;
+        if (!sparse_config_same(&k.sparse, k.seed, &c->sparse, c->seed)) {
+            ted_error("%s: the checkpoint's sparse_attention layouts differ from this run's (mode, keys or seed)", ckdir);
+            return TED_EXIT_USAGE;
+        }
     }
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
