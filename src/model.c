@@ -162,7 +162,7 @@ static long att_floats(const Model *M, int l, int B) {
 }
 static long sparse_scratch_floats(const Model *M) {
     long n = 0;
-    for (int i = 0; i < M->L; i++) n = n > sparse_attention_scratch_floats(&M->sl[i]) ? n : sparse_attention_scratch_floats(&M->sl[i]);
+    for (int i = 0; i < M->L; i++) n = n > sparse_attention_scratch_floats(&M->sl[i], M->hd) ? n : sparse_attention_scratch_floats(&M->sl[i], M->hd);
     return n;
 }
 
@@ -443,7 +443,7 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     float *in = M->resid[l];
     layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
     matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
-    if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd);
+    if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
     else attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
     if (!(recompute && x->ar_attn))
         matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);

@@ -1,20 +1,27 @@
 // sparse_attention.c — block-sparse causal attention (see sparse_attention.h).
-// Forward, per (batch, head, query block i) in parallel:
-//   S_ij = Q_i·K_jᵀ/√hd on the present blocks j of row i; P = softmax over the row's present
-//   keys (causal inside the diagonal block); O_i = Σ_j P_ij·V_j.
+// Storage: the present blocks of (sequence b, head h, query block i) lie side by side as one
+// row-major strip [blk][n·blk] (n = the row's present blocks, ordered by key block: the
+// diagonal one last), at the offset of the row's first entry.
+// Forward, per (b, h, i) in parallel: the row's key and value blocks are gathered into [n·blk,hd]
+// (zero rows past a partial last block), then S = Q_i·Kᵀ/√hd (one GEMM over the strip),
+// P = softmax over the present keys (causal inside the diagonal block), O_i = P·V (one GEMM).
 // Backward in three parallel passes, so no two threads add into the same rows:
-//   columns: dV_j = Σ_i P_ijᵀ·dO_i
-//   rows:    dP_ij = dO_i·V_jᵀ, D = Σ_j rowsum(P_ij ⊙ dP_ij), dS_ij = P_ij ⊙ (dP_ij − D)/√hd
-//            (written over P_ij), dQ_i = Σ_j dS_ij·K_j
+//   columns: dV_j = Σ_i P_ijᵀ·dO_i                  (the column's blocks and dO rows gathered)
+//   rows:    dP = dO_i·Vᵀ, D = rowsum(P ⊙ dP), dS = P ⊙ (dP − D)/√hd (written over P), dQ_i = dS·K
 //   columns: dK_j = Σ_i dS_ijᵀ·Q_i
-// Block products go to OpenBLAS when a block is big enough for it to pay, else a plain loop.
+// Products go to OpenBLAS when they are big enough for it to pay, else a plain loop.
 #include "sparse_attention.h"
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 long sparse_attention_att_floats(const SparseLayout *L, int B) { return (long)B * L->nnz * L->block * L->block; }
-long sparse_attention_scratch_floats(const SparseLayout *L) { return (long)L->max_row * L->block * L->block; }
+
+long sparse_attention_scratch_floats(const SparseLayout *L, int hd) {
+    long blk = L->block, rows = (long)L->max_row * blk * (2 * hd + blk), cols = (long)L->max_col * blk * (blk + hd);
+    return rows > cols ? rows : cols;
+}
 
 // C[m,n] = alpha·op(A)·op(B) + beta·C, row-major (op = transpose when ta / tb)
 static void bgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -48,127 +55,121 @@ static Shape shape_of(const SparseLayout *L, int B, int T, int H, int hd) {
 static int rows_of(const Shape *s, int i) { int r = s->T - i * s->blk; return r < s->blk ? r : s->blk; }
 static long row_at(const Shape *s, int h, int i) { return s->L->row[(long)h * (s->L->nb + 1) + i]; }
 static long col_at(const Shape *s, int h, int j) { return s->L->cptr[(long)h * (s->L->nb + 1) + j]; }
-// the q (k = +D, v = +2D) rows of block i of sequence b, head h
-static const float *qkv_at(const Shape *s, const float *qkv, int b, int h, int i) {
-    return qkv + ((long)b * s->T + (long)i * s->blk) * s->ld + h * s->hd;
+// rows of token block i of sequence b, head h, in a buffer of row stride ld (part: its column offset)
+static const float *rows_at(const Shape *s, const float *x, long ld, int b, int h, int i) {
+    return x + ((long)b * s->T + (long)i * s->blk) * ld + h * s->hd;
 }
-static float *block_at(const Shape *s, float *att, int b, long p) { return att + ((long)b * s->L->nnz + p) * s->bb; }
+// the strip of row block i; *n its present blocks
+static float *strip_at(const Shape *s, float *att, int b, int h, int i, int *n) {
+    long p0 = row_at(s, h, i);
+    *n = (int)(row_at(s, h, i + 1) - p0);
+    return att + ((long)b * s->L->nnz + p0) * s->bb;
+}
 
-// softmax over the present keys of row block i (r rows), causal inside the diagonal block
-static void row_softmax(const Shape *s, float *att, int b, int h, int i, int r) {
+// copies rows rows of w floats (stride ld) into dst [blk, w], zeroing the rest of the block
+static void copy_block(float *dst, const float *src, long ld, int rows, int w, int blk) {
+    for (int t = 0; t < rows; t++) memcpy(dst + (long)t * w, src + (long)t * ld, sizeof(float) * w);
+    memset(dst + (long)rows * w, 0, sizeof(float) * (blk - rows) * w);
+}
+
+// the key (part = D) or value (2D) rows of row block i's present blocks → g [n·blk, hd]
+static void gather_row(const Shape *s, float *g, const float *qkv, long part, int b, int h, int i) {
     long p0 = row_at(s, h, i), p1 = row_at(s, h, i + 1);
+    for (long p = p0; p < p1; p++) {
+        int j = s->L->col[p];
+        copy_block(g + (p - p0) * s->blk * s->hd, rows_at(s, qkv + part, s->ld, b, h, j), s->ld, rows_of(s, j), s->hd,
+                   s->blk);
+    }
+}
+
+// softmax of the strip's r rows over their present keys: all but the diagonal block, whose
+// columns stop at the row itself (which also leaves out a partial last block's padding)
+static void strip_softmax(float *S, long w, int r, int blk) {
     for (int t = 0; t < r; t++) {
-        float mx = -INFINITY, sum = 0;
-        for (long p = p0; p < p1; p++) {
-            int j = s->L->col[p], c = j == i ? t + 1 : rows_of(s, j);
-            const float *x = block_at(s, att, b, p) + (long)t * s->blk;
-            for (int u = 0; u < c; u++) mx = x[u] > mx ? x[u] : mx;
-        }
-        for (long p = p0; p < p1; p++) {
-            int j = s->L->col[p], c = j == i ? t + 1 : rows_of(s, j);
-            float *x = block_at(s, att, b, p) + (long)t * s->blk;
-            for (int u = 0; u < c; u++) { x[u] = expf(x[u] - mx); sum += x[u]; }
-        }
+        float *x = S + (long)t * w, mx = -INFINITY, sum = 0;
+        long valid = w - blk + t + 1;
+        for (long u = 0; u < valid; u++) mx = x[u] > mx ? x[u] : mx;
+        for (long u = 0; u < valid; u++) { x[u] = expf(x[u] - mx); sum += x[u]; }
         float inv = 1.0f / sum;
-        for (long p = p0; p < p1; p++) {
-            int j = s->L->col[p], c = j == i ? t + 1 : rows_of(s, j), cj = rows_of(s, j);
-            float *x = block_at(s, att, b, p) + (long)t * s->blk;
-            for (int u = 0; u < c; u++) x[u] *= inv;
-            for (int u = c; u < cj; u++) x[u] = 0;   // above the diagonal
-        }
+        for (long u = 0; u < valid; u++) x[u] *= inv;
+        for (long u = valid; u < w; u++) x[u] = 0;
     }
 }
 
-static void row_forward(const Shape *s, float *out, float *att, const float *qkv, int b, int h, int i) {
-    int r = rows_of(s, i);
-    long p0 = row_at(s, h, i), p1 = row_at(s, h, i + 1);
-    const float *q = qkv_at(s, qkv, b, h, i);
-    for (long p = p0; p < p1; p++) {
-        int j = s->L->col[p];
-        bgemm(0, 1, r, rows_of(s, j), s->hd, s->scale, q, s->ld, qkv_at(s, qkv, b, h, j) + s->D, s->ld, 0.0f,
-              block_at(s, att, b, p), s->blk);
-    }
-    row_softmax(s, att, b, h, i, r);
-    float *o = out + ((long)b * s->T + (long)i * s->blk) * s->D + h * s->hd;
-    for (long p = p0; p < p1; p++) {
-        int j = s->L->col[p];
-        bgemm(0, 0, r, s->hd, rows_of(s, j), 1.0f, block_at(s, att, b, p), s->blk, qkv_at(s, qkv, b, h, j) + 2 * s->D,
-              s->ld, p == p0 ? 0.0f : 1.0f, o, s->D);
-    }
+static void row_forward(const Shape *s, float *out, float *att, const float *qkv, int b, int h, int i, float *scr) {
+    int r = rows_of(s, i), n;
+    float *S = strip_at(s, att, b, h, i, &n), *kg = scr, *vg = scr + (long)s->L->max_row * s->blk * s->hd;
+    long w = (long)n * s->blk;
+    gather_row(s, kg, qkv, s->D, b, h, i);
+    gather_row(s, vg, qkv, 2 * s->D, b, h, i);
+    bgemm(0, 1, r, (int)w, s->hd, s->scale, rows_at(s, qkv, s->ld, b, h, i), s->ld, kg, s->hd, 0.0f, S, (int)w);
+    strip_softmax(S, w, r, s->blk);
+    bgemm(0, 0, r, s->hd, (int)w, 1.0f, S, (int)w, vg, s->hd, 0.0f, (float *)rows_at(s, out, s->D, b, h, i), s->D);
 }
 
 void sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
-                              int H, int hd) {
+                              int H, int hd, float *scratch) {
     Shape s = shape_of(L, B, T, H, hd);
-    long n = (long)B * H * s.nbq;
+    long n = (long)B * H * s.nbq, per = sparse_attention_scratch_floats(L, hd);
     #pragma omp parallel for schedule(dynamic)
     for (long x = 0; x < n; x++)
-        row_forward(&s, out, att, qkv, (int)(x / ((long)H * s.nbq)), (int)(x / s.nbq % H), (int)(x % s.nbq));
+        row_forward(&s, out, att, qkv, (int)(x / ((long)H * s.nbq)), (int)(x / s.nbq % H), (int)(x % s.nbq),
+                    scratch + omp_get_thread_num() * per);
 }
 
 // ---------------------------------------------------------------------------------------
 // backward
 
-// Over the present query blocks i < nbq of key block j: d(rows of j) = Σ_i blockᵀ·src_i, where
-// src is dout (dV, from P) or q (dK, from dS). dst is the v or k part of dqkv.
-static void column_pass(const Shape *s, float *dst, float *att, const float *src, int src_ld, int b, int h, int j) {
-    int c = rows_of(s, j), first = 1;
-    float *d = dst + ((long)b * s->T + (long)j * s->blk) * s->ld + h * s->hd;
-    for (long e = col_at(s, h, j); e < col_at(s, h, j + 1); e++) {
-        int i = s->L->crow[e];
-        if (i >= s->nbq) break;
-        const float *x = src + ((long)b * s->T + (long)i * s->blk) * src_ld + h * s->hd;
-        bgemm(1, 0, c, s->hd, rows_of(s, i), 1.0f, block_at(s, att, b, s->L->cent[e]), s->blk, x, src_ld,
-              first ? 0.0f : 1.0f, d, s->ld);
-        first = 0;
+// Key block j's rows of dst (the v or k part of dqkv) = Σ_i blockᵀ·src_i over its present query
+// blocks i < nbq: the blocks (P for dV, dS for dK) and src's rows (dout, or q) are gathered first.
+static void column_pass(const Shape *s, float *dst, float *att, const float *src, long src_ld, int b, int h, int j,
+                        float *scr) {
+    long e0 = col_at(s, h, j), e1 = col_at(s, h, j + 1), m = 0;
+    float *pg = scr, *xg = scr + (long)s->L->max_col * s->bb;
+    for (long e = e0; e < e1 && s->L->crow[e] < s->nbq; e++, m++) {
+        int i = s->L->crow[e], n, r = rows_of(s, i);
+        float *S = strip_at(s, att, b, h, i, &n);
+        long k = s->L->cent[e] - row_at(s, h, i);   // the block's place in its strip
+        copy_block(pg + m * s->bb, S + k * s->blk, (long)n * s->blk, r, s->blk, s->blk);
+        copy_block(xg + m * s->blk * s->hd, rows_at(s, src, src_ld, b, h, i), src_ld, r, s->hd, s->blk);
     }
+    bgemm(1, 0, rows_of(s, j), s->hd, (int)(m * s->blk), 1.0f, pg, s->blk, xg, s->hd, 0.0f,
+          dst + ((long)b * s->T + (long)j * s->blk) * s->ld + h * s->hd, s->ld);
 }
 
-// dS of row block i over P (in place) and dQ_i; tmp holds the row's dP blocks
+// dS of row block i over P (in place) and dQ_i
 static void row_backward(const Shape *s, float *dqkv, const float *dout, float *att, const float *qkv, int b, int h,
-                         int i, float *tmp) {
-    int r = rows_of(s, i);
-    long p0 = row_at(s, h, i), p1 = row_at(s, h, i + 1);
-    const float *dO = dout + ((long)b * s->T + (long)i * s->blk) * s->D + h * s->hd;
-    for (long p = p0; p < p1; p++) {
-        int j = s->L->col[p];
-        bgemm(0, 1, r, rows_of(s, j), s->hd, 1.0f, dO, s->D, qkv_at(s, qkv, b, h, j) + 2 * s->D, s->ld, 0.0f,
-              tmp + (p - p0) * s->bb, s->blk);
-    }
+                         int i, float *scr) {
+    int r = rows_of(s, i), n;
+    float *S = strip_at(s, att, b, h, i, &n), *kg = scr, *vg = kg + (long)s->L->max_row * s->blk * s->hd;
+    float *dP = vg + (long)s->L->max_row * s->blk * s->hd;
+    long w = (long)n * s->blk;
+    gather_row(s, kg, qkv, s->D, b, h, i);
+    gather_row(s, vg, qkv, 2 * s->D, b, h, i);
+    bgemm(0, 1, r, (int)w, s->hd, 1.0f, rows_at(s, dout, s->D, b, h, i), s->D, vg, s->hd, 0.0f, dP, (int)w);
     for (int t = 0; t < r; t++) {
-        float dsum = 0;
-        for (long p = p0; p < p1; p++) {
-            int c = rows_of(s, s->L->col[p]);
-            const float *a = block_at(s, att, b, p) + (long)t * s->blk, *g = tmp + (p - p0) * s->bb + (long)t * s->blk;
-            for (int u = 0; u < c; u++) dsum += a[u] * g[u];
-        }
-        for (long p = p0; p < p1; p++) {
-            int c = rows_of(s, s->L->col[p]);
-            float *a = block_at(s, att, b, p) + (long)t * s->blk;
-            const float *g = tmp + (p - p0) * s->bb + (long)t * s->blk;
-            for (int u = 0; u < c; u++) a[u] = a[u] * (g[u] - dsum) * s->scale;
-        }
+        float *a = S + t * w, *g = dP + t * w, dsum = 0;
+        for (long u = 0; u < w; u++) dsum += a[u] * g[u];
+        for (long u = 0; u < w; u++) a[u] = a[u] * (g[u] - dsum) * s->scale;
     }
-    float *dq = dqkv + ((long)b * s->T + (long)i * s->blk) * s->ld + h * s->hd;
-    for (long p = p0; p < p1; p++) {
-        int j = s->L->col[p];
-        bgemm(0, 0, r, s->hd, rows_of(s, j), 1.0f, block_at(s, att, b, p), s->blk, qkv_at(s, qkv, b, h, j) + s->D,
-              s->ld, p == p0 ? 0.0f : 1.0f, dq, s->ld);
-    }
+    bgemm(0, 0, r, s->hd, (int)w, 1.0f, S, (int)w, kg, s->hd, 0.0f, dqkv + ((long)b * s->T + (long)i * s->blk) * s->ld +
+          h * s->hd, s->ld);
 }
 
 void sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv, const SparseLayout *L,
                                int B, int T, int H, int hd, float *scratch) {
     Shape s = shape_of(L, B, T, H, hd);
-    long n = (long)B * H * s.nbq, per = (long)H * s.nbq, tmp = sparse_attention_scratch_floats(L);
+    long n = (long)B * H * s.nbq, per = (long)H * s.nbq, tmp = sparse_attention_scratch_floats(L, hd);
     #pragma omp parallel for schedule(dynamic)
     for (long x = 0; x < n; x++)   // dV from P
-        column_pass(&s, dqkv + 2 * s.D, att, dout, s.D, (int)(x / per), (int)(x / s.nbq % H), (int)(x % s.nbq));
+        column_pass(&s, dqkv + 2 * s.D, att, dout, s.D, (int)(x / per), (int)(x / s.nbq % H), (int)(x % s.nbq),
+                    scratch + omp_get_thread_num() * tmp);
     #pragma omp parallel for schedule(dynamic)
     for (long x = 0; x < n; x++)   // P → dS, dQ
         row_backward(&s, dqkv, dout, att, qkv, (int)(x / per), (int)(x / s.nbq % H), (int)(x % s.nbq),
                      scratch + omp_get_thread_num() * tmp);
     #pragma omp parallel for schedule(dynamic)
     for (long x = 0; x < n; x++)   // dK from dS
-        column_pass(&s, dqkv + s.D, att, qkv, s.ld, (int)(x / per), (int)(x / s.nbq % H), (int)(x % s.nbq));
+        column_pass(&s, dqkv + s.D, att, qkv, s.ld, (int)(x / per), (int)(x / s.nbq % H), (int)(x % s.nbq),
+                    scratch + omp_get_thread_num() * tmp);
 }

@@ -278,7 +278,10 @@ static void compress(SparseLayout *L, const unsigned char *m) {   // m [H][nb][n
         long *cp = L->cptr + (long)h * (nb + 1), *rp = L->row + (long)h * (nb + 1);
         for (long p = rp[0]; p < rp[nb]; p++) cp[L->col[p] + 1]++;
         cp[0] = rp[0];
-        for (int j = 0; j < nb; j++) cp[j + 1] += cp[j];
+        for (int j = 0; j < nb; j++) {
+            if (cp[j + 1] > L->max_col) L->max_col = (int)cp[j + 1];
+            cp[j + 1] += cp[j];
+        }
         for (int j = 0; j <= nb; j++) fill[(long)h * (nb + 1) + j] = cp[j];
         for (int i = 0; i < nb; i++)
             for (long p = rp[i]; p < rp[i + 1]; p++) {

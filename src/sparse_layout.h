@@ -51,7 +51,7 @@ typedef struct {
     long *cptr;              // [H][nb+1] first column-entry of (head, key block); sorted by query block
     int *crow;               // [nnz] query block of each column-entry
     long *cent;              // [nnz] its entry index (into col / the stored blocks)
-    int max_row;             // most entries in one (head, query block) row
+    int max_row, max_col;    // most entries in one (head, query block) row; in one (head, key block) column
 } SparseLayout;
 
 // The layout of `layer` for the model's heads [h0, h0+H), T tokens (T % block == 0).

@@ -92,11 +92,11 @@ static void compare(const char *name, const SparseConfig *c, int T_layout, int T
     SparseLayout L;
     sparse_layout_build(&L, c, 1234, 1, 0, H, T_layout);
     float *qkv = buf(N * ld), *out = buf(N * D), *dout = buf(N * D), *dqkv = buf(N * ld);
-    float *att = buf(sparse_attention_att_floats(&L, B)), *scratch = buf(sparse_attention_scratch_floats(&L) * omp_get_max_threads());
+    float *att = buf(sparse_attention_att_floats(&L, B)), *scratch = buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads());
     double *ro = ted_alloc(sizeof(double) * N * D, MEM_TEMP), *rd = ted_alloc(sizeof(double) * N * ld, MEM_TEMP);
     fill(qkv, N * ld, 1.0f); fill(dout, N * D, 1.0f);
     for (long i = 0; i < N * ld; i += ld) for (int e = 0; e < D; e++) qkv[i + e] *= 2.0f;   // peakier softmax
-    sparse_attention_forward(out, att, qkv, &L, B, T, H, hd);
+    sparse_attention_forward(out, att, qkv, &L, B, T, H, hd, scratch);
     sparse_attention_backward(dqkv, dout, att, qkv, &L, B, T, H, hd, scratch);
     reference(ro, rd, qkv, dout, &L, B, T, H, hd);
     char what[160];
@@ -114,9 +114,9 @@ static void compare(const char *name, const SparseConfig *c, int T_layout, int T
 // ---------------------------------------------------------------------------------------
 // finite differences: f = Σ out ⊙ R
 
-typedef struct { const SparseLayout *L; float *qkv, *out, *att, *R; int B, T, H, hd; } FdCtx;
+typedef struct { const SparseLayout *L; float *qkv, *out, *att, *R; int B, T, H, hd; float *scratch; } FdCtx;
 static double f_sparse(FdCtx *c) {
-    sparse_attention_forward(c->out, c->att, c->qkv, c->L, c->B, c->T, c->H, c->hd);
+    sparse_attention_forward(c->out, c->att, c->qkv, c->L, c->B, c->T, c->H, c->hd, c->scratch);
     double s = 0;
     for (long i = 0; i < (long)c->B * c->T * c->H * c->hd; i++) s += (double)c->out[i] * c->R[i];
     return s;
@@ -127,8 +127,8 @@ static void finite_differences(const SparseConfig *cfg) {
     SparseLayout L;
     sparse_layout_build(&L, cfg, 5, 0, 0, H, T);
     FdCtx c = {&L, buf((long)T * ld), buf((long)T * H * hd), buf(sparse_attention_att_floats(&L, B)),
-               buf((long)T * H * hd), B, T, H, hd};
-    float *g = buf((long)T * ld), *scratch = buf(sparse_attention_scratch_floats(&L) * omp_get_max_threads());
+               buf((long)T * H * hd), B, T, H, hd, buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads())};
+    float *g = buf((long)T * ld), *scratch = c.scratch;
     fill(c.qkv, (long)T * ld, 1.0f); fill(c.R, (long)T * H * hd, 1.0f);
     f_sparse(&c);
     sparse_attention_backward(g, c.R, c.att, c.qkv, &L, B, T, H, hd, scratch);
