@@ -5,7 +5,7 @@
 // bytes (att) and the scratch bytes, the best CPU time of the process (steadier on a loaded machine), the present-block fraction, and the sparse time
 // over dense time × fraction. Dense is skipped (--dense-max) above a length; its bytes are
 // still computed (B·H·T² floats; scratch T² floats per thread).
-//   usage: sparse_bench [--T 1024,2048,...] [--B 1] [--reps 3] [--dense-max 8192] [--mode fixed]
+//   usage: sparse_bench [--T 1024,2048,...] [--B 1] [--reps 3 (0: sizes only)] [--dense-max 8192] [--mode fixed]
 //                       [--block 64] [--local 4] [--global 1]
 #include "alloc.h"
 #include "ops.h"
@@ -55,17 +55,21 @@ static void bench_T(const Opts *o, int T) {
     long N = (long)o->B * T, D = (long)o->H * o->hd, threads = omp_get_max_threads();
     SparseLayout L;
     sparse_layout_build(&L, &o->s, 1337, 0, 0, o->H, T);
-    Run r = {o, T, ted_alloc(sizeof(float) * N * 3 * D, MEM_TEMP), ted_alloc(sizeof(float) * N * D, MEM_TEMP),
-             ted_alloc(sizeof(float) * N * D, MEM_TEMP), ted_alloc(sizeof(float) * N * 3 * D, MEM_TEMP), NULL, NULL, &L};
-    for (long i = 0; i < N * 3 * D; i++) r.qkv[i] = rng_normal(1, 2, (uint64_t)i);
-    for (long i = 0; i < N * D; i++) r.dout[i] = rng_normal(1, 3, (uint64_t)i);
+    long nio = o->reps > 0 ? N : 0;   // --reps 0: the sizes only
+    Run r = {o, T, ted_alloc(sizeof(float) * nio * 3 * D, MEM_TEMP), ted_alloc(sizeof(float) * nio * D, MEM_TEMP),
+             ted_alloc(sizeof(float) * nio * D, MEM_TEMP), ted_alloc(sizeof(float) * nio * 3 * D, MEM_TEMP), NULL, NULL, &L};
+    for (long i = 0; i < nio * 3 * D; i++) r.qkv[i] = rng_normal(1, 2, (uint64_t)i);
+    for (long i = 0; i < nio * D; i++) r.dout[i] = rng_normal(1, 3, (uint64_t)i);
     double frac = (double)L.nnz / ((double)o->H * L.nb * L.nb);
     long s_att = 4 * sparse_attention_att_floats(&L, o->B), s_scr = 4 * threads * sparse_attention_scratch_floats(&L, o->hd);
     long d_att = 4L * o->B * o->H * T * T, d_scr = 4L * threads * T * T;
-    r.att = ted_alloc(s_att, MEM_TEMP); r.scratch = ted_alloc(s_scr, MEM_TEMP);
-    double s_cpu, d_cpu = -1, s_ms = best_ms(o->reps, run_sparse, &r, &s_cpu), d_ms = -1;
-    ted_free(r.att); ted_free(r.scratch);
-    if (T <= o->dense_max) {
+    double s_cpu = -1, d_cpu = -1, s_ms = -1, d_ms = -1;
+    if (o->reps > 0) {
+        r.att = ted_alloc(s_att, MEM_TEMP); r.scratch = ted_alloc(s_scr, MEM_TEMP);
+        s_ms = best_ms(o->reps, run_sparse, &r, &s_cpu);
+        ted_free(r.att); ted_free(r.scratch);
+    }
+    if (o->reps > 0 && T <= o->dense_max) {
         r.att = ted_alloc(d_att, MEM_TEMP); r.scratch = ted_alloc(d_scr, MEM_TEMP);
         d_ms = best_ms(o->reps, run_dense, &r, &d_cpu);
         ted_free(r.att); ted_free(r.scratch);

@@ -676,5 +676,5 @@ int config_validate(const Config *c) {
     if (validate_model(&c->model) != 0) return -1;
     if (validate_training(c) != 0) return -1;
     if (validate_layout(c) != 0) return -1;
-    return sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions, c->device);
+    return sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions);
 }

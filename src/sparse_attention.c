@@ -11,6 +11,7 @@
 //   columns: dK_j = Σ_i dS_ijᵀ·Q_i
 // Products go to OpenBLAS when they are big enough for it to pay, else a plain loop.
 #include "sparse_attention.h"
+#include "backend.h"
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -109,6 +110,7 @@ static void row_forward(const Shape *s, float *out, float *att, const float *qkv
 
 void sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
                               int H, int hd, float *scratch) {
+    ON_GPU(cu_sparse_attention_forward(out, att, qkv, L, B, T, H, hd));
     Shape s = shape_of(L, B, T, H, hd);
     long n = (long)B * H * s.nbq, per = sparse_attention_scratch_floats(L, hd);
     #pragma omp parallel for schedule(dynamic)
@@ -158,6 +160,7 @@ static void row_backward(const Shape *s, float *dqkv, const float *dout, float *
 
 void sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv, const SparseLayout *L,
                                int B, int T, int H, int hd, float *scratch) {
+    ON_GPU(cu_sparse_attention_backward(dqkv, dout, att, qkv, L, B, T, H, hd));
     Shape s = shape_of(L, B, T, H, hd);
     long n = (long)B * H * s.nbq, per = (long)H * s.nbq, tmp = sparse_attention_scratch_floats(L, hd);
     #pragma omp parallel for schedule(dynamic)

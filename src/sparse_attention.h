@@ -9,11 +9,11 @@
 
 // floats of att for B sequences (the layout's full length)
 long sparse_attention_att_floats(const SparseLayout *L, int B);
-// floats of scratch per OpenMP thread (forward and backward)
+// floats of scratch per OpenMP thread (forward and backward; the GPU needs none)
 long sparse_attention_scratch_floats(const SparseLayout *L, int hd);
 void sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
                               int H, int hd, float *scratch);
 // dqkv[N,3H·hd] written (not added). att is consumed: the backward overwrites the probabilities
-// with the score gradients. scratch: sparse_attention_scratch_floats per OpenMP thread.
+// with the score gradients.
 void sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv, const SparseLayout *L,
                                int B, int T, int H, int hd, float *scratch);

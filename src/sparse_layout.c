@@ -136,13 +136,12 @@ int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfi
 
 #define RULE(cond, ...) do { if (cond) { ted_error("sparse_attention: " __VA_ARGS__); return -1; } } while (0)
 
-int sparse_config_validate(const SparseConfig *s, int T, int cuda) {
+int sparse_config_validate(const SparseConfig *s, int T) {
     if (s->mode == SPARSE_DENSE) return 0;
     int nb = T / s->block, G = s->num_global_blocks, Lb = s->num_local_blocks;
     RULE(s->bidirectional, "attention \"bidirectional\" is not supported (ted's attention is unidirectional)");
     RULE(s->horizontal_global_attention, "horizontal_global_attention needs bidirectional attention (not supported)");
     RULE(T % s->block, "seq_len (%d) is not a multiple of block (%d)", T, s->block);
-    RULE(cuda, "mode %s has no CUDA kernels yet: run it with --device cpu", sparse_mode_name(s->mode));
     RULE(resolved_random(s) > nb, "num_random_blocks (%d) > blocks per sequence (%d)", resolved_random(s), nb);
     if (s->mode == SPARSE_FIXED) {
         RULE(G < 1 || Lb % G, "num_local_blocks (%d) must be a multiple of num_global_blocks (%d >= 1)", Lb, G);
@@ -292,6 +291,14 @@ static void compress(SparseLayout *L, const unsigned char *m) {   // m [H][nb][n
     ted_free(fill);
 }
 
+// the arrays on a GPU run's device; on the CPU the host arrays themselves
+static void *on_device(void *host, size_t bytes) {
+    if (ted_device != DEV_CUDA) return host;
+    void *d = ted_alloc_buf(bytes, MEM_ACTIVATIONS);
+    buf_copy(d, host, bytes);
+    return d;
+}
+
 void sparse_layout_build(SparseLayout *L, const SparseConfig *s, uint64_t run_seed, int layer, int h0, int H,
                          int T) {
     CHECK(T % s->block == 0, "sparse layout: T %d is not a multiple of block %d", T, s->block);
@@ -312,9 +319,18 @@ void sparse_layout_build(SparseLayout *L, const SparseConfig *s, uint64_t run_se
     L->cent = ted_alloc(sizeof(long) * L->nnz, MEM_ACTIVATIONS);
     compress(L, m);
     ted_free(m);
+    L->row_d = on_device(L->row, sizeof(long) * H * (nb + 1));
+    L->cptr_d = on_device(L->cptr, sizeof(long) * H * (nb + 1));
+    L->col_d = on_device(L->col, sizeof(int) * L->nnz);
+    L->crow_d = on_device(L->crow, sizeof(int) * L->nnz);
+    L->cent_d = on_device(L->cent, sizeof(long) * L->nnz);
 }
 
 void sparse_layout_free(SparseLayout *L) {
+    if (L->row_d != L->row) {
+        ted_free_buf(L->row_d); ted_free_buf(L->cptr_d); ted_free_buf(L->col_d); ted_free_buf(L->crow_d);
+        ted_free_buf(L->cent_d);
+    }
     ted_free(L->row); ted_free(L->cptr); ted_free(L->col); ted_free(L->crow); ted_free(L->cent);
     memset(L, 0, sizeof *L);
 }

@@ -39,7 +39,7 @@ void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, in
 // Whether two sections give the same layouts (a resumed run must keep its checkpoint's).
 int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfig *b, uint64_t seed_b);
 // Rules (T % block, sizes, unsupported combinations); one line and -1 when broken.
-int sparse_config_validate(const SparseConfig *s, int T, int cuda);
+int sparse_config_validate(const SparseConfig *s, int T);
 const char *sparse_mode_name(int mode);
 
 // One layer's layout for this rank's heads [h0, h0+H) of the model's heads.
@@ -52,6 +52,8 @@ typedef struct {
     int *crow;               // [nnz] query block of each column-entry
     long *cent;              // [nnz] its entry index (into col / the stored blocks)
     int max_row, max_col;    // most entries in one (head, query block) row; in one (head, key block) column
+    long *row_d, *cptr_d, *cent_d;   // the same arrays on the run's device (the host ones on the CPU)
+    int *col_d, *crow_d;
 } SparseLayout;
 
 // The layout of `layer` for the model's heads [h0, h0+H), T tokens (T % block == 0).

@@ -551,9 +551,10 @@ int cmd_bench(int argc, char **argv) {
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu}\n", ms, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
+           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, tps, mfu,
+           ted_device == DEV_CUDA ? "datasheet_bf16" : "sgemm",
            peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m), mem_stats()->device_peak);
+           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
     ted_free(inp); ted_free(tgt);
     zero_free(&z);
     model_free(&M);

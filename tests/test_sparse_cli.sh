@@ -3,7 +3,7 @@
 #  - bad sections are refused with exit 2 and one stderr line naming the key or the rule, and no
 #    log or checkpoint written: unknown key, unknown mode, wrong type, seq_len not a multiple of
 #    block, bidirectional attention, horizontal global attention, num_local_blocks not a multiple of
-#    num_global_blocks, too many random blocks, --device cuda (no CUDA kernels for it yet);
+#    num_global_blocks, too many random blocks;
 #  - a trained `variable` checkpoint keeps its section in config.json, and `ted generate` and
 #    `ted eval` (at a length that is not a multiple of block) run from it; eval at the training
 #    length gives a different loss once the section is taken out of config.json (the layout is used).
@@ -36,7 +36,6 @@ refuse bidirectional '{"mode": "bigbird", "attention": "bidirectional"}' 'bidire
 refuse horizontal '{"mode": "fixed", "horizontal_global_attention": true}' 'horizontal_global_attention'
 refuse local-global '{"mode": "fixed", "num_local_blocks": 3, "num_global_blocks": 2}' 'num_global_blocks'
 refuse random '{"mode": "bigbird", "num_random_blocks": 5}' 'num_random_blocks'
-refuse cuda '{"mode": "fixed"}' 'cuda' --device cuda
 
 cat >"$W/variable.json" <<'JSON'
 {"sparse_attention": {"mode": "variable", "block": 16, "num_random_blocks": 1, "local_window_blocks": [1, 2],
