@@ -8,19 +8,22 @@
 # as a + b·T, and the attention buffers are added at each T: dense B·H·T² floats per layer plus
 # T² per thread of backward scratch; sparse the layout's present blocks (sparse_bench --reps 0).
 #   usage: bench/sparse_steps.sh [OUT_DIR] [T list (default 1024 2048 4096 8192)]
-#   env: DENSE_MAX (default 8192) skips dense steps above it; BUDGET bytes; STEPS (default 2)
+#   env: DENSE_MAX (default 8192) skips dense steps above it, SPARSE_MAX likewise; BUDGET bytes;
+#        STEPS (default 2); REUSE=1 keeps OUT_DIR/steps.jsonl (adds nothing) and only computes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/sparse_bench}; shift || true
 TS=${*:-1024 2048 4096 8192}
-DENSE_MAX=${DENSE_MAX:-8192} BUDGET=${BUDGET:-17179869184} STEPS=${STEPS:-2}
+DENSE_MAX=${DENSE_MAX:-8192} SPARSE_MAX=${SPARSE_MAX:-8192} BUDGET=${BUDGET:-17179869184} STEPS=${STEPS:-2}
 mkdir -p "$OUT"
 echo '{"sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1}}' >"$OUT/fixed.json"
 echo '{}' >"$OUT/dense.json"
-: >"$OUT/steps.jsonl"
+[ "${REUSE:-0}" = 1 ] && TS=""
+[ -n "$TS" ] && : >"$OUT/steps.jsonl"
 for T in $TS; do
   for mode in dense fixed; do
     [ $mode = dense ] && [ "$T" -gt "$DENSE_MAX" ] && continue
+    [ $mode = fixed ] && [ "$T" -gt "$SPARSE_MAX" ] && continue
     line=$(build/ted bench --config "$OUT/$mode.json" --seq-len "$T" --n-positions "$T" --micro-batch 1 --steps "$STEPS")
     echo "{\"T\": $T, \"mode\": \"$mode\", \"bench\": $line}" | tee -a "$OUT/steps.jsonl"
   done

@@ -500,7 +500,7 @@ int cmd_generate(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted bench [--steps N] [any ted train flag that shapes the model or batch]\n"
+        printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step, tokens/s and MFU against the sgemm peak measured here.\n");
@@ -512,6 +512,11 @@ int cmd_bench(int argc, char **argv) {
     m->vocab_size = 256; m->n_positions = 256; m->n_embd = 256; m->n_layer = 4; m->n_head = 4; m->n_inner = 1024;
     m->num_experts = 8; m->top_k = 2; m->moe_every = 1;
     c.micro_batch = 8; c.steps = 5; c.warmup = 1;
+    const char *path;   // a --config file goes on top of the bench model, flags on top of both
+    if (find_flag(argc, argv, "--config", &path) && (!path || config_load_json(&c, path))) {
+        if (!path) ted_error("--config: needs a file");
+        return TED_EXIT_USAGE;
+    }
     if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
     set_threads(c.threads);
     if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
