@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     Opts o = {1, 3, 8192, 4, 64, {0}};
     sparse_config_defaults(&o.s);
     o.s.mode = SPARSE_FIXED; o.s.block = 64; o.s.num_local_blocks = 4; o.s.num_global_blocks = 1;
-    char Ts[256] = "1024,2048,4096,8192";
+    char Ts[8192] = "1024,2048,4096,8192";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--T")) snprintf(Ts, sizeof Ts, "%s", v);
