@@ -156,13 +156,18 @@ static void *take(Bump *b, size_t bytes) {
 static long att_floats(const Model *M, int l, int B) {
     if (!M->sl) return (long)B * M->Hl * M->T * M->T;
     long n = 0;
-    for (int i = 0; i < M->L; i++)
-        if (i == l || l < 0) n = n > sparse_attention_att_floats(&M->sl[i], B) ? n : sparse_attention_att_floats(&M->sl[i], B);
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_att_floats(&M->sl[i], B);
+        if ((i == l || l < 0) && k > n) n = k;
+    }
     return n;
 }
-static long sparse_scratch_floats(const Model *M) {
+static long sparse_scratch_floats(const Model *M) {   // per thread, the most of any layer
     long n = 0;
-    for (int i = 0; i < M->L; i++) n = n > sparse_attention_scratch_floats(&M->sl[i], M->hd) ? n : sparse_attention_scratch_floats(&M->sl[i], M->hd);
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_scratch_floats(&M->sl[i], M->hd);
+        if (k > n) n = k;
+    }
     return n;
 }
 
@@ -559,7 +564,8 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
                            N, d);
         // attention
         matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-        if (M->sl) sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+        if (M->sl)
+            sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
         else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
         matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
