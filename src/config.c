@@ -70,6 +70,7 @@ void config_defaults(Config *c) {
     c->log_every = 1;
     c->watchdog = 600;
     c->debug_expert_grad_scale = 1.0f;
+    sparse_config_defaults(&c->sparse);
 }
 
 // min_lr follows lr (lr/10) until it is given explicitly.
@@ -82,7 +83,8 @@ static void resolve_min_lr(Config *c) {
 
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
-    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT,
+    J_COMMENT, J_SPARSE
 } JKind;
 
 typedef struct JKey {
@@ -98,7 +100,7 @@ static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
 // A checkpoint's config.json: model and moe keys flat, plus seq_len.
 static const JKey flat_model_keys[] = {
     MODEL_FIELDS(MODEL_KEY) MOE_FIELDS(MODEL_KEY)
-    {"seq_len", J_INT, CF(seq_len), NULL}, {NULL, 0, 0, NULL}
+    {"seq_len", J_INT, CF(seq_len), NULL}, {"sparse_attention", J_SPARSE, CF(sparse), NULL}, {NULL, 0, 0, NULL}
 };
 
 static const JKey optimizer_params[] = {
@@ -177,6 +179,7 @@ static const JKey top_keys[] = {
     {"activation_checkpointing", J_SECTION, 0, checkpointing_keys},
     {"model", J_SECTION, 0, model_keys},
     {"moe", J_SECTION, 0, moe_keys},
+    {"sparse_attention", J_SPARSE, CF(sparse), NULL},
     {"comment", J_COMMENT, 0, NULL},
     {"_comment", J_COMMENT, 0, NULL},
     {NULL, 0, 0, NULL}
@@ -306,6 +309,8 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return rc == 0 ? 0 : integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
     case J_COMMENT:
         return cJSON_IsString(j) ? 0 : type_error(file, key, "a string", j);
+    case J_SPARSE:
+        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
     }
     return -1;
 }
@@ -365,9 +370,10 @@ int config_load_model_json(Config *c, const char *path) {
     if (!root) return -1;
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
+    sparse_config_defaults(&tmp.sparse);   // no section: dense
     int rc = walk(&tmp, root, flat_model_keys, "", path);
     for (const JKey *k = flat_model_keys; rc == 0 && k->name; k++) {
-        if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
+        if (k->kind != J_SPARSE && !cJSON_GetObjectItemCaseSensitive(root, k->name)) {   // sparse: optional
             ted_error("%s: missing key \"%s\"", path, k->name);
             rc = -1;
         }
@@ -377,6 +383,7 @@ int config_load_model_json(Config *c, const char *path) {
     if (rc == 0) {
         c->model = tmp.model;
         c->seq_len = tmp.seq_len;
+        c->sparse = tmp.sparse;
     }
     return rc;
 }
@@ -391,7 +398,7 @@ static void format_float(char *buf, size_t n, float v) {
 
 char *config_model_json(const Config *c) {
     const ModelConfig *m = &c->model;
-    size_t cap = 2048, len = 0;
+    size_t cap = 8192, len = 0;
     char *out = ted_alloc(cap, MEM_TEMP);
     char num[64];
     len += (size_t)snprintf(out + len, cap - len, "{\n");
@@ -410,6 +417,9 @@ char *config_model_json(const Config *c) {
     PUT_INT("n_head", m->n_head)
     PUT_INT("n_inner", cfg_ffn(m))
     MOE_FIELDS(PUT)
+    char sparse[4096];
+    sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
+    if (sparse[0]) len += (size_t)snprintf(out + len, cap - len, "  \"sparse_attention\": %s,\n", sparse);
     len += (size_t)snprintf(out + len, cap - len, "  \"seq_len\": %d\n}\n", c->seq_len > 0 ? c->seq_len : m->n_positions);
 #undef PUT
 #undef PUT_J_FLOAT
@@ -840,5 +850,6 @@ int config_validate(const Config *c) {
     if (validate_model(&c->model) != 0) return -1;
     if (validate_training(c) != 0) return -1;
     if (validate_layout(c) != 0) return -1;
-    return validate_pipeline(c);
+    if (validate_pipeline(c) != 0) return -1;
+    return sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions);
 }

@@ -2,6 +2,7 @@
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
+#include "sparse_layout.h"
 
 typedef struct {
     // model (design §2); JSON section "model"
@@ -53,6 +54,7 @@ typedef struct {
     int pp_virtual;       // chunks per stage (interleaved)
     int pp_nlayers;       // entries of pipeline.layers (0: split evenly)
     int pp_layers[256];   // blocks per chunk, in chunk order
+    SparseConfig sparse;  // "sparse_attention" (SPEC §6.4): block-sparse attention layouts
     // I/O
     char data[1024];      // --data
     char log[1024];       // --log FILE.jsonl

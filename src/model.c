@@ -8,6 +8,7 @@
 #include "half.h"
 #include "ops.h"
 #include "schedule.h"
+#include "sparse_attention.h"
 #include "util.h"
 #include "watchdog.h"
 #include <math.h>
@@ -178,6 +179,26 @@ static void *take(Bump *b, size_t bytes) {
 }
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
+// Attention probabilities of layer l (-1: the most of any layer) for B sequences: T·T per head,
+// or the present blocks of the layer's sparse layout.
+static long att_floats(const Model *M, int l, int B) {
+    if (!M->sl) return (long)B * M->Hl * M->T * M->T;
+    long n = 0;
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_att_floats(&M->sl[i], B);
+        if ((i == l || l < 0) && k > n) n = k;
+    }
+    return n;
+}
+static long sparse_scratch_floats(const Model *M) {   // per thread, the most of any layer
+    long n = 0;
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_scratch_floats(&M->sl[i], M->hd);
+        if (k > n) n = k;
+    }
+    return n;
+}
+
 // Per block: the activations its backward reads. The big ones (LN outputs, qkv, attention
 // probabilities, FFN and expert hidden states, the exchanged rows) are compute buffers shared by
 // all blocks when
@@ -191,7 +212,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     int d = M->d;
     x->ln1 = TAKE(a, float, N * d);
     x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
-    x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T * M->T);
+    x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, N * M->Hl * M->hd);
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
@@ -218,7 +239,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
 // The big activations of block l at the largest batch: what its 16-bit store must hold.
 static long packed_floats(const Model *M, int l) {
     long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
-    long n = 4 * N * d + N * 4 * Dl + (long)M->Bmax * M->Hl * M->T * M->T;
+    long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
     if (!M->bp[l].moe) return n + 2 * N * M->fl;
     return n + 2 * M->Rr * M->fl + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
@@ -308,7 +329,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     int k = 0;
     t[k].p = x->ln1; t[k++].n = N * d;
     t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
-    t[k].p = x->att; t[k++].n = (long)B * M->Hl * T * T;
+    t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T;
     t[k].p = x->atty; t[k++].n = N * Dl;
     t[k].p = x->mid; t[k++].n = N * d;
     t[k].p = x->ln2; t[k++].n = N * d;
@@ -338,7 +359,8 @@ static void layout_grads(Model *M, Bump *a) {
     M->dbig = TAKE(a, float, big);
     // attention backward: T·T per OpenMP thread on the CPU, every (b, h) at once on the GPU
     long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
-    M->att_scratch = TAKE(a, float, att_rows * M->T * M->T);
+    long per_row = !M->sl ? (long)M->T * M->T : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
+    M->att_scratch = TAKE(a, float, att_rows * per_row);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
         M->a2a_buf = TAKE(a, float, 2 * R * M->d);
@@ -404,6 +426,12 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     }
     M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
     plan_chunks(M);
+    if (cfg->sparse.mode != SPARSE_DENSE) {   // T rounded up to whole blocks (evaluation at any length)
+        int blk = cfg->sparse.block, Tb = (T + blk - 1) / blk * blk;
+        M->sl = ted_alloc(sizeof(SparseLayout) * M->L, MEM_TEMP);
+        for (int l = 0; l < M->L; l++)
+            sparse_layout_build(&M->sl[l], &cfg->sparse, cfg->seed, l, topo->tp_idx * M->Hl, M->Hl, Tb);
+    }
     add_params(M);
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
         long big = 0, head = stage_numel(M, 0);
@@ -433,6 +461,8 @@ void model_free(Model *M) {
     ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
     for (int i = 0; i < M->nviews; i++) { ted_free(M->views[i].resid); ted_free(M->views[i].ba); }
     ted_free(M->bp); ted_free(M->views);
+    for (int l = 0; M->sl && l < M->L; l++) sparse_layout_free(&M->sl[l]);
+    ted_free(M->sl);
     memset(M, 0, sizeof *M);
 }
 
@@ -517,7 +547,8 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
     layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
     matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
-    attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
+    if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
     if (!(recompute && x->ar_attn))
         matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
     row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
@@ -662,7 +693,9 @@ static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
                        N, d);
     // attention
     matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-    attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
+    if (M->sl)
+        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
     matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "params.h"
 #include "router.h"
+#include "sparse_layout.h"
 #include "topology.h"
 
 typedef struct {
@@ -19,7 +20,7 @@ typedef struct {
 typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *ln1, *ln1_mean, *ln1_rstd;   // [N,d] [N] [N]
     float *qkv;                         // [N,3d/tp]
-    float *att;                         // [B,H/tp,T,T]
+    float *att;                         // [B,H/tp,T,T]; sparse: [B][present blocks][blk][blk]
     float *atty;                        // [N,d/tp]
     float *mid;                         // [N,d] residual after attention
     float *ln2, *ln2_mean, *ln2_rstd;
@@ -82,6 +83,7 @@ typedef struct {
     int uneven;                 // EP ranks may run different batch sizes (evaluation): counts travel
     float *head_w, *head_g, *stage_w, *stage_g;   // 16-bit storage: fp32 working copies (see model.c)
     RouterCfg rcfg;
+    SparseLayout *sl;           // [L] block-sparse attention layouts of this rank's heads (NULL: dense)
     RouterStats rstats;         // accumulated over forwards since the last reset
     int *tok, *tgt;             // the current micro-batch (copied)
     int B, Tc;                  // its size

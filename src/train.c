@@ -166,6 +166,10 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
         if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
         Config k = *c;
         if (ckpt_read_config(ckdir, &k) || ckpt_check_model(ckdir, &k, &c->model)) return TED_EXIT_USAGE;
+        if (!sparse_config_same(&k.sparse, k.seed, &c->sparse, c->seed)) {
+            ted_error("%s: the checkpoint's sparse_attention layouts differ from this run's (mode, keys or seed)", ckdir);
+            return TED_EXIT_USAGE;
+        }
     }
     if (data_load(ds, c->data)) return TED_EXIT_USAGE;
     if (ds->max_token >= c->model.vocab_size) {
@@ -624,7 +628,7 @@ static void bench_batch(void *ctx, int mb, int *inp, int *tgt) {
 
 int cmd_bench(int argc, char **argv) {
     if (has_help(argc, argv)) {
-        printf("usage: ted bench [--steps N] [any ted train flag that shapes the model or batch]\n"
+        printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step, tokens/s and MFU against the sgemm peak measured here.\n");
@@ -636,6 +640,11 @@ int cmd_bench(int argc, char **argv) {
     m->vocab_size = 256; m->n_positions = 256; m->n_embd = 256; m->n_layer = 4; m->n_head = 4; m->n_inner = 1024;
     m->num_experts = 8; m->top_k = 2; m->moe_every = 1;
     c.micro_batch = 8; c.steps = 5; c.warmup = 1;
+    const char *path;   // a --config file goes on top of the bench model, flags on top of both
+    if (find_flag(argc, argv, "--config", &path) && (!path || config_load_json(&c, path))) {
+        if (!path) ted_error("--config: needs a file");
+        return TED_EXIT_USAGE;
+    }
     if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
     set_threads(c.threads);
     if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
@@ -681,10 +690,10 @@ int cmd_bench(int argc, char **argv) {
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu}\n", ms, wait / c.steps, tps, mfu,
-           ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
+           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, wait / c.steps, tps,
+           mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
            peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m), mem_stats()->device_peak);
+           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
     pipe_free(&P);
     zero_free(&z);
     model_free(&M);

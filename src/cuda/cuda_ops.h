@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "../alloc.h"
 #include "../router.h"
+#include "../sparse_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,6 +94,12 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 // scratch: B·H·T·T floats (device)
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
                            int hd, float *scratch);
+
+// ---- block-sparse attention (sparse_attention.cu); L is host, its *_d arrays device
+void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
+                                 int H, int hd);
+void cu_sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv, const SparseLayout *L,
+                                  int B, int T, int H, int hd);
 
 // ---- MoE: router, dispatcher, experts (moe.cu) -----------------------------------------
 // st is a host pointer (statistics are added on the host; this synchronises)
