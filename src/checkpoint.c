@@ -52,7 +52,7 @@ static float *assemble(const Model *M, const Zero *z, int i, int s, const float 
     int owner = (p->split_dim >= 0 || t->tp_idx == 0) && (p->expert < 0 || t->ep_idx == s);
     if (owner && !src && (p->tag == TAG_EDP ? t->edp_idx : t->dp_idx) == 0)
         for (long j = 0; j < p->numel; j++) full[param_full_index(r, p, j)] = p->w[j];
-    if (owner && src) {
+    if (owner && src && z->sh[i].own) {   // stage 0: every DP rank holds it all, the first writes
         const Shard *sh = &z->sh[i];
         for (long j = 0; j < sh->len; j++) full[param_full_index(r, p, sh->off + j)] = src[sh->base + j];
     }

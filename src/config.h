@@ -37,7 +37,12 @@ typedef struct {
     float clip;           // "gradient_clipping" (<= 0: off)
     uint64_t seed;
     int data_sequential;  // --data-order sequential|shuffled
-    int zero_stage;       // zero_optimization.stage (1)
+    int zero_stage;       // zero_optimization.stage (1); --zero-stage
+    long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
+    int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
+    int onebit;           // optimizer.type "OneBitAdam" (SPEC §6.3)
+    int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
+    int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
     int bf16, fp16;       // later issues; refused when set for now
     int activation_checkpointing;
     int dtd;              // duplicate token dropping (SPEC §5); "dtd" / --dtd

@@ -69,6 +69,7 @@ static void add_params(Model *M) {
     }
     M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
     M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    r->grads_external = M->cfg.zero_stage == 2;   // the optimizer's buckets hold the gradients
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
@@ -340,8 +341,9 @@ void model_free(Model *M) {
 }
 
 void model_zero_grad(Model *M) {
-    if (M->reg.half) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
-    else buf_zero(M->reg.g, sizeof(float) * M->reg.total);
+    if (M->reg.g16) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
+    if (M->reg.g) buf_zero(M->reg.g, sizeof(float) * M->reg.total);
+    // external gradients (ZeRO-2): the optimizer leaves its buckets zero after each reduction
 }
 
 // ---------------------------------------------------------------------------------------
@@ -503,6 +505,12 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
 }
 
+// Tells the optimizer that the gradients of registry params [i0, i1) are complete for this
+// micro-batch (ZeRO-2 reduces them while the backward goes on; nothing otherwise).
+static void grads_ready(Model *M, int i0, int i1) {
+    if (M->reg.grads_ready) M->reg.grads_ready(M->reg.grads_ctx, i0, i1);
+}
+
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
     int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
@@ -539,9 +547,12 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
         layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
                            x->ln1_rstd, N, d);
         stage_out(M, l + 1);
+        grads_ready(M, b->ln1w, l + 1 < M->L ? M->bp[l + 1].ln1w : M->lnfw);
     }
     encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, B, T, d);
     stage_out(M, 0);
+    grads_ready(M, M->wte, M->wpe + 1);   // the head: wte, wpe and ln_f, complete only now
+    grads_ready(M, M->lnfw, M->reg.n);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -230,7 +230,7 @@ int cmd_train(int argc, char **argv) {
     Zero z;
     TrainerState st = {0, 0, c.steps, c.seed, c.data_sequential};
     if (ckdir[0]) {
-        zero_init(&z, &M.reg, &topo);
+        zero_init(&z, &M.reg, &topo, &c);
         host_view(&M, &z, 0);
         int bad = ckpt_load_weights(ckdir, &M) || ckpt_load_state(ckdir, &M, &z, &st);
         if (ted_agree(bad)) return TED_EXIT_USAGE;
@@ -251,7 +251,7 @@ int cmd_train(int argc, char **argv) {
                    st.steps, c.steps);
         st.steps = c.steps; st.seed = c.seed; st.sequential = c.data_sequential;
         if (topo.rank == 0) printf("resumed from %s at step %ld\n", ckdir, st.step);
-    } else zero_init(&z, &M.reg, &topo);
+    } else zero_init(&z, &M.reg, &topo, &c);
     const char *peak_kind;
     double peak = peak_flops(1024, 5, &peak_kind);
     double flops_tok = model_flops_per_token(&c.model, T);
@@ -519,7 +519,7 @@ int cmd_bench(int argc, char **argv) {
     Model M;
     model_build(&M, &c, &topo, B, T);
     Zero z;
-    zero_init(&z, &M.reg, &topo);
+    zero_init(&z, &M.reg, &topo, &c);
     int *inp = ted_alloc(sizeof(int) * B * (T + 1), MEM_TEMP), *tgt = ted_alloc(sizeof(int) * B * T, MEM_TEMP);
     double total = 0, ntok = (double)B * T * c.grad_accum;
     CommStats comm_total;
