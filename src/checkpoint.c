@@ -1,6 +1,7 @@
 // checkpoint.c — save and load (see checkpoint.h). Tensors are stored full: this rank's
 // slices are placed through param_full_index, so the files do not depend on the layout.
 #include "checkpoint.h"
+#include "onebit.h"
 #include "alloc.h"
 #include "comm.h"
 #include "half.h"
@@ -103,11 +104,12 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
     if (rc) return -1;
+    if (z->onebit) rc = comm_max_int((Group *)&M->topo->g[GROUP_WORLD], onebit_save(z, tmp));   // per-rank errors
     // weights: the fp32 masters when the model stores 16 bits (the truth a resume needs)
     const float *w[1] = {M->reg.half ? z->master : NULL}, *mv[2] = {z->m, z->v};
     const char *ws[1] = {""}, *mvs[2] = {".exp_avg", ".exp_avg_sq"};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = save_tensors(path, M, z, w, ws, 1);
+    if (!rc) rc = save_tensors(path, M, z, w, ws, 1);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
@@ -290,5 +292,6 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     st->sequential = !strcmp(o->valuestring, "sequential");
     z->t = st->adam_t;
     cJSON_Delete(j);
+    if (z->onebit) onebit_load(z, dir);
     return 0;
 }

@@ -670,7 +670,9 @@ static int validate_training(const Config *c) {
     RULE(c->zero_stage < 0 || c->zero_stage > 2, "zero_optimization.stage (%d) not supported (0, 1 or 2)", c->zero_stage);
     RULE(c->reduce_bucket_size < 1, "zero_optimization.reduce_bucket_size (%ld) must be >= 1", c->reduce_bucket_size);
     RULE(c->onebit && c->zero_stage != 0, "OneBitAdam needs zero_optimization.stage 0 (given %d)", c->zero_stage);
-    RULE(c->onebit && c->freeze_step < 0, "optimizer.params.freeze_step (%d) must be >= 0", c->freeze_step);
+    RULE(c->onebit && c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
+         c->freeze_step);
+    RULE(c->onebit && c->device == 1, "OneBitAdam runs on the CPU only (--device cuda given)");
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
     RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);
     RULE(c->save_every < 0, "save_every (%d) must be >= 0", c->save_every);

@@ -1,6 +1,7 @@
 // zero.c — ZeRO AdamW, stages 0, 1, 2 (see zero.h).
 #include "zero.h"
 #include "zero_bucket.h"
+#include "onebit.h"
 #include "alloc.h"
 #include "backend.h"
 #include "ops.h"
@@ -53,6 +54,7 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     z->window = 1000;
     CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
     if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size);
+    if (c->onebit) onebit_init(ted_alloc(sizeof(OneBit), MEM_TEMP), z, c);
     if (z->stage == 2 && topo->rank == 0)
         printf("ZeRO-2: gradient shard %ld elements, bucket %ld elements (%ld deferred: the tensors outside the "
                "blocks), %d buckets\n", z->total, z->bucket_elems, z->deferred_elems, z->nbk);
@@ -81,6 +83,7 @@ void zero_free(Zero *z) {
     ted_free(z->sh); ted_free_buf(z->tile);
     ted_free_buf(z->sq); ted_free(z->sq_host);
     if (z->stage == 2) bucket_free(z);
+    if (z->onebit) { onebit_free(z->onebit); ted_free(z->onebit); }
     memset(z, 0, sizeof *z);
 }
 
@@ -252,7 +255,8 @@ double zero_step(Zero *z, const Config *c, float lr) {
     float unscale = 1.0f / z->loss_scale;
     long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
     plan_buffers(z, tile);
-    double norm = reduce_and_norm(z, unscale);
+    int compressed = onebit_active(z);   // 1-bit Adam after its warm-up
+    double norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
     // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale
     z->skipped = !isfinite(norm);
     if (z->skipped) {
@@ -262,7 +266,8 @@ double zero_step(Zero *z, const Config *c, float lr) {
         if (z->reg->half == 2 && ++z->clean >= z->window) { z->loss_scale *= 2; z->clean = 0; }
         float coef = 1.0f;
         if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
-        update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
+        if (compressed) onebit_update(z, c, lr, unscale);
+        else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
     }
     // stage 2: the shard's gradients and the bucket (it served the gather) start the next step at zero
     if (z->stage == 2) {

@@ -18,7 +18,7 @@ typedef struct {
     int own;            // this rank counts the shard (norm, checkpoints): stage 0 → group rank 0 only
 } Shard;
 
-typedef struct {
+typedef struct Zero {
     Registry *reg;
     const Topology *topo;
     Shard *sh;
@@ -43,6 +43,7 @@ typedef struct {
     int nbk, *bk_of, *bk_need, *bk_ready;   // buckets; each param's bucket; params per bucket; done so far
     void *recv;              // MEM_COMM: this rank's reduced part of one tensor
     float *acc;              // 16-bit storage: that part up-cast before it is added to the shard
+    struct OneBit *onebit;   // optimizer.type OneBitAdam (onebit.h), or NULL
 } Zero;
 
 // c: zero_optimization.stage and reduce_bucket_size. Stage 2 needs a registry built with
