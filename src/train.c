@@ -13,6 +13,7 @@
 #include "tokenizer.h"
 #include "util.h"
 #include "zero.h"
+#include "adam.h"
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -495,8 +496,11 @@ int cmd_generate(int argc, char **argv) {
 // ted bench: full training steps of the SPEC bench model on random tokens
 
 int cmd_bench(int argc, char **argv) {
+    const char *nopt;
+    if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [any ted train flag that shapes the model or batch]\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a copy\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step, tokens/s and MFU against the sgemm peak measured here.\n");

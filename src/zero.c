@@ -2,6 +2,7 @@
 #include "zero.h"
 #include "zero_bucket.h"
 #include "onebit.h"
+#include "adam.h"
 #include "alloc.h"
 #include "backend.h"
 #include "ops.h"
@@ -150,32 +151,6 @@ static void gather_param(Zero *z, Param *p, const Shard *s) {
     buf_copy(w, buf, es * p->numel);
 }
 
-// AdamW on n elements of a shard, given their fp32 gradients (already clipped and unscaled).
-static void adam(float *w, float *m, float *v, const float *g, long n, float lr, float decay, const Config *c,
-                 float bc1, float bc2) {
-    float b1 = c->beta1, b2 = c->beta2;
-    ON_GPU(cu_adamw(w, m, v, g, n, lr, decay, b1, b2, c->eps, bc1, bc2));
-    #pragma omp parallel for simd schedule(static)
-    for (long j = 0; j < n; j++) {
-        m[j] = b1 * m[j] + (1 - b1) * g[j];
-        v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
-        float denom = sqrtf(v[j]) / sqrtf(bc2) + c->eps;
-        w[j] = w[j] * decay - (lr / bc1) * m[j] / denom;
-    }
-}
-
-// dst = s·f32(src): a tile of 16-bit gradients, unscaled and clipped
-static void upcast(float *dst, const uint16_t *src, long n, int half, float s) {
-    ON_GPU(cu_upcast_scale(dst, src, n, half, s));
-    #pragma omp parallel for simd schedule(static)
-    for (long j = 0; j < n; j++) dst[j] = half_to_f32(half, src[j]) * s;
-}
-
-static void scale(float *x, long n, float s) {
-    ON_GPU(cu_scale(x, n, s));
-    for (long j = 0; j < n; j++) x[j] *= s;
-}
-
 // *out = Σ (s·x)² over a shard, in double. out is one of z->sq's slots: on the GPU a device
 // double, so that the norm of every tensor is computed without waiting, and read once.
 static void sumsq(double *out, const void *x, long n, int half, float s) {
@@ -230,21 +205,16 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
-        float decay = p->decay ? 1.0f - lr * c->weight_decay : 1.0f;
+        AdamHyper a = {lr, p->decay ? 1.0f - lr * c->weight_decay : 1.0f, c->beta1, c->beta2, c->eps, bc1, bc2};
         long step = half ? tile : s->len;   // fp32 gradients need no up-cast: one pass
         for (long j0 = 0; j0 < s->len; j0 += step) {
-            long n = s->len - j0 < step ? s->len - j0 : step;
-            float *w = z->master + s->base + j0, *g;
-            if (half) {
-                upcast(z->tile, (const uint16_t *)shard_grad(z, i) + j0, n, half, gscale);
-                g = z->tile;
-            } else {
-                g = (float *)shard_grad(z, i) + j0;
-                if (gscale != 1.0f) scale(g, n, gscale);
-            }
-            adam(w, z->m + s->base + j0, z->v + s->base + j0, g, n, lr, decay, c, bc1, bc2);
-            if (half) convert_from_f32(p->w16 + s->off + j0, w, n, half);
-            else buf_copy(p->w + s->off + j0, w, sizeof(float) * n);
+            long n = s->len - j0 < step ? s->len - j0 : step, at = s->base + j0;
+            if (half)
+                adamw_half(z->master + at, z->m + at, z->v + at, (const uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
+                           p->w16 + s->off + j0, half, z->tile);
+            else
+                adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
+                          p->w + s->off + j0);
         }
         // every rank of the group gets the whole updated tensor
         gather_param(z, p, s);
