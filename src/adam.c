@@ -31,9 +31,19 @@ static void gpu_half(float *w, float *m, float *v, const uint16_t *g16, long n, 
 }
 #endif
 
-void adamw_f32(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, long n, float gscale,
-               const AdamHyper *a, float *wout) {
+void adamw_f32(float *w, float *m, float *v, const float *g, long n, float gscale, const AdamHyper *a, float *wout) {
     ON_GPU(gpu_f32(w, m, v, g, n, gscale, a, wout));
+    adamw_f32_host(w, m, v, g, n, gscale, a, wout);
+}
+
+void adamw_half(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
+                uint16_t *w16, int half, float *tile) {
+    ON_GPU(gpu_half(w, m, v, g16, n, gscale, a, w16, half, tile));
+    adamw_half_host(w, m, v, g16, n, gscale, a, w16, half);
+}
+
+void adamw_f32_host(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, long n,
+                    float gscale, const AdamHyper *a, float *wout) {
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
     if (!wout) {
         #pragma omp parallel for simd schedule(static)
@@ -46,9 +56,8 @@ void adamw_f32(float *restrict w, float *restrict m, float *restrict v, const fl
 }
 
 // The 16-bit kinds as separate loops: each vectorises without a per-element test of the kind.
-void adamw_half(float *restrict w, float *restrict m, float *restrict v, const uint16_t *restrict g16, long n,
-                float gscale, const AdamHyper *a, uint16_t *restrict w16, int half, float *tile) {
-    ON_GPU(gpu_half(w, m, v, g16, n, gscale, a, w16, half, tile));
+void adamw_half_host(float *restrict w, float *restrict m, float *restrict v, const uint16_t *restrict g16, long n,
+                     float gscale, const AdamHyper *a, uint16_t *restrict w16, int half) {
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
     if (half == 1) {
         #pragma omp parallel for simd schedule(static)
@@ -94,8 +103,8 @@ int adam_bench(long n, int reps) {
     // copy: the 16 bytes per element of w, m, v, g read into the same amount written
     BEST(copy_ms, reps, copy2(m, w, v, g, n));
     fill(m, n, 0.0f); fill(v, n, 0.0f);
-    BEST(f32_ms, reps, adamw_f32(w, m, v, g, n, 1.0f, &a, NULL));
-    BEST(bf16_ms, reps, adamw_half(w, m, v, g16, n, 1.0f, &a, w16, 1, NULL));
+    BEST(f32_ms, reps, adamw_f32_host(w, m, v, g, n, 1.0f, &a, NULL));
+    BEST(bf16_ms, reps, adamw_half_host(w, m, v, g16, n, 1.0f, &a, w16, 1));
     double copy_bytes = 16.0 * n;     // 8 read + 8 written per element
     double f32_bytes = 28.0 * n;      // g, w, m, v read (16), w, m, v written (12)
     double bf16_bytes = 28.0 * n;     // g16 read (2), w, m, v read (12) and written (12), w16 written (2)

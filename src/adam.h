@@ -20,6 +20,10 @@ void adamw_f32(float *w, float *m, float *v, const float *g, long n, float gscal
 // GPU run up-casts through `tile` (n floats of device memory), the tiled optimizer.
 void adamw_half(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
                 uint16_t *w16, int half, float *tile);
+// The host loops themselves, whatever the run's device (ZeRO-Offload steps host memory).
+void adamw_f32_host(float *w, float *m, float *v, const float *g, long n, float gscale, const AdamHyper *a, float *wout);
+void adamw_half_host(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
+                     uint16_t *w16, int half);
 // `ted bench --optimizer N`: times one step over N parameters, fp32 and bf16 weights, and a
 // parallel copy of the same bytes; prints ms per step and GB/s (bytes read + written).
 int adam_bench(long n, int reps);

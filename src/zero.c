@@ -3,6 +3,7 @@
 #include "zero_bucket.h"
 #include "onebit.h"
 #include "adam.h"
+#include "offload.h"
 #include "alloc.h"
 #include "backend.h"
 #include "ops.h"
@@ -42,12 +43,15 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     z->reg = reg; z->topo = topo;
     z->stage = c->zero_stage;
     make_shards(z);
-    // the shard lives on the run's device; a GPU run keeps a host copy for checkpoints
+    // the shard lives on the run's device (offloaded: on the host); a GPU run keeps a host copy
+    // for checkpoints
     size_t bytes = sizeof(float) * z->total;
-    z->dev[0] = z->master = ted_alloc_buf(bytes, MEM_OPTIMIZER);
-    z->dev[1] = z->m = ted_alloc_buf(bytes, MEM_OPTIMIZER);
-    z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
-    for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
+    if (!offload_init(z, c)) {
+        z->dev[0] = z->master = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        z->dev[1] = z->m = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
+    }
     zero_sync_master(z);
     z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
     z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
@@ -62,6 +66,7 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
 }
 
 void zero_sync_master(Zero *z) {
+    if (z->offload) { offload_sync_master(z); return; }
     const Registry *r = z->reg;
     for (int i = 0; i < r->n; i++) {
         const Param *p = &r->p[i];
@@ -72,14 +77,19 @@ void zero_sync_master(Zero *z) {
 }
 
 static void view(Zero *z, float **from, float **to, int copy) {
-    for (int i = 0; i < 3; i++) if (copy) buf_copy(to[i], from[i], sizeof(float) * z->total);
+    for (int i = 0; i < 3; i++) if (copy && to[i] != from[i]) buf_copy(to[i], from[i], sizeof(float) * z->total);
     z->master = to[0]; z->m = to[1]; z->v = to[2];
 }
 void zero_host_view(Zero *z, int copy) { view(z, z->dev, z->host, copy); }
 void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
 
 void zero_free(Zero *z) {
-    for (int i = 0; i < 3; i++) { if (z->host[i] != z->dev[i]) ted_free(z->host[i]); ted_free_buf(z->dev[i]); }
+    for (int i = 0; i < 3; i++) {
+        if (z->host[i] != z->dev[i]) ted_free(z->host[i]);
+        if (z->offload) ted_free(z->dev[i]);
+        else ted_free_buf(z->dev[i]);
+    }
+    if (z->offload) offload_free(z);
     if (z->stage != 2) { ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); }
     ted_free(z->sh); ted_free_buf(z->tile);
     ted_free_buf(z->sq); ted_free(z->sq_host);
@@ -93,7 +103,8 @@ void zero_free(Zero *z) {
 static void plan_buffers(Zero *z, long tile) {
     if (z->planned) return;
     z->planned = 1;
-    if (z->reg->half) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
+    // the up-cast tile (offloaded: the host stages its own tiles)
+    if (z->reg->half && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
     if (z->stage == 0) return;   // all-reduced in place, nothing gathered
     // stage 2: the bucket buffer is free in the optimizer step and holds every tensor's padded
     // slot; recv holds the largest chunk. Both serve the gather (the bucket is zeroed after).
@@ -206,6 +217,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         AdamHyper a = {lr, p->decay ? 1.0f - lr * c->weight_decay : 1.0f, c->beta1, c->beta2, c->eps, bc1, bc2};
+        if (z->offload) { offload_step(z, i, shard_grad(z, i), &a, gscale); gather_param(z, p, s); continue; }
         long step = half ? tile : s->len;   // fp32 gradients need no up-cast: one pass
         for (long j0 = 0; j0 < s->len; j0 += step) {
             long n = s->len - j0 < step ? s->len - j0 : step, at = s->base + j0;
