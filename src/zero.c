@@ -17,7 +17,6 @@
 Group *zero_group(const Zero *z, const Param *p) {
     return (Group *)&z->topo->g[p->tag == TAG_EDP ? GROUP_EDP : GROUP_DP];
 }
-#define dp_of zero_group
 
 // This rank's shard of each tensor: a 1/size chunk (stages 1, 2) or the whole tensor (stage 0).
 static void make_shards(Zero *z) {
@@ -25,7 +24,7 @@ static void make_shards(Zero *z) {
     z->sh = ted_alloc(sizeof(Shard) * reg->n, MEM_TEMP);
     for (int i = 0; i < reg->n; i++) {
         const Param *p = &reg->p[i];
-        Group *g = dp_of(z, p);
+        Group *g = zero_group(z, p);
         Shard *s = &z->sh[i];
         int parts = z->stage == 0 ? 1 : g->size, part = z->stage == 0 ? 0 : g->rank;
         s->chunk = (p->numel + parts - 1) / parts;
@@ -112,7 +111,7 @@ static void plan_buffers(Zero *z, long tile) {
     size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
     for (int i = 0; i < z->reg->n; i++) {
         const Shard *s = &z->sh[i];
-        int size = dp_of(z, &z->reg->p[i])->size;
+        int size = zero_group(z, &z->reg->p[i])->size;
         if (size == 1) continue;   // nothing travels
         size_t padded = (size_t)s->chunk * size;
         if (padded > big) big = padded;
@@ -135,7 +134,7 @@ float lr_at(const Config *c, long s) {
 // single-process gradient.
 // (16-bit storage: the gradients travel in 16 bits, each addition done in fp32.)
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
-    Group *g = dp_of(z, p);
+    Group *g = zero_group(z, p);
     int half = z->reg->half;
     DType t = half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32;
     if (g->size == 1 || z->stage == 2) return;
@@ -152,7 +151,7 @@ static void reduce_grad(Zero *z, Param *p, const Shard *s) {
 }
 
 static void gather_param(Zero *z, Param *p, const Shard *s) {
-    Group *g = dp_of(z, p);
+    Group *g = zero_group(z, p);
     if (g->size == 1 || z->stage == 0) return;
     size_t es = z->reg->half ? 2 : 4;   // the parameters travel in their storage format
     char *buf = z->comm[0], *mine = z->comm[1];
