@@ -2,6 +2,7 @@
 // slices are placed through param_full_index, so the files do not depend on the layout.
 #include "checkpoint.h"
 #include "runinfo.h"
+#include "onebit.h"
 #include "alloc.h"
 #include "comm.h"
 #include "half.h"
@@ -58,7 +59,7 @@ static float *assemble(const Model *M, const Zero *z, int i, int s, const float 
     int owner = (p->split_dim >= 0 || t->tp_idx == 0) && (p->expert < 0 || t->ep_idx == s);
     if (owner && !src && (p->tag == TAG_EDP ? t->edp_idx : t->dp_idx) == 0)
         for (long j = 0; j < p->numel; j++) full[param_full_index(r, p, j)] = p->w[j];
-    if (owner && src) {
+    if (owner && src && z->sh[i].own) {   // stage 0: every DP rank holds it all, the first writes
         const Shard *sh = &z->sh[i];
         for (long j = 0; j < sh->len; j++) full[param_full_index(r, p, sh->off + j)] = src[sh->base + j];
     }
@@ -145,11 +146,12 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
     if (rc) return -1;
+    if (z->onebit) rc = comm_max_int((Group *)&M->topo->g[GROUP_WORLD], onebit_save(z, tmp));   // per-rank errors
     // weights: the fp32 masters when the model stores 16 bits (the truth a resume needs)
     const float *w[1] = {M->reg.half ? z->master : NULL}, *mv[2] = {z->m, z->v};
     const char *ws[1] = {""}, *mvs[2] = {".exp_avg", ".exp_avg_sq"};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = save_tensors(path, M, z, w, ws, 1);
+    if (!rc) rc = save_tensors(path, M, z, w, ws, 1);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
@@ -375,5 +377,6 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     if (read_trainer_state(p, st)) return -1;
     z->t = st->adam_t;
+    if (z->onebit) onebit_load(z, dir);
     return 0;
 }

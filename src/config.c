@@ -61,6 +61,9 @@ void config_defaults(Config *c) {
     c->seed = 1337;
     c->data_sequential = 0;
     c->zero_stage = 1;
+    c->reduce_bucket_size = 500000000;
+    c->freeze_step = 100;
+    c->compression = 1;
     c->tile_size = 1800000;
     c->tp = 1;
     c->ep = 1;
@@ -83,8 +86,8 @@ static void resolve_min_lr(Config *c) {
 
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
-    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT,
-    J_COMMENT, J_SPARSE
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE, J_MIN_LR, J_IGNORED_BOOL,
+    J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
 } JKind;
 
 typedef struct JKey {
@@ -108,6 +111,8 @@ static const JKey optimizer_params[] = {
     {"betas", J_BETAS, 0, NULL},
     {"eps", J_FLOAT, CF(eps), NULL},
     {"weight_decay", J_FLOAT, CF(weight_decay), NULL},
+    {"freeze_step", J_INT, CF(freeze_step), NULL},
+    {"compression", J_COMPRESSION, CF(compression), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey optimizer_keys[] = {
@@ -136,7 +141,13 @@ static const JKey fp16_keys[] = {
     {"min_loss_scale", J_IGNORED_NUMBER, 0, NULL},
     {NULL, 0, 0, NULL}
 };
-static const JKey zero_keys[] = { {"stage", J_INT, CF(zero_stage), NULL}, {NULL, 0, 0, NULL} };
+static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), NULL}, {NULL, 0, 0, NULL} };
+static const JKey zero_keys[] = {
+    {"stage", J_INT, CF(zero_stage), NULL},
+    {"reduce_bucket_size", J_LONG, CF(reduce_bucket_size), NULL},
+    {"offload_optimizer", J_SECTION, 0, offload_keys},
+    {NULL, 0, 0, NULL}
+};
 static const JKey checkpointing_keys[] = {
     {"enabled", J_BOOL, CF(activation_checkpointing), NULL},
     {"partition_activations", J_IGNORED_BOOL, 0, NULL},
@@ -266,8 +277,20 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         *FIELD(c, k->off, int) = strcmp(j->valuestring, "sequential") == 0;
         return 0;
     case J_OPTIMIZER_TYPE:
-        if (!cJSON_IsString(j) || strcasecmp(j->valuestring, "AdamW") != 0)
-            return type_error(file, key, "\"AdamW\", the only optimizer", j);
+        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "AdamW") != 0 &&
+                                   strcasecmp(j->valuestring, "OneBitAdam") != 0))
+            return type_error(file, key, "\"AdamW\" or \"OneBitAdam\"", j);
+        c->onebit = strcasecmp(j->valuestring, "OneBitAdam") == 0;
+        return 0;
+    case J_COMPRESSION:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "sign") != 0 && strcmp(j->valuestring, "none") != 0))
+            return type_error(file, key, "\"sign\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "sign") == 0;
+        return 0;
+    case J_OFFLOAD_DEVICE:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "cpu") != 0 && strcmp(j->valuestring, "none") != 0))
+            return type_error(file, key, "\"cpu\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "cpu") == 0;
         return 0;
     case J_SCHEDULER_TYPE:
         if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "WarmupCosine") != 0 &&
@@ -475,6 +498,7 @@ static const Flag flags[] = {
     {"--threads", F_INT, CF(threads), "N", "threads", "0: OpenMP default", "OpenMP threads"},
     {"--device", F_DEVICE, CF(device), "DEV", NULL, "cpu", "cpu, or cuda: model, optimizer and collectives on this rank's GPU"},
     {"--peak-tflops", F_FLOAT, CF(peak_tflops), "X", NULL, "0: measured", "peak TFLOP/s per process that MFU is against"},
+    {"--zero-stage", F_INT, CF(zero_stage), "N", "zero_optimization.stage", NULL, "ZeRO stage: 0 all-reduce, 1 optimizer state sharded, 2 gradients too"},
     {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
     {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
     {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
@@ -681,8 +705,10 @@ void config_print_train_help(void) {
         if (f->json) printf("  %-28s %s [default %s; JSON %s]\n", left, f->help, def, f->json);
         else printf("  %-28s %s [default %s; flag only]\n", left, f->help, def);
     }
-    printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.stage %d.\n",
-           (double)d.beta1, (double)d.beta2, (double)d.eps, d.zero_stage);
+    printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size %ld,\n"
+           "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or \"OneBitAdam\",\n"
+           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\").\n",
+           (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -775,7 +801,12 @@ static int validate_training(const Config *c) {
     RULE(!(c->beta2 >= 0 && c->beta2 < 1), "beta2 (%g) must be in [0, 1)", (double)c->beta2);
     RULE(!(c->eps > 0), "eps (%g) must be > 0", (double)c->eps);
     RULE(!(c->weight_decay >= 0), "weight_decay (%g) must be >= 0", (double)c->weight_decay);
-    RULE(c->zero_stage < 0 || c->zero_stage > 1, "zero_optimization.stage (%d) not supported (0 or 1)", c->zero_stage);
+    RULE(c->zero_stage < 0 || c->zero_stage > 2, "zero_optimization.stage (%d) not supported (0, 1 or 2)", c->zero_stage);
+    RULE(c->reduce_bucket_size < 1, "zero_optimization.reduce_bucket_size (%ld) must be >= 1", c->reduce_bucket_size);
+    RULE(c->onebit && c->zero_stage != 0, "OneBitAdam needs zero_optimization.stage 0 (given %d)", c->zero_stage);
+    RULE(c->onebit && c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
+         c->freeze_step);
+    RULE(c->onebit && c->device == 1, "OneBitAdam runs on the CPU only (--device cuda given)");
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
     RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);
     RULE(c->save_every < 0, "save_every (%d) must be >= 0", c->save_every);
@@ -806,6 +837,9 @@ static int validate_layout(const Config *c) {
 static int validate_pipeline(const Config *c) {
     int L = c->model.n_layer, v = c->pp_virtual;
     RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);
+    RULE(c->pp > 1 && c->zero_stage == 2, "zero_optimization.stage 2 is not supported with pp > 1 (the tied wte is "
+         "summed between stages after the backward; use stage 0 or 1)");
+    RULE(c->pp > 1 && c->onebit, "OneBitAdam is not supported with pp > 1");
     RULE(c->pp > 1 && c->log_tensors, "--log-tensors is not supported with pp > 1 (each stage holds other tensors)");
     RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
     RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);

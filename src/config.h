@@ -40,7 +40,12 @@ typedef struct {
     float clip;           // "gradient_clipping" (<= 0: off)
     uint64_t seed;
     int data_sequential;  // --data-order sequential|shuffled
-    int zero_stage;       // zero_optimization.stage (1)
+    int zero_stage;       // zero_optimization.stage (1); --zero-stage
+    long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
+    int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
+    int onebit;           // optimizer.type "OneBitAdam" (design §6)
+    int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
+    int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
     int bf16, fp16;       // later issues; refused when set for now
     int activation_checkpointing;
     int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
@@ -54,7 +59,7 @@ typedef struct {
     int pp_virtual;       // chunks per stage (interleaved)
     int pp_nlayers;       // entries of pipeline.layers (0: split evenly)
     int pp_layers[256];   // blocks per chunk, in chunk order
-    SparseConfig sparse;  // "sparse_attention" (SPEC §6.4): block-sparse attention layouts
+    SparseConfig sparse;  // "sparse_attention" (design): block-sparse attention layouts
     // I/O
     char data[1024];      // --data
     char log[1024];       // --log FILE.jsonl

@@ -91,6 +91,7 @@ static void add_params(Model *M) {
         M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
         M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
     }
+    r->grads_external = M->cfg.zero_stage == 2;   // the optimizer's buckets hold the gradients
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
@@ -467,8 +468,9 @@ void model_free(Model *M) {
 }
 
 void model_zero_grad(Model *M) {
-    if (M->reg.half) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
-    else buf_zero(M->reg.g, sizeof(float) * M->reg.total);
+    if (M->reg.g16) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
+    if (M->reg.g) buf_zero(M->reg.g, sizeof(float) * M->reg.total);
+    // external gradients (ZeRO-2): the optimizer leaves its buckets zero after each reduction
 }
 
 // ---------------------------------------------------------------------------------------
@@ -656,6 +658,12 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
 }
 
+// Tells the optimizer that the gradients of registry params [i0, i1) are complete for this
+// micro-batch (ZeRO-2 reduces them while the backward goes on; nothing otherwise).
+static void grads_ready(Model *M, int i0, int i1) {
+    if (M->reg.grads_ready && i0 >= 0) M->reg.grads_ready(M->reg.grads_ctx, i0, i1);
+}
+
 // The head's backward (last chunk): the loss gradient through the cross-entropy, the tied LM head
 // (vocab shard: dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf) and ln_f, into dres.
 static void head_backward(Model *M, long N, float lm_scale) {
@@ -701,6 +709,7 @@ static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
     layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
                        x->ln1_rstd, N, d);
     stage_out(M, l + 1);
+    grads_ready(M, b->p0, b->p1);
 }
 
 void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale) {
@@ -713,6 +722,10 @@ void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_s
     for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, aux_scale, z_scale);
     if (first_chunk(M, i)) encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
     if (head) stage_out(M, 0);
+    if (!head) return;   // the head's tensors (wte, wpe, ln_f) are complete only now
+    grads_ready(M, M->wte, M->wte + 1);
+    grads_ready(M, M->wpe, M->wpe + 1);
+    grads_ready(M, M->lnfw, M->lnfb + 1);
 }
 
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {

@@ -34,6 +34,7 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     p->decay = ndim >= 2;
     p->expert = -1;
     int layer, e, used = 0;
+    p->layer = sscanf(name, "transformer.h.%d.", &layer) == 1 ? layer : -1;
     if (sscanf(name, "transformer.h.%d.mlp.experts.%d.%n", &layer, &e, &used) == 2 && used > 0) {
         p->layer = layer; p->expert = e;
         snprintf(p->suffix, sizeof p->suffix, "%s", name + used);
@@ -50,9 +51,11 @@ static void point(Registry *r, int device) {
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         if (r->half) {
-            p->w16 = (device ? r->w16 : r->host_w16) + p->off; p->g16 = r->g16 + p->off;
+            p->w16 = (device ? r->w16 : r->host_w16) + p->off;
+            if (r->g16) p->g16 = r->g16 + p->off;   // external gradients keep their views
         } else {
-            p->w = (device ? r->w : r->host_w) + p->off; p->g = r->g + p->off;
+            p->w = (device ? r->w : r->host_w) + p->off;
+            if (r->g) p->g = r->g + p->off;
         }
     }
 }
@@ -60,7 +63,8 @@ static void point(Registry *r, int device) {
 void reg_alloc(Registry *r, int half) {
     r->half = half;
     size_t es = half ? sizeof(uint16_t) : sizeof(float);
-    void *w = ted_alloc_buf(es * r->total, MEM_PARAMS), *g = ted_alloc_buf(es * r->total, MEM_GRADS);
+    void *w = ted_alloc_buf(es * r->total, MEM_PARAMS);
+    void *g = r->grads_external ? NULL : ted_alloc_buf(es * r->total, MEM_GRADS);
     // a GPU run keeps a host copy of the weights for initialisation and checkpoints
     void *host = ted_device == DEV_CPU ? w : ted_alloc(es * r->total, MEM_MIRROR);
     if (half) { r->w16 = w; r->g16 = g; r->host_w16 = host; }

@@ -42,6 +42,12 @@ typedef struct {
     float *host_w; uint16_t *host_w16;
     int half;           // storage: 0 fp32, 1 bf16, 2 fp16
     int tp, tp_idx;     // the TP slice this registry holds
+    // ZeRO stage 2: no flat gradient buffer is made (grads_external); the optimizer points the
+    // gradient views into its buckets and the backward calls grads_ready(ctx, i0, i1) when the
+    // gradients of params [i0, i1) are complete for the micro-batch (see zero.h).
+    int grads_external;
+    void (*grads_ready)(void *ctx, int i0, int i1);
+    void *grads_ctx;
 } Registry;
 
 void reg_init(Registry *r, int cap, int tp, int tp_idx);

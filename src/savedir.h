@@ -1,4 +1,4 @@
-// savedir.h — the --save folder belongs to one run at a time (SPEC §7 checkpoints):
+// savedir.h — the --save folder belongs to one run at a time (design):
 //   .lock      an exclusive lock held for the run's lifetime (a second run is refused)
 //   run_id     the run's identity (a digest of its model, seed and data order): a folder of
 //              another run is refused unless --overwrite, which removes that run's checkpoints

@@ -1,5 +1,5 @@
 // sparse_attention.h — causal multi-head attention over the present blocks of a layout
-// (SPEC §6.4): exactly dense attention with every absent key masked to −∞, at the time and
+// (design): exactly dense attention with every absent key masked to −∞, at the time and
 // memory of the present blocks. Shapes as attention_forward (ops.h): qkv[N,3H·hd] (q|k|v),
 // out[N,H·hd], N = B·T. The probabilities are kept per present block: att[B][nnz][blk][blk].
 // T may be shorter than the layout's (generation): the layout's first ceil(T/blk) query and key

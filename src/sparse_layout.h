@@ -1,4 +1,4 @@
-// sparse_layout.h — block-sparse attention layouts (SPEC §6.4): the `sparse_attention` config
+// sparse_layout.h — block-sparse attention layouts (design): the `sparse_attention` config
 // section with DeepSpeed's keys, and per layer the 0/1 matrix over (query block, key block) of
 // each head, kept as compressed rows (the forward, dQ) and compressed columns (dK, dV).
 // A layout never has a block above the diagonal (attention is unidirectional); inside a

@@ -24,6 +24,7 @@
 #include "watchdog.h"
 #include "util.h"
 #include "zero.h"
+#include "adam.h"
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -279,7 +280,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     model_build(&R->M, c, &R->topo, c->micro_batch, R->T);
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
-    zero_init(&R->z, &R->M.reg, &R->topo);
+    zero_init(&R->z, &R->M.reg, &R->topo, c);
     R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
     if (R->ckdir[0] && resume_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
@@ -627,8 +628,11 @@ static void bench_batch(void *ctx, int mb, int *inp, int *tgt) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    const char *nopt;
+    if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a copy\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step, tokens/s and MFU against the sgemm peak measured here.\n");
@@ -664,7 +668,7 @@ int cmd_bench(int argc, char **argv) {
     pipe_init(&P, &M, &c);
     pipe_print(&P, &c);
     Zero z;
-    zero_init(&z, &M.reg, &topo);
+    zero_init(&z, &M.reg, &topo, &c);
     BenchBatch bb = {&c, 0};
     double total = 0, wait = 0, ntok = (double)B * T * c.grad_accum;
     CommStats comm_total;

@@ -1,8 +1,11 @@
-// zero.h — ZeRO-1 AdamW over the parameter registry (design §3, §4). fp32 master weights
-// and Adam m, v are partitioned over each parameter's DP group (its sync tag names it):
-// gradients are reduce-scattered to the shard owner, the owner clips and steps, and the
-// parameters are all-gathered. On one process every group has size 1 and the shard is
-// the whole tensor.
+// zero.h — ZeRO AdamW over the parameter registry (design §3, §4), stages 0, 1, 2.
+// Stage 1: fp32 master weights and Adam m, v are partitioned over each parameter's DP group
+// (its sync tag names it): gradients are reduce-scattered to the shard owner, the owner clips
+// and steps, and the parameters are all-gathered. Stage 0: every rank keeps the whole state,
+// gradients are all-reduced, nothing is gathered. Stage 2: as stage 1, but the gradients are
+// reduce-scattered bucket by bucket while the backward runs (zero_bucket.c), so that only the
+// rank's shard of the gradient and one bucket exist. On one process every group has size 1
+// and the shard is the whole tensor.
 #pragma once
 #include "config.h"
 #include "params.h"
@@ -12,9 +15,10 @@ typedef struct {
     long off, len;      // this rank's shard of the parameter's local elements
     long base;          // offset of the shard in master/m/v
     long chunk;         // shard size before trimming (numel rounded up to the group size)
+    int own;            // this rank counts the shard (norm, checkpoints): stage 0 → group rank 0 only
 } Shard;
 
-typedef struct {
+typedef struct Zero {
     Registry *reg;
     const Topology *topo;
     Shard *sh;
@@ -30,9 +34,24 @@ typedef struct {
     // gradients overflow is skipped and the scale halved; after `window` clean steps it doubles
     float loss_scale;
     int window, clean, skipped;
+    int stage;               // zero_optimization.stage
+    // stage 2 (zero_bucket.c): the shard's gradients, in the storage format (MEM_GRADS), and the
+    // buckets the backward writes into: a deferred region for the tensors outside the blocks
+    // (wte is written at both ends of the backward), then one streaming bucket of whole blocks
+    void *gshard, *bucket;
+    long bucket_elems, deferred_elems;   // elements of the bucket buffer; of them, the deferred region
+    int nbk, *bk_of, *bk_need, *bk_ready;   // buckets; each param's bucket; params per bucket; done so far
+    void *recv;              // MEM_COMM: this rank's reduced part of one tensor
+    float *acc;              // 16-bit storage: that part up-cast before it is added to the shard
+    struct OneBit *onebit;   // optimizer.type OneBitAdam (onebit.h), or NULL
+    int offload;             // ZeRO-Offload (offload.h): master, m, v and the step on the host
+    void *gstage, *wstage;   // its host staging tiles (gradients down, weights up) of stage_n elements
+    long stage_n;
 } Zero;
 
-void zero_init(Zero *z, Registry *reg, const Topology *topo);
+// c: zero_optimization.stage and reduce_bucket_size. Stage 2 needs a registry built with
+// grads_external (model_build does so for stage 2) and installs the backward's hook.
+void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c);
 void zero_free(Zero *z);
 // master = the registry's weights (after loading them; both in their device views)
 void zero_sync_master(Zero *z);
@@ -46,5 +65,7 @@ void zero_device_view(Zero *z, int copy);
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW
 // on the shard, gathers the parameters. Returns the gradient norm before clipping.
 double zero_step(Zero *z, const Config *c, float lr);
+// The group that averages p's gradient: DP, or expert-DP for expert tensors (its sync tag).
+Group *zero_group(const Zero *z, const Param *p);
 // LR at step s (0-based) of c->steps: linear warm-up then cosine to min_lr.
 float lr_at(const Config *c, long s);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_mpi_sparse.sh — block-sparse attention in training (SPEC §6.4), MoE E 4 top-2, T 128, block 16:
+# test_mpi_sparse.sh — block-sparse attention in training (design), MoE E 4 top-2, T 128, block 16:
 #  - `fixed` with a different global pattern per head (4 patterns, 4 heads) trained 10 steps on
 #    (tp 2, ep 2; 4 ranks) equals one process within 1e-5 (losses, val_loss, final weights): each
 #    TP rank's heads keep their global index; also with activation checkpointing and CAC;

@@ -1,4 +1,4 @@
-// test_sparse_attention.c — block-sparse attention (SPEC §6.4) against dense attention with the
+// test_sparse_attention.c — block-sparse attention (design) against dense attention with the
 // layout's mask (every absent key −∞), computed here independently in double: for each mode,
 // block 16 and 32, T = 256, 3 heads with per-head layouts, the output and dQ, dK, dV agree within
 // 1e-6 relative (2-norm of the difference over that of the reference; and no element off by more

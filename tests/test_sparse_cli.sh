@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_sparse_cli.sh — the `sparse_attention` section from the command line (SPEC §6.4):
+# test_sparse_cli.sh — the `sparse_attention` section from the command line (design):
 #  - bad sections are refused with exit 2 and one stderr line naming the key or the rule, and no
 #    log or checkpoint written: unknown key, unknown mode, wrong type, seq_len not a multiple of
 #    block, bidirectional attention, horizontal global attention, num_local_blocks not a multiple of

@@ -1,4 +1,4 @@
-// test_sparse_model.c — block-sparse attention inside the model (SPEC §6.4):
+// test_sparse_model.c — block-sparse attention inside the model (design):
 //  (a) a layout with every causal block present (variable, one local window over the whole
 //      sequence) gives the dense model's loss and gradients within 1e-5;
 //  (b) generation: a forward over the first 40 tokens (a partial last block) gives the logits of

@@ -26,8 +26,8 @@ foreach(src ${TED_SH_TESTS})
     "TED=$<TARGET_FILE:ted>;TED_ROOT=${CMAKE_SOURCE_DIR};PYTHON=/usr/bin/python3;TED_TMP=${CMAKE_BINARY_DIR}/testtmp/${name};OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
-# tests/test_cuda_emu.sh runs the GPU path under the CPU emulation: it needs ted_emu (and exits
+# tests/test_cuda_emu.sh and test_zero_offload_emu.sh run the GPU path under the CPU emulation: it needs ted_emu (and exits
 # 77 without it)
 if(TARGET ted_emu)
-  set_property(TEST test_cuda_emu APPEND PROPERTY ENVIRONMENT "TED_EMU=$<TARGET_FILE:ted_emu>")
+  set_property(TEST test_cuda_emu test_zero_offload_emu APPEND PROPERTY ENVIRONMENT "TED_EMU=$<TARGET_FILE:ted_emu>")
 endif()
