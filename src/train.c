@@ -1,6 +1,7 @@
 // train.c — the training loop and the commands built on the model: evaluation, sampling,
 // the benchmark. One process is the world of size one: the same code runs under mpirun.
 #include "train.h"
+#include "routing.h"
 #include "alloc.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -72,7 +73,7 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
     int mb = M->Bmax, dp = tp->dp;
     long per = (long)mb * dp, nb = (nwin + per - 1) / per;
     int *inp = ted_alloc(sizeof(int) * mb * T, MEM_TEMP), *tgt = ted_alloc(sizeof(int) * mb * T, MEM_TEMP);
-    double sums[4] = {0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer)
+    double sums[5] = {0, 0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer), noisy_topk CV² terms
     M->uneven = 1;                   // the last batch may differ between ranks: expert counts travel
     int nmoe = n_moe_layers(&M->m);
     for (long b = 0; b < nb; b++) {
@@ -88,13 +89,14 @@ static EvalResult evaluate(Model *M, const Split *s, long nwin, int T) {
         sums[1] += M->rstats.aux_sum - before.aux_sum;
         sums[2] += M->rstats.z_sum - before.z_sum;
         sums[3] += nmoe ? (double)(M->rstats.groups - before.groups) / nmoe : 0;
+        sums[4] += M->rstats.cv_sum - before.cv_sum;
     }
     M->uneven = 0;
-    comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
+    comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 5, DT_F64);
     ted_free(inp); ted_free(tgt);
     double ntok = (double)nwin * T;
     EvalResult r = {0, sums[0] / ntok, 0, nwin};
-    if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok;
+    if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok + sums[4] / sums[3];
     r.loss = r.lm + r.aux;
     return r;
 }
@@ -298,6 +300,7 @@ int cmd_train(int argc, char **argv) {
             for (int j = 0; j < c.micro_batch; j++)
                 data_sequence(&ds.train, T, st.seed, c.data_sequential, s, first + j, gbatch, inp + j * T, tgt + j * T);
             mem_set_phase(PHASE_FORWARD);
+            M.rng_step = s; M.seq0 = first;   // router randomness: global coordinates
             lm += model_forward(&M, inp, tgt, c.micro_batch, T);
             mem_set_phase(PHASE_BACKWARD);
             float S = z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
@@ -307,25 +310,32 @@ int cmd_train(int argc, char **argv) {
         mem_set_phase(PHASE_OPTIMIZER);
         float lr = lr_at(&c, s);
         double norm = zero_step(&z, &c, lr);
+        routing_step_end(&M, &z);   // per-block loads, the balancing bias
         buf_sync();
         mem_set_phase(PHASE_NONE);
-        double sums[5] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices};
-        comm_allreduce(&topo.g[GROUP_DP], sums, 5, DT_F64);
+        double sums[6] = {lm, M.rstats.aux_sum, M.rstats.z_sum, (double)M.rstats.dropped, (double)M.rstats.choices,
+                          M.rstats.cv_sum};
+        comm_allreduce(&topo.g[GROUP_DP], sums, 6, DT_F64);
+        char moe_log[4096];
+        routing_log_json(&M, moe_log, sizeof moe_log);
         double ms = now_ms() - t0;
         train_ms += ms;
         comm_accumulate(&comm_total);
         StepMetrics m = {.step = s + 1, .lm_loss = sums[0] / ntok_step, .lr = lr, .grad_norm = norm, .step_ms = ms,
                          .tokens_per_s = ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
-        if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step;
+        if (nmoe) m.aux_loss = c.model.aux_coef * sums[1] / ngroups_step + c.model.z_coef * sums[2] / ntok_step +
+                               sums[5] / ngroups_step;
+        m.max_mean = routing_worst_max_mean(&M);
+        m.moe = nmoe ? moe_log : NULL;
         m.loss = m.lm_loss + m.aux_loss;
         m.mfu = mfu_of(flops_tok * m.tokens_per_s, peak * topo.world);
         m.loss_scale = z.loss_scale;
         m.skipped = z.skipped;
         metrics_step(log, &m);
         if (topo.rank == 0 && (c.log_every > 0 && ((s + 1) % c.log_every == 0 || s + 1 == c.steps || s == first_step)))
-            printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | "
+            printf("step %5ld/%d | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | load %.2f | %.0f ms | "
                    "%.0f tok/s | MFU %.1f%%\n", s + 1, c.steps, m.loss, m.lm_loss, m.aux_loss, lr, norm,
-                   m.dropped_frac, ms, m.tokens_per_s, 100 * m.mfu);
+                   m.dropped_frac, m.max_mean, ms, m.tokens_per_s, 100 * m.mfu);
         int last = s + 1 == c.steps;
         if (nval > 0 && ((c.eval_every > 0 && (s + 1) % c.eval_every == 0) || last)) {
             EvalResult e = evaluate(&M, &ds.val, nval, T);
