@@ -38,6 +38,10 @@ float router_normal(const RouterCfg *c, long t, int e) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+float router_jitter(const RouterCfg *c, float eps, long t, int i) {
+    return 1.0f - eps + 2.0f * eps * (float)rng_uniform(route_bits(c, 0x6a, t, (uint64_t)i));
+}
+
 // ---------------------------------------------------------------------------------------
 // choosing
 

@@ -80,6 +80,8 @@ double router_noisy_keep_prob(const float *h, const float *clean, const float *s
 // the standard normal of (t, e) (noisy_topk).
 double router_uniform(const RouterCfg *c, int purpose, long t);
 float router_normal(const RouterCfg *c, long t, int e);
+// Switch's jitter of channel i of token t's router input: U(1−eps, 1+eps)
+float router_jitter(const RouterCfg *c, float eps, long t, int i);
 #ifdef __cplusplus
 }
 #endif

@@ -60,20 +60,15 @@ static int moe_index(const Model *M, int l) {
     return -1;
 }
 
-// Switch's jitter: xr = x ⊙ u, u ~ U(1−ε, 1+ε) per (token, channel) of the router input
+// Switch's jitter: out = x ⊙ u (mul_into: out ⊙= u), u ~ U(1−ε, 1+ε) per (token, channel) of the router input
 static void jitter(const Model *M, float *out, const float *x, long N, int mul_into) {
-    const RouterCfg *c = &M->rcfg;
     int d = M->d;
-    float eps = M->m.jitter_eps;
     #pragma omp parallel for schedule(static)
-    for (long t = 0; t < N; t++) {
-        uint64_t s = rng_at(rng_at(c->seed, splitmix64(((uint64_t)c->step << 24) ^ ((uint64_t)c->layer << 8) ^ 0x6a),
-                                   (uint64_t)(c->seq0 + t / c->T)), (uint64_t)(t % c->T), 0);
+    for (long t = 0; t < N; t++)
         for (int i = 0; i < d; i++) {
-            float u = 1.0f - eps + 2.0f * eps * (float)rng_uniform(rng_at(s, 0, (uint64_t)i));
-            out[t * d + i] = mul_into ? out[t * d + i] * u : x[t * d + i] * u;
+            float u = router_jitter(&M->rcfg, M->m.jitter_eps, t, i);
+            out[t * d + i] = (mul_into ? out[t * d + i] : x[t * d + i]) * u;
         }
-    }
 }
 
 static int jitter_on(const Model *M) { return M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0 && M->rng_step >= 0; }
