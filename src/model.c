@@ -49,7 +49,7 @@ static void add_params(Model *M) {
         }
         b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
         b->noise = m->router == ROUTER_NOISY_TOPK ? reg_add(r, NAME("mlp.router.noise_weight"), 2, d, E, -1, 1, TAG_DP, 0, 0) : -1;
-        // not trained (zero gradient, no decay): router_log.c steps it after each optimizer step
+        // not trained (zero gradient, no decay): routing.c steps it after each optimizer step
         b->bias = m->bias_update_rate > 0 ? reg_add(r, NAME("mlp.router.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
         // the local experts' tensors, each contiguous over the experts (one batched pass)
         experts_register(r, M->kind, l, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);

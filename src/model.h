@@ -44,7 +44,7 @@ typedef struct {
     const struct ExpertKind *kind;
     long rng_step, seq0;        // training step of the coming forwards (-1: not training) and the global
                                 // index (in the step's batch) of their first sequence: router randomness
-    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (router_log.h)
+    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (routing.h)
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
     int wte, wpe, lnfw, lnfb;

@@ -94,15 +94,21 @@ static void accumulate(Model *M, int l, long N, const RouterStats *st0, const Ro
         memset(r->kept, 0, sizeof(double) * r->nmoe * (2 * M->E + 2));
         r->acc_step = M->rng_step;
     }
-    int i = moe_index(M, l), E = M->E, k = M->rcfg.k;
+    int i = moe_index(M, l), E = M->E, k = M->rcfg.k, G = router_ngroups(N, M->rcfg.group_tokens);
     const BlockActs *x = &M->ba[l];
-    for (long g = 0; g < router_ngroups(N, M->rcfg.group_tokens); g++) {
+    // on a GPU run the router's counts are device buffers: read through host copies
+    int *hk = ted_alloc(sizeof(int) * G * E, MEM_TEMP);
+    float *hf = ted_alloc(sizeof(float) * G * E, MEM_TEMP);
+    const int *kept = buf_to_host(hk, x->kept, sizeof(int) * G * E);
+    const float *fcount = buf_to_host(hf, x->fcount, sizeof(float) * G * E);
+    for (long g = 0; g < G; g++) {
         long t0 = g * M->rcfg.group_tokens, S = N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens;
         for (int e = 0; e < E; e++) {
-            r->kept[i * E + e] += x->kept[g * E + e];
-            r->load[i * E + e] += (double)x->fcount[g * E + e] * k * S;
+            r->kept[i * E + e] += kept[g * E + e];
+            r->load[i * E + e] += (double)fcount[g * E + e] * k * S;
         }
     }
+    ted_free(hk); ted_free(hf);
     r->drops[2 * i] += (double)(st1->dropped - st0->dropped);
     r->drops[2 * i + 1] += (double)(st1->choices - st0->choices);
 }
