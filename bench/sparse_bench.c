@@ -1,4 +1,4 @@
-// sparse_bench.c — block-sparse against dense attention (SPEC §6.4), the op alone:
+// sparse_bench.c — block-sparse against dense attention (design), the op alone:
 // forward + backward of B sequences, 4 heads of 64 (d 256), at each T given, for the dense
 // causal attention (ops.c) and for a sparse mode (default: fixed, block 64, 4 local blocks,
 // 1 global). Prints per T one JSON line: ms (best of the repetitions), the saved probabilities'

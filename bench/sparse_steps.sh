@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sparse_steps.sh — whole training steps with block-sparse against dense attention (SPEC §6.4), and
+# sparse_steps.sh — whole training steps with block-sparse against dense attention (design), and
 # the longest sequence that trains in a memory budget. `ted bench` (its model: d 256, 4 heads,
 # L 4, f 1024, 8 experts top-2 in every block, V 256) with micro-batch 1 at each T, dense and
 # `fixed` (block 64, 4 local blocks, 1 global), fp32 on the CPU: ms per step, the accounted peak

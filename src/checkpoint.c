@@ -231,7 +231,13 @@ static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {
 #define SAME(k) if (m->k != b->k) { ted_error("%s: checkpoint is of another model shape (" #k " %g, this run %g)", \
                                               dir, (double)m->k, (double)b->k); return 0; }
     SAME(vocab_size) SAME(n_positions) SAME(n_embd) SAME(n_layer) SAME(n_head) SAME(num_experts) SAME(moe_every)
+    SAME(expert_type) SAME(shared_experts)
 #undef SAME
+    if (m->num_experts > 1 && cfg_expert_inner(m) != cfg_expert_inner(b)) {
+        ted_error("%s: checkpoint is of another model shape (expert_inner %d, this run %d)", dir, cfg_expert_inner(m),
+                  cfg_expert_inner(b));
+        return 0;
+    }
     if (cfg_ffn(m) != cfg_ffn(b)) {
         ted_error("%s: checkpoint is of another model shape (n_inner %d, this run %d)", dir, cfg_ffn(m), cfg_ffn(b));
         return 0;

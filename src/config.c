@@ -27,6 +27,20 @@
 #define MOE_FIELDS(X) X(num_experts, J_INT) X(top_k, J_INT) X(moe_every, J_INT) \
     X(capacity_factor, J_FLOAT) X(min_capacity, J_INT) X(group_size, J_INT) \
     X(aux_coef, J_FLOAT) X(z_coef, J_FLOAT)
+// The routing family (design §6): optional in a checkpoint's config.json (older ones lack them).
+#define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
+    X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
+    X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
+
+const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice"};
+const char *const expert_type_names[EXPERT_KINDS] = {"gelu", "swiglu"};
+
+// The index of name in names[n], or -1.
+static int name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
 
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
@@ -45,6 +59,13 @@ void config_defaults(Config *c) {
     m->group_size = 1;
     m->aux_coef = 0.01f;
     m->z_coef = 0.0f;
+    m->router = ROUTER_TOPK;
+    m->jitter_eps = 0.01f;
+    m->importance_coef = 0.01f;
+    m->load_coef = 0.01f;
+    m->num_groups = 1;
+    m->topk_groups = 1;
+    m->expert_type = EXPERT_GELU;
     c->seq_len = 0;
     c->micro_batch = 8;
     c->grad_accum = 1;
@@ -86,8 +107,8 @@ static void resolve_min_lr(Config *c) {
 
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
-    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE, J_MIN_LR, J_IGNORED_BOOL,
-    J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
+    J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
 } JKind;
 
 typedef struct JKey {
@@ -99,12 +120,16 @@ typedef struct JKey {
 
 #define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
 static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
-static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
-// A checkpoint's config.json: model and moe keys flat, plus seq_len.
+static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
+// A checkpoint's config.json: model and moe keys flat, plus seq_len; the keys before
+// N_FLAT_REQUIRED must be present, the routing family's may be missing (older checkpoints).
 static const JKey flat_model_keys[] = {
     MODEL_FIELDS(MODEL_KEY) MOE_FIELDS(MODEL_KEY)
-    {"seq_len", J_INT, CF(seq_len), NULL}, {"sparse_attention", J_SPARSE, CF(sparse), NULL}, {NULL, 0, 0, NULL}
+    {"seq_len", J_INT, CF(seq_len), NULL}, ROUTE_FIELDS(MODEL_KEY) {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {NULL, 0, 0, NULL}
 };
+#define COUNT_KEY(name, kind) + 1
+enum { N_FLAT_REQUIRED = 1 MODEL_FIELDS(COUNT_KEY) MOE_FIELDS(COUNT_KEY) };
 
 static const JKey optimizer_params[] = {
     {"lr", J_FLOAT, CF(lr), NULL},
@@ -314,6 +339,18 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         c->pp_nlayers = n;
         return 0;
     }
+    case J_ROUTER:
+    case J_EXPERT_TYPE: {
+        int router = k->kind == J_ROUTER, i = -1;
+        if (cJSON_IsString(j))
+            i = router ? name_index(router_names, ROUTER_KINDS, j->valuestring)
+                       : name_index(expert_type_names, EXPERT_KINDS, j->valuestring);
+        if (i < 0)
+            return type_error(file, key, router ? "\"topk\", \"noisy_topk\", \"switch\", \"gshard\" or \"expert_choice\""
+                                                : "\"gelu\" or \"swiglu\"", j);
+        *FIELD(c, k->off, int) = i;
+        return 0;
+    }
     case J_BETAS: {
         float b1, b2;
         if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || json_float(cJSON_GetArrayItem(j, 0), &b1) != 0 ||
@@ -395,8 +432,8 @@ int config_load_model_json(Config *c, const char *path) {
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
     int rc = walk(&tmp, root, flat_model_keys, "", path);
-    for (const JKey *k = flat_model_keys; rc == 0 && k->name; k++) {
-        if (k->kind != J_SPARSE && !cJSON_GetObjectItemCaseSensitive(root, k->name)) {   // sparse: optional
+    for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
+        if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
             ted_error("%s: missing key \"%s\"", path, k->name);
             rc = -1;
         }
@@ -432,6 +469,11 @@ char *config_model_json(const Config *c) {
     len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, num);
 #define PUT_J_INT(name) PUT_INT(#name, m->name)
 #define PUT_J_FLOAT(name) PUT_FLOAT(#name, m->name)
+#define PUT_STR(name, value) len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, value);
+#define PUT_J_BOOL(name) PUT_STR(#name, m->name ? "true" : "false")
+#define PUT_J_ROUTER(name) PUT_STR(#name, m->name == ROUTER_TOPK ? "\"topk\"" : m->name == ROUTER_NOISY_TOPK ? \
+    "\"noisy_topk\"" : m->name == ROUTER_SWITCH ? "\"switch\"" : m->name == ROUTER_GSHARD ? "\"gshard\"" : "\"expert_choice\"")
+#define PUT_J_EXPERT_TYPE(name) PUT_STR(#name, m->name == EXPERT_SWIGLU ? "\"swiglu\"" : "\"gelu\"")
 #define PUT(name, kind) PUT_##kind(name)
     PUT_INT("vocab_size", m->vocab_size)
     PUT_INT("n_positions", m->n_positions)
@@ -443,8 +485,13 @@ char *config_model_json(const Config *c) {
     char sparse[4096];
     sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
     if (sparse[0]) len += (size_t)snprintf(out + len, cap - len, "  \"sparse_attention\": %s,\n", sparse);
+    ROUTE_FIELDS(PUT)
     len += (size_t)snprintf(out + len, cap - len, "  \"seq_len\": %d\n}\n", c->seq_len > 0 ? c->seq_len : m->n_positions);
 #undef PUT
+#undef PUT_STR
+#undef PUT_J_BOOL
+#undef PUT_J_ROUTER
+#undef PUT_J_EXPERT_TYPE
 #undef PUT_J_FLOAT
 #undef PUT_J_INT
 #undef PUT_FLOAT
@@ -455,7 +502,8 @@ char *config_model_json(const Config *c) {
 // ---------------------------------------------------------------------------------------
 // Flags
 
-typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE } FKind;
+typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE,
+               F_ROUTER, F_EXPERT_TYPE } FKind;
 
 typedef struct {
     const char *flag;
@@ -514,6 +562,17 @@ static const Flag flags[] = {
     {"--group-size", F_INT, CF(model.group_size), "N", "moe.group_size", NULL, "sequences per routing group"},
     {"--aux-coef", F_FLOAT, CF(model.aux_coef), "X", "moe.aux_coef", NULL, "load-balancing loss coefficient"},
     {"--z-coef", F_FLOAT, CF(model.z_coef), "X", "moe.z_coef", NULL, "router z-loss coefficient"},
+    {"--router", F_ROUTER, CF(model.router), "NAME", "moe.router", "topk", "topk, noisy_topk, switch, gshard or expert_choice"},
+    {"--use-rts", F_SWITCH, CF(model.use_rts), NULL, "moe.use_rts", "off", "random token selection for capacity slots"},
+    {"--jitter-eps", F_FLOAT, CF(model.jitter_eps), "X", "moe.jitter_eps", NULL, "switch: router input jitter U(1-X, 1+X) in training"},
+    {"--importance-coef", F_FLOAT, CF(model.importance_coef), "X", "moe.importance_coef", NULL, "noisy_topk: CV(importance)^2 loss coefficient"},
+    {"--load-coef", F_FLOAT, CF(model.load_coef), "X", "moe.load_coef", NULL, "noisy_topk: CV(load)^2 loss coefficient"},
+    {"--bias-update-rate", F_FLOAT, CF(model.bias_update_rate), "X", "moe.bias_update_rate", "0: off", "aux-loss-free balancing: bias step per optimizer step"},
+    {"--num-groups", F_INT, CF(model.num_groups), "N", "moe.num_groups", NULL, "group-limited routing: expert groups"},
+    {"--topk-groups", F_INT, CF(model.topk_groups), "N", "moe.topk_groups", NULL, "group-limited routing: groups a token may use"},
+    {"--shared-experts", F_INT, CF(model.shared_experts), "N", "moe.shared_experts", NULL, "always-on expert of N*expert_inner hidden units"},
+    {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
+    {"--expert-type", F_EXPERT_TYPE, CF(model.expert_type), "KIND", "moe.expert_type", "gelu", "expert kind: gelu or swiglu"},
     {"--bf16", F_SWITCH, CF(bf16), NULL, "bf16.enabled", "off", "bf16 mixed precision"},
     {"--fp16", F_SWITCH, CF(fp16), NULL, "fp16.enabled", "off", "fp16 mixed precision with loss scaling"},
     {"--activation-checkpointing", F_SWITCH, CF(activation_checkpointing), NULL, "activation_checkpointing.enabled", "off", "recompute blocks in backward"},
@@ -602,6 +661,15 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
         if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return bad_value(f, "cpu or cuda", v);
         *FIELD(c, f->off, int) = strcmp(v, "cuda") == 0;
         return 0;
+    case F_ROUTER:
+        if ((rc = name_index(router_names, ROUTER_KINDS, v)) < 0)
+            return bad_value(f, "topk, noisy_topk, switch, gshard or expert_choice", v);
+        *FIELD(c, f->off, int) = rc;
+        return 0;
+    case F_EXPERT_TYPE:
+        if ((rc = name_index(expert_type_names, EXPERT_KINDS, v)) < 0) return bad_value(f, "gelu or swiglu", v);
+        *FIELD(c, f->off, int) = rc;
+        return 0;
     case F_ORDER:
         if (strcmp(v, "sequential") != 0 && strcmp(v, "shuffled") != 0) return bad_value(f, "sequential or shuffled", v);
         *FIELD(c, f->off, int) = strcmp(v, "sequential") == 0;
@@ -667,6 +735,8 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
     case F_DEVICE: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "cuda" : "cpu"); return 's';
     case F_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, f->off, int))); return 's';
+    case F_ROUTER: snprintf(buf, n, "%s", router_names[*FIELD(c, f->off, int)]); return 's';
+    case F_EXPERT_TYPE: snprintf(buf, n, "%s", expert_type_names[*FIELD(c, f->off, int)]); return 's';
     case F_STRING: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
     case F_CONFIG: break;   // every kind is listed: a new one is a -Wswitch warning here
     }
@@ -840,6 +910,11 @@ static int validate_pipeline(const Config *c) {
     RULE(c->pp > 1 && c->zero_stage == 2, "zero_optimization.stage 2 is not supported with pp > 1 (the tied wte is "
          "summed between stages after the backward; use stage 0 or 1)");
     RULE(c->pp > 1 && c->onebit, "OneBitAdam is not supported with pp > 1");
+    int one_in_flight = c->pp == 1 && c->pp_schedule != PP_GPIPE;
+    RULE(!one_in_flight && c->model.router == ROUTER_NOISY_TOPK,
+         "moe.router noisy_topk keeps one micro-batch's noise per block: not with pp > 1 or the gpipe schedule");
+    RULE(!one_in_flight && c->model.router == ROUTER_SWITCH && c->model.jitter_eps > 0,
+         "moe.router switch with jitter keeps one micro-batch's input per block: not with pp > 1 or the gpipe schedule");
     RULE(c->pp > 1 && c->log_tensors, "--log-tensors is not supported with pp > 1 (each stage holds other tensors)");
     RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
     RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);
@@ -853,6 +928,46 @@ static int validate_pipeline(const Config *c) {
         for (int i = 0; i < c->pp_nlayers; i++) sum += c->pp_layers[i];
         RULE(c->pp_nlayers != c->pp * v, "pipeline.layers has %d entries, pp x virtual_stages is %d", c->pp_nlayers, c->pp * v);
         RULE(sum != L, "pipeline.layers adds up to %ld blocks, the model has %d", sum, L);
+    }
+    return 0;
+}
+
+// The routing family (design §6): ranges, then the combinations that cannot work.
+static int validate_routing(const Config *c) {
+    const ModelConfig *m = &c->model;
+    int E = m->num_experts, k = m->top_k;
+    const char *r = router_names[m->router];
+    RULE(!(m->jitter_eps >= 0 && m->jitter_eps < 1), "jitter_eps (%g) must be in [0, 1)", (double)m->jitter_eps);
+    RULE(!(m->importance_coef >= 0), "importance_coef (%g) must be >= 0", (double)m->importance_coef);
+    RULE(!(m->load_coef >= 0), "load_coef (%g) must be >= 0", (double)m->load_coef);
+    RULE(!(m->bias_update_rate >= 0), "bias_update_rate (%g) must be >= 0", (double)m->bias_update_rate);
+    RULE(m->num_groups < 1, "num_groups (%d) must be >= 1", m->num_groups);
+    RULE(m->topk_groups < 1 || m->topk_groups > m->num_groups, "topk_groups (%d) must be in [1, num_groups %d]",
+         m->topk_groups, m->num_groups);
+    RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
+    RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
+    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
+    if (E <= 1) return 0;
+    RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
+    RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
+    RULE(m->router == ROUTER_NOISY_TOPK && k >= E, "router noisy_topk needs top_k (%d) < num_experts (%d) for its load loss", k, E);
+    RULE(E % m->num_groups != 0, "num_experts (%d) is not a multiple of num_groups (%d)", E, m->num_groups);
+    RULE(k > m->topk_groups * (E / m->num_groups), "top_k (%d) > the experts of topk_groups (%d) groups of %d", k,
+         m->topk_groups, E / m->num_groups);
+    RULE(m->use_rts && m->capacity_factor <= 0, "use_rts orders capacity slots: it needs capacity_factor > 0 (not dropless)");
+    if (m->router == ROUTER_EXPERT_CHOICE) {
+        RULE(m->use_rts, "router expert_choice has experts choose tokens: use_rts does not apply");
+        RULE(m->capacity_factor <= 0, "router expert_choice needs capacity_factor > 0 (each expert takes C tokens)");
+        RULE(m->num_groups > 1, "router expert_choice chooses tokens per expert: group-limited routing does not apply");
+        RULE(m->bias_update_rate > 0, "router expert_choice: a per-expert bias cannot change an expert's choice of tokens");
+    }
+    if (c->device == 1) {   // the GPU backend has the §2 router and the gelu expert
+        RULE(m->router != ROUTER_TOPK || m->use_rts || m->bias_update_rate > 0 || m->num_groups > 1,
+             "--device cuda: moe.router %s%s%s%s runs on the CPU only for now", r, m->use_rts ? " with use_rts" : "",
+             m->bias_update_rate > 0 ? " with bias balancing" : "", m->num_groups > 1 ? " with num_groups" : "");
+        RULE(m->expert_type != EXPERT_GELU || m->shared_experts > 0,
+             "--device cuda: expert_type %s / shared_experts %d run on the CPU only for now",
+             expert_type_names[m->expert_type], m->shared_experts);
     }
     return 0;
 }
@@ -885,5 +1000,6 @@ int config_validate(const Config *c) {
     if (validate_training(c) != 0) return -1;
     if (validate_layout(c) != 0) return -1;
     if (validate_pipeline(c) != 0) return -1;
-    return sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions);
+    if (sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions) != 0) return -1;
+    return validate_routing(c);
 }

@@ -21,9 +21,23 @@ typedef struct {
     int group_size;      // sequences per routing group
     float aux_coef;
     float z_coef;
+    // the routing family and expert kinds (design); JSON section "moe"
+    int router;          // ROUTER_* ("topk", "noisy_topk", "switch", "gshard", "expert_choice")
+    int use_rts;         // random token selection for capacity slots
+    float jitter_eps;    // switch: router input × U(1-eps, 1+eps) in training
+    float importance_coef, load_coef;   // noisy_topk: CV² losses
+    float bias_update_rate;             // aux-loss-free balancing γ (0: off)
+    int num_groups, topk_groups;        // group-limited routing
+    int shared_experts;  // always-on FFN of n·expert_inner hidden units (0: none)
+    int expert_inner;    // f_e (0 = n_inner)
+    int expert_type;     // EXPERT_* ("gelu", "swiglu")
 } ModelConfig;
 
 enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
+enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_KINDS };
+enum { EXPERT_GELU, EXPERT_SWIGLU, EXPERT_KINDS };
+extern const char *const router_names[ROUTER_KINDS];
+extern const char *const expert_type_names[EXPERT_KINDS];
 
 typedef struct {
     ModelConfig model;
@@ -107,6 +121,7 @@ void config_each_setting(const Config *c, SettingFn fn, void *ctx);
 void config_print_train_help(void);
 // Derived values.
 static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
+static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
 static inline int cfg_is_moe(const ModelConfig *m, int layer) {
     return m->num_experts > 1 && (layer + 1) % m->moe_every == 0;
 }

@@ -1,38 +1,37 @@
-// experts.c — one GEMM per local expert over its block of rows (see experts.h).
-#include "backend.h"
+// experts.c — the expert registry and the batched pass over the local experts (see experts.h).
 #include "experts.h"
-#include "ops.h"
-#include <stddef.h>
+#include <stdio.h>
+
+const ExpertKind *expert_kind(int type) { return type == EXPERT_SWIGLU ? &expert_swiglu : &expert_gelu; }
+
+long expert_tensor_rows(const ExpertTensor *t, long d, long f) { return t->rd * d + t->rf * f; }
+long expert_tensor_cols(const ExpertTensor *t, long d, long f) { return t->ndim < 2 ? 1 : t->cd * d + t->cf * f; }
 
 void experts_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
                      int proj_bias) {
-    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, off, proj_bias));
-    int d = x->d, f = x->f;
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_forward(h + r0 * f, xin + r0 * d, x->wfc + (long)e * d * f, x->bfc + (long)e * f, n, d, f, 0);
-    }
-    gelu_forward(hg, h, off[x->El] * f);
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_forward(y + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d,
-                       proj_bias ? x->bproj + (long)e * d : NULL, n, f, d, 0);
-    }
+    const ExpertKind *k = x->kind ? x->kind : &expert_gelu;
+    k->forward(x, h, hg, y, xin, off, proj_bias);
 }
 
-void experts_backward(const Experts *x, float *dxin, float *dhg, const float *dy, const float *xin,
+void experts_backward(const Experts *x, float *dxin, float *dh, const float *dy, const float *xin,
                       const float *h, const float *hg, const long *off, int proj_bias) {
-    ON_GPU(cu_experts_backward(x->El, x->d, x->f, x->wfc, x->wproj, x->gwfc, x->gbfc, x->gwproj, x->gbproj, dxin, dhg, dy, xin, h, hg, off, proj_bias));
-    int d = x->d, f = x->f;
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_backward(dhg + r0 * f, x->gwproj + (long)e * f * d, proj_bias ? x->gbproj + (long)e * d : NULL,
-                        dy + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d, n, f, d, 0);
-    }
-    gelu_backward(dhg, h, dhg, off[x->El] * f);
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_backward(dxin + r0 * d, x->gwfc + (long)e * d * f, x->gbfc + (long)e * f, dhg + r0 * f,
-                        xin + r0 * d, x->wfc + (long)e * d * f, n, d, f, 0);
+    const ExpertKind *k = x->kind ? x->kind : &expert_gelu;
+    k->backward(x, dxin, dh, dy, xin, h, hg, off, proj_bias);
+}
+
+void experts_register(Registry *r, const ExpertKind *k, int layer, int e0, int El, int shared, long d, long f,
+                      float std, float pstd, int first[4]) {
+    for (int s = 0; s < 4; s++) first[s] = -1;
+    for (int t = 0; t < k->ntensors; t++) {
+        const ExpertTensor *x = &k->tensors[t];
+        float sd = x->init == INIT_NORMAL ? std : x->init == INIT_RESIDUAL ? pstd : 0;
+        for (int e = e0; e < e0 + El; e++) {
+            char n[128];
+            if (shared) snprintf(n, sizeof n, "transformer.h.%d.mlp.shared_expert.%s", layer, x->suffix);
+            else snprintf(n, sizeof n, "transformer.h.%d.mlp.experts.%d.%s", layer, e, x->suffix);
+            int i = reg_add(r, n, x->ndim, expert_tensor_rows(x, d, f), expert_tensor_cols(x, d, f), x->split_dim,
+                            x->parts, shared ? TAG_DP : TAG_EDP, sd, 0);
+            if (e == e0) first[x->slot] = i;
+        }
     }
 }

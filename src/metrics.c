@@ -72,6 +72,8 @@ void metrics_step(FILE *f, const StepMetrics *m) {
     cJSON_AddNumberToObject(o, "dropped_frac", m->dropped_frac);
     cJSON_AddNumberToObject(o, "loss_scale", m->loss_scale);
     cJSON_AddBoolToObject(o, "skipped", m->skipped);
+    cJSON_AddNumberToObject(o, "max_mean", m->max_mean);
+    if (m->moe) cJSON_AddItemToObject(o, "moe", cJSON_Parse(m->moe));
     cJSON_AddItemToObject(o, "comm", comm_json());
     cJSON_AddItemToObject(o, "mem", mem_json());
     emit(f, o);

@@ -10,6 +10,8 @@ typedef struct {
     double loss, lm_loss, aux_loss, lr, grad_norm, step_ms, tokens_per_s, mfu, dropped_frac;
     double loss_scale;   // fp16 dynamic loss scale (1 otherwise)
     int skipped;         // fp16: the step overflowed and was skipped
+    double max_mean;     // the worst MoE block's max/mean tokens per expert
+    const char *moe;     // per MoE block (a JSON array: layer, max_mean, dropped, bias_norm), or NULL
 } StepMetrics;
 
 // Appends a step line (and flushes). f may be NULL (nothing written).

@@ -7,6 +7,7 @@
 #include "experts.h"
 #include "half.h"
 #include "ops.h"
+#include "routing.h"
 #include "schedule.h"
 #include "sparse_attention.h"
 #include "util.h"
@@ -47,24 +48,13 @@ static void add_block(Model *M, int l) {
         return;
     }
     b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
-    // the local experts' tensors, each kind contiguous over the experts (one batched pass)
-    int e0 = M->topo->ep_idx * M->El;
-    for (int e = e0; e < e0 + M->El; e++) {
-        int i = reg_add(r, NAME("mlp.experts.%d.c_fc.weight", e), 2, d, f, 1, 1, TAG_EDP, std, 0);
-        if (e == e0) b->efcw = i;
-    }
-    for (int e = e0; e < e0 + M->El; e++) {
-        int i = reg_add(r, NAME("mlp.experts.%d.c_fc.bias", e), 1, f, 1, 0, 1, TAG_EDP, 0, 0);
-        if (e == e0) b->efcb = i;
-    }
-    for (int e = e0; e < e0 + M->El; e++) {
-        int i = reg_add(r, NAME("mlp.experts.%d.c_proj.weight", e), 2, f, d, 0, 1, TAG_EDP, pstd, 0);
-        if (e == e0) b->eprojw = i;
-    }
-    for (int e = e0; e < e0 + M->El; e++) {
-        int i = reg_add(r, NAME("mlp.experts.%d.c_proj.bias", e), 1, d, 1, -1, 1, TAG_EDP, 0, 0);
-        if (e == e0) b->eprojb = i;
-    }
+    b->noise = m->router == ROUTER_NOISY_TOPK ? reg_add(r, NAME("mlp.router.noise_weight"), 2, d, E, -1, 1, TAG_DP, 0, 0) : -1;
+    // not trained (zero gradient, no decay): routing.c steps it after each optimizer step
+    b->bias = m->bias_update_rate > 0 ? reg_add(r, NAME("mlp.router.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
+    // the local experts' tensors, each contiguous over the experts (one batched pass)
+    experts_register(r, M->kind, l, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
+    if (M->fs) experts_register(r, M->kind, l, 0, 1, 1, d, M->fs, std, pstd, b->sh);
+    else for (int s = 0; s < 4; s++) b->sh[s] = -1;
 #undef NAME
     b->p1 = r->n;
 }
@@ -74,7 +64,7 @@ static void add_block(Model *M, int l) {
 static void add_params(Model *M) {
     int d = M->d, E = M->E, L = M->L;
     float std = 0.02f;
-    int cap = 4 + L * (10 + 1 + 4 * (E > 1 ? E : 1));
+    int cap = 4 + L * (10 + 3 + 4 * (E > 1 ? E : 1) + 4);
     Registry *r = &M->reg;
     reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
     M->wte = M->wpe = M->lnfw = M->lnfb = -1;
@@ -164,9 +154,14 @@ static long stage_numel(const Model *M, int s) {
 #define W(i) (M->reg.p[i].w)
 #define G(i) (M->reg.p[i].g)
 
-static Experts experts_of(Model *M, const BlockParams *b) {
-    return (Experts){M->El, M->d, M->fl, W(b->efcw), W(b->efcb), W(b->eprojw), W(b->eprojb),
-                     G(b->efcw), G(b->efcb), G(b->eprojw), G(b->eprojb)};
+// The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
+// expert (first[] = b->sh, one of hidden share fsl).
+static Experts experts_of(Model *M, const int first[4], int El, int f) {
+#define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
+#define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind};
+#undef WS
+#undef GS
 }
 
 // ---------------------------------------------------------------------------------------
@@ -219,7 +214,9 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     x->ln2 = TAKE(a, float, N * d);
     if (dense) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
     if (moe) {
-        x->h = TAKE(a, float, M->Rr * M->fl); x->hg = TAKE(a, float, M->Rr * M->fl);
+        int mult = M->kind->hidden_mult;
+        x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
+        if (M->fs) { x->sh_h = TAKE(a, float, N * M->fsl * mult); x->sh_hg = TAKE(a, float, N * M->fsl); }
         if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
     }
 }
@@ -242,7 +239,9 @@ static long packed_floats(const Model *M, int l) {
     long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
     long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
     if (!M->bp[l].moe) return n + 2 * N * M->fl;
-    return n + 2 * M->Rr * M->fl + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
+    int mult = M->kind->hidden_mult;
+    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl);
+    return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
 
 // The per-block activations of one view's block l: the compute buffers unless shared (`common`),
@@ -326,7 +325,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     BlockActs *x = &M->ba[l];
     if (!x->store) return;
     long N = (long)B * T, d = M->d, Dl = (long)M->Hl * M->hd;
-    struct { float *p; long n; } t[12];
+    struct { float *p; long n; } t[14];
     int k = 0;
     t[k].p = x->ln1; t[k++].n = N * d;
     t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
@@ -338,7 +337,9 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     else {
         long Rr = x->exp_off[M->El], Rs = 0;
         for (int e = 0; e < M->E; e++) Rs += x->exp_rows[e];
-        t[k].p = x->h; t[k++].n = Rr * M->fl; t[k].p = x->hg; t[k++].n = Rr * M->fl;
+        int mult = M->kind->hidden_mult;
+        t[k].p = x->h; t[k++].n = Rr * M->fel * mult; t[k].p = x->hg; t[k++].n = Rr * M->fel;
+        if (M->fs) { t[k].p = x->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = x->sh_hg; t[k++].n = N * M->fsl; }
         if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
     }
     uint16_t *s = x->store;
@@ -353,7 +354,9 @@ static void layout_grads(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
     long big = N * 3 * M->Hl * M->hd;
     if (N * M->fl > big) big = N * M->fl;
-    if (M->E > 1 && M->Rr * M->fl > big) big = M->Rr * M->fl;
+    long mult = M->kind->hidden_mult;
+    if (M->E > 1 && M->Rr * M->fel * mult > big) big = M->Rr * M->fel * mult;
+    if (M->E > 1 && N * M->fsl * mult > big) big = N * M->fsl * mult;
     M->dres = TAKE(a, float, N * M->d); M->dln = TAKE(a, float, N * M->d); M->tmp = TAKE(a, float, N * M->d);
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
@@ -406,13 +409,20 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->T = T; M->Bmax = Bmax;
     M->d = m->n_embd; M->H = m->n_head; M->hd = M->d / M->H; M->Hl = M->H / topo->tp;
     M->f = cfg_ffn(m); M->fl = M->f / topo->tp;
+    M->fe = cfg_expert_inner(m); M->fel = M->fe / topo->tp;
+    M->fs = m->num_experts > 1 ? m->shared_experts * M->fe : 0; M->fsl = M->fs / topo->tp;
+    M->kind = expert_kind(m->expert_type);
+    M->rng_step = -1;
     M->V = m->vocab_size; M->L = m->n_layer;
     int pad = 128 * topo->tp;
     M->Vp = (M->V + pad - 1) / pad * pad; M->Vl = M->Vp / topo->tp; M->v0 = topo->tp_idx * M->Vl;
     M->E = m->num_experts > 1 ? m->num_experts : 1;
     M->El = M->E / topo->ep;
-    M->k = m->num_experts > 1 ? m->top_k : 1;
-    M->rcfg = (RouterCfg){M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T};
+    M->k = m->num_experts > 1 ? (m->router == ROUTER_EXPERT_CHOICE ? M->E : m->top_k) : 1;   // choice columns
+    M->rcfg = RCFG(M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T);
+    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts;
+    M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
+    M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
     // expert buffer rows: token side (this rank's choices), expert side (what its experts receive)
     long N = (long)Bmax * T;
     if (m->capacity_factor > 0) {
@@ -434,6 +444,7 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
             sparse_layout_build(&M->sl[l], &cfg->sparse, cfg->seed, l, topo->tp_idx * M->Hl, M->Hl, Tb);
     }
     add_params(M);
+    routing_init(M);
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
         long big = 0, head = stage_numel(M, 0);
         for (int s = 1; s <= M->L; s++) if (M->bp[s - 1].held && stage_numel(M, s) > big) big = stage_numel(M, s);
@@ -457,6 +468,7 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
 }
 
 void model_free(Model *M) {
+    routing_free(M);
     reg_free(&M->reg);
     ted_free_buf(M->head_w); ted_free_buf(M->head_g); ted_free_buf(M->stage_w); ted_free_buf(M->stage_g);
     ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
@@ -485,6 +497,25 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
                       x->exp_off, 0, 0};
 }
 
+// The shared expert (design §6): an always-on FFN of the experts' kind, TP-split like a dense
+// FFN; its TP-summed output is left in M->tmp (the first pass only: a recompute needs h, hg).
+static void shared_forward(Model *M, int l, long N, int recompute) {
+    BlockActs *x = &M->ba[l];
+    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
+    long off[2] = {0, N};
+    experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
+    if (!recompute) comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+}
+
+static void shared_backward(Model *M, int l, long N) {
+    BlockActs *x = &M->ba[l];
+    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
+    long off[2] = {0, N};
+    experts_backward(&s, M->tmp, M->dbig, M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
+    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
+    residual_forward(M->dln, M->dln, M->tmp, N * M->d);
+}
+
 // MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
 // → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
 // A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
@@ -494,10 +525,8 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
     int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac, dtd = dtd_on(M);
     int alias = ep1 && !dtd;   // token side = expert side: nothing moves
-    RouterStats scratch = {0};
-    matmul_forward(x->probs, x->ln2, W(b->router), NULL, N, d, M->E, 0);      // router logits, fp32
-    router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg,
-                   recompute ? &scratch : &M->rstats);
+    if (b->sh[0] >= 0) shared_forward(M, l, N, recompute);   // into M->tmp, summed over TP
+    routing_forward(M, l, N, recompute, M->rcfg.generate);  // router logits (fp32) and choices
     // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows.
     // The plan is made on the host (a GPU run copies the choices down and the rows up).
     long Nk = N * k, GE = (long)router_ngroups(N, M->rcfg.group_tokens) * M->E;
@@ -506,7 +535,7 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
                   buf_to_host(M->h_slot, x->slot, sizeof(int) * Nk), buf_to_host(M->h_kept, x->kept, sizeof(int) * GE),
                   N, k, &M->rcfg, !ep1, dtd ? M->topo->tp : 1);
     buf_copy(x->row, row, sizeof(int) * Nk);
-    Experts e = experts_of(M, b);
+    Experts e = experts_of(M, b->et, M->El, M->fel);
     if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
         experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
         return;
@@ -525,6 +554,7 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     float *out = M->resid[l + 1];
     buf_copy(out, x->mid, sizeof(float) * N * d);
     combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
+    if (b->sh[0] >= 0) residual_forward(out, out, M->tmp, N * d);
 }
 
 // The end of a row-parallel layer: out = base + the TP sum of part. With CAC the summed part
@@ -609,6 +639,7 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     v->B = B; v->Tc = T;
     use_view(M, i, slot);
     M->rcfg.group_tokens = M->m.group_size * T;
+    M->rcfg.generate = targets == NULL;
     if (first_chunk(M, i)) {
         buf_copy(M->tok, tokens, sizeof(int) * N);
         stage_in(M, 0, 0);
@@ -635,7 +666,7 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 // ---------------------------------------------------------------------------------------
 // backward
 
-static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale) {
+static void moe_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
     int d = M->d, k = M->k, dtd = dtd_on(M), alias = M->topo->ep == 1 && !dtd;
@@ -646,16 +677,15 @@ static void moe_backward(Model *M, int l, long N, float aux_scale, float z_scale
     buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
     combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
     exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
-    Experts e = experts_of(M, b);
+    Experts e = experts_of(M, b->et, M->El, M->fel);
     // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
     experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
     if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
     exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
     buf_zero(M->dln, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);
-    router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg, aux_scale,
-                    z_scale);
-    matmul_backward(M->dln, G(b->router), NULL, M->dlogits_r, x->ln2, W(b->router), N, d, M->E, 1);
+    routing_backward(M, l, N, lm_scale, aux_scale, z_scale);
+    if (b->sh[0] >= 0) shared_backward(M, l, N);
 }
 
 // Tells the optimizer that the gradients of registry params [i0, i1) are complete for this
@@ -680,7 +710,7 @@ static void head_backward(Model *M, long N, float lm_scale) {
 }
 
 // Block l's backward: dres holds the gradient of its output and then of its input.
-static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
+static void block_backward(Model *M, int l, float lm_scale, float aux_scale, float z_scale) {
     int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
     BlockParams *b = &M->bp[l];
@@ -690,7 +720,7 @@ static void block_backward(Model *M, int l, float aux_scale, float z_scale) {
     watchdog_block(l, b->moe, "backward");
     pack_block(M, l, B, T, 1);
     // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
-    if (b->moe) moe_backward(M, l, N, aux_scale, z_scale);
+    if (b->moe) moe_backward(M, l, N, lm_scale, aux_scale, z_scale);
     else {
         matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
         gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
@@ -719,7 +749,7 @@ void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_s
     int head = first_chunk(M, i) || last_chunk(M, i);
     if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero
     if (last_chunk(M, i)) head_backward(M, N, lm_scale);
-    for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, aux_scale, z_scale);
+    for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, lm_scale, aux_scale, z_scale);
     if (first_chunk(M, i)) encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
     if (head) stage_out(M, 0);
     if (!head) return;   // the head's tensors (wte, wpe, ln_f) are complete only now
@@ -733,21 +763,42 @@ void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The matmul parameters a token meets in one MoE block: router (and noise), the experts it is
+// routed to (expert choice: capacity_factor of them on average), the shared expert.
+static double moe_active(const ModelConfig *m) {
+    const ExpertKind *k = expert_kind(m->expert_type);
+    double d = m->n_embd, fe = cfg_expert_inner(m);
+    double routed = m->router == ROUTER_EXPERT_CHOICE ? m->capacity_factor : m->top_k;
+    return d * m->num_experts * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + routed * k->macs(d, fe) +
+           (m->shared_experts > 0 ? k->macs(d, m->shared_experts * fe) : 0);
+}
+
 double model_flops_per_token(const ModelConfig *m, int T) {
     double d = m->n_embd, f = cfg_ffn(m), active = (double)m->vocab_size * d;   // LM head
     for (int l = 0; l < m->n_layer; l++) {
         active += 4 * d * d;
-        active += cfg_is_moe(m, l) ? d * m->num_experts + m->top_k * 2 * d * f : 2 * d * f;
+        active += cfg_is_moe(m, l) ? moe_active(m) : 2 * d * f;
     }
     return 6 * active + 12.0 * m->n_layer * T * d;
 }
 
+// Elements of one expert of kind k and hidden size f
+static long expert_numel(const ExpertKind *k, long d, long f) {
+    long n = 0;
+    for (int t = 0; t < k->ntensors; t++) n += expert_tensor_rows(&k->tensors[t], d, f) * expert_tensor_cols(&k->tensors[t], d, f);
+    return n;
+}
+
 long model_num_params(const ModelConfig *m) {
     long d = m->n_embd, f = cfg_ffn(m), n = (long)m->vocab_size * d + (long)m->n_positions * d + 2 * d;
+    const ExpertKind *k = expert_kind(m->expert_type);
+    long fe = cfg_expert_inner(m), E = m->num_experts;
+    long moe = d * E * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + (m->bias_update_rate > 0 ? E : 0) +
+               E * expert_numel(k, d, fe) + (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) : 0);
     for (int l = 0; l < m->n_layer; l++) {
         n += 4 * d + 3 * d * d + 3 * d + d * d + d;
         long ffn = d * f + f + f * d + d;
-        n += cfg_is_moe(m, l) ? d * m->num_experts + m->num_experts * ffn : ffn;
+        n += cfg_is_moe(m, l) ? moe : ffn;
     }
     return n;
 }

@@ -14,7 +14,8 @@ typedef struct {
     int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;   // registry indices
     int moe;
     int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
-    int router, efcw, efcb, eprojw, eprojb;                  // MoE: router; first local expert
+    int router, noise, bias;                                 // MoE: router, noise_weight, expert_bias (-1: none)
+    int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
 } BlockParams;
 
 typedef struct {   // views into the activation buffer; [N,·] rows are tokens
@@ -29,7 +30,8 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
     long *start, *exp_rows;             // [G,E] first token-side row per (group, expert); [E] rows per expert
     long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
-    float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,f/tp] [Rr,f/tp]
+    float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,mult·fe/tp] [Rr,fe/tp]
+    float *sh_h, *sh_hg;                // shared expert [N,mult·fs/tp] [N,fs/tp]
     float *ysend;                       // expert outputs back on the token side [Rs,d]
     float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
     uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
@@ -54,6 +56,11 @@ typedef struct {
     const Topology *topo;
     int T, Bmax;                // sequence length and micro-batch the buffers are sized for
     int d, H, Hl, hd, f, fl, V, L, E, El, k;
+    int fe, fel, fs, fsl;       // expert hidden size and this rank's share; the shared expert's (0: none)
+    const struct ExpertKind *kind;
+    long rng_step, seq0;        // training step of the coming forwards (-1: not training) and the global
+                                // index (in the step's batch) of their first sequence: router randomness
+    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (routing.h)
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
     int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage

@@ -101,6 +101,7 @@ static double run_instr(Pipeline *P, const PipeInstr *in, PipeBatchFn batch, voi
         mem_set_phase(PHASE_FORWARD);
         watchdog_step(P->step, in->mb);
         if (in->chunk == 0 || in->chunk == M->chunks - 1) batch(ctx, in->mb, P->inp, P->tgt);
+        M->seq0 = (long)in->mb * B * M->topo->dp + (long)M->topo->dp_idx * B;   // its first global sequence
         double loss = model_forward_chunk(M, i, slot, P->inp, P->tgt, B, T);
         if (P->after_forward) P->after_forward(P->hook_ctx);
         return loss;

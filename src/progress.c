@@ -55,9 +55,11 @@ void progress_step(Progress *p, const StepMetrics *m, double peak_flops, int pri
     progress_count(m->tokens_per_s, tps, sizeof tps);
     progress_duration(now_ms() - p->t0, el, sizeof el);
     progress_duration(eta_ms(p, m->step), eta, sizeof eta);
-    printf("step %5ld/%ld | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f | %.0f ms | %s tok/s | "
+    char load[32] = "";   // MoE: the worst block's max/mean tokens per expert
+    if (m->max_mean > 0) snprintf(load, sizeof load, " | load %.2f", m->max_mean);
+    printf("step %5ld/%ld | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f%s | %.0f ms | %s tok/s | "
            "MFU %.1f%% | %s tokens | %s elapsed, ETA %s\n", m->step, p->steps, m->loss, m->lm_loss, m->aux_loss,
-           m->lr, m->grad_norm, m->dropped_frac, m->step_ms, tps, 100 * m->mfu, tok, el, eta);
+           m->lr, m->grad_norm, m->dropped_frac, load, m->step_ms, tps, 100 * m->mfu, tok, el, eta);
 }
 
 void progress_eval(Progress *p, long step, double loss, double lm, long windows) {

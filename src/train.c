@@ -1,6 +1,7 @@
 // train.c — the training loop and the commands built on the model: evaluation, sampling,
 // the benchmark. One process is the world of size one: the same code runs under mpirun.
 #include "train.h"
+#include "routing.h"
 #include "alloc.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -77,7 +78,7 @@ static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T, Ticker
     int mb = M->Bmax, dp = tp->dp;
     long per = (long)mb * dp, nb = (nwin + per - 1) / per;
     int *inp = ted_alloc(sizeof(int) * mb * T, MEM_TEMP), *tgt = ted_alloc(sizeof(int) * mb * T, MEM_TEMP);
-    double sums[4] = {0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer)
+    double sums[5] = {0, 0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer), noisy_topk CV² terms
     M->uneven = 1;                   // the last batch may differ between ranks: expert counts travel
     int nmoe = n_moe_layers(&M->m);
     for (long b = 0; b < nb; b++) {
@@ -93,17 +94,18 @@ static EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T, Ticker
         sums[1] += M->rstats.aux_sum - before.aux_sum;
         sums[2] += M->rstats.z_sum - before.z_sum;
         sums[3] += nmoe ? (double)(M->rstats.groups - before.groups) / nmoe : 0;
+        sums[4] += M->rstats.cv_sum - before.cv_sum;
         if (tk) ticker_update(tk, (double)(first + B));
     }
     M->uneven = 0;
-    comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 4, DT_F64);
+    comm_allreduce((Group *)&tp->g[GROUP_DP], sums, 5, DT_F64);
     // the router statistics are on the stages with MoE blocks; the loss, on every stage, is counted once
     if (tp->stage) sums[0] = 0;
-    comm_allreduce((Group *)&tp->g[GROUP_PP], sums, 4, DT_F64);
+    comm_allreduce((Group *)&tp->g[GROUP_PP], sums, 5, DT_F64);
     ted_free(inp); ted_free(tgt);
     double ntok = (double)nwin * T;
     EvalResult r = {0, sums[0] / ntok, 0, nwin};
-    if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok;
+    if (nmoe) r.aux = M->m.aux_coef * sums[1] / sums[3] + M->m.z_coef * sums[2] / ntok + sums[4] / sums[3];
     r.loss = r.lm + r.aux;
     return r;
 }
@@ -211,6 +213,7 @@ typedef struct {
     const char *peak_kind;
     Progress prog;
     Guard guard;       // non-finite losses stop the run
+    char moe_log[4096];   // the step's per-block routing record
     TensorLog tlog;    // --log-tensors
 } Run;
 
@@ -326,6 +329,7 @@ static StepMetrics train_step(Run *R, long s) {
     model_zero_grad(M);
     memset(&M->rstats, 0, sizeof M->rstats);
     R->step = s;
+    M->rng_step = s;   // router randomness: global coordinates (the pipeline sets each micro-batch's)
     float S = R->z.loss_scale;   // fp16: the loss gradient scaled up, unscaled in the optimizer
     R->P.step = s + 1;
     double lm = pipe_train_step(&R->P, step_batch, R, (float)(S / R->ntok_step),
@@ -336,19 +340,25 @@ static StepMetrics train_step(Run *R, long s) {
     float lr = lr_at(c, s);
     tensorlog_debug_scale(M, c);
     double norm = zero_step(&R->z, c, lr);
+    routing_step_end(M, &R->z);   // per-block loads, the balancing bias
     tensorlog_write(&R->tlog, M, &R->z, R->log, s + 1);
     buf_sync();
     mem_set_phase(PHASE_NONE);
-    double sums[5] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices};
-    comm_allreduce(&R->topo.g[GROUP_DP], sums, 5, DT_F64);
-    comm_allreduce(&R->topo.g[GROUP_PP], sums, 5, DT_F64);
+    double sums[6] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices,
+                      M->rstats.cv_sum};
+    comm_allreduce(&R->topo.g[GROUP_DP], sums, 6, DT_F64);
+    comm_allreduce(&R->topo.g[GROUP_PP], sums, 6, DT_F64);
+    routing_log_json(M, R->moe_log, sizeof R->moe_log);
     double ms = now_ms() - t0;
     R->train_ms += ms;
     R->wait_ms += R->P.wait_ms;
     comm_accumulate(&R->comm_total);
     StepMetrics m = {.step = s + 1, .lm_loss = sums[0] / R->ntok_step, .lr = lr, .grad_norm = norm, .step_ms = ms,
                      .tokens_per_s = R->ntok_step / (ms * 1e-3), .dropped_frac = sums[4] > 0 ? sums[3] / sums[4] : 0};
-    if (R->nmoe) m.aux_loss = c->model.aux_coef * sums[1] / R->ngroups_step + c->model.z_coef * sums[2] / R->ntok_step;
+    if (R->nmoe) m.aux_loss = c->model.aux_coef * sums[1] / R->ngroups_step + c->model.z_coef * sums[2] / R->ntok_step +
+                              sums[5] / R->ngroups_step;
+    m.max_mean = routing_worst_max_mean(M);
+    m.moe = R->nmoe ? R->moe_log : NULL;
     m.loss = m.lm_loss + m.aux_loss;
     m.mfu = mfu_of(mfu_flops_per_token(&c->model, R->T, m.dropped_frac) * m.tokens_per_s, R->peak);
     m.loss_scale = R->z.loss_scale;

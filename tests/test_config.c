@@ -522,6 +522,83 @@ static void test_help(void) {
     free(out);
 }
 
+// ---- the routing family (design) -------------------------------------------------------
+static void route_validate(const char *want, void (*set)(Config *)) {
+    Config c;
+    config_defaults(&c);
+    c.model.num_experts = 8;
+    set(&c);
+    Capture cap = capture_begin(2);
+    int rc = config_validate(&c);
+    char *err = capture_end(&cap);
+    EXPECT(rc == -1, "routing rule not enforced: %s", want);
+    if (rc == -1) check_one_line(want, err, want);
+    free(err);
+}
+static void r_switch(Config *c) { c->model.router = ROUTER_SWITCH; }   // top_k 2 by default
+static void r_gshard(Config *c) { c->model.router = ROUTER_GSHARD; c->model.top_k = 1; }
+static void r_noisy(Config *c) { c->model.router = ROUTER_NOISY_TOPK; c->model.top_k = 8; }
+static void r_groups(Config *c) { c->model.num_groups = 3; c->model.topk_groups = 1; }
+static void r_topk_groups(Config *c) { c->model.num_groups = 4; c->model.topk_groups = 5; }
+static void r_groups_k(Config *c) { c->model.num_groups = 8; c->model.topk_groups = 1; }
+static void r_rts(Config *c) { c->model.use_rts = 1; c->model.capacity_factor = 0; }
+static void r_ec_rts(Config *c) { c->model.router = ROUTER_EXPERT_CHOICE; c->model.use_rts = 1; }
+static void r_ec_dropless(Config *c) { c->model.router = ROUTER_EXPERT_CHOICE; c->model.capacity_factor = 0; }
+static void r_ec_groups(Config *c) { c->model.router = ROUTER_EXPERT_CHOICE; c->model.num_groups = 2; }
+static void r_ec_bias(Config *c) { c->model.router = ROUTER_EXPERT_CHOICE; c->model.bias_update_rate = 0.01f; }
+static void r_jitter(Config *c) { c->model.jitter_eps = 1; }
+static void r_inner_tp(Config *c) { c->model.expert_inner = 30; c->tp = 4; }
+static void r_cuda(Config *c) { c->model.router = ROUTER_GSHARD; c->device = 1; }
+static void r_cuda_swiglu(Config *c) { c->model.expert_type = EXPERT_SWIGLU; c->device = 1; }
+
+static void test_routing(void) {
+    Config c;
+    char *err;
+    EXPECT(load_text(&c, "{\"moe\": {\"router\": \"noisy_topk\", \"use_rts\": true, \"jitter_eps\": 0.2, "
+                         "\"importance_coef\": 0.3, \"load_coef\": 0.4, \"bias_update_rate\": 0.001, \"num_groups\": 2, "
+                         "\"topk_groups\": 2, \"shared_experts\": 1, \"expert_inner\": 64, \"expert_type\": \"swiglu\"}}",
+                   &err) == 0, "routing keys rejected: %s", err);
+    free(err);
+    ModelConfig *m = &c.model;
+    EXPECT(m->router == ROUTER_NOISY_TOPK && m->use_rts && feq(m->jitter_eps, 0.2f) && feq(m->importance_coef, 0.3f) &&
+           feq(m->load_coef, 0.4f) && feq(m->bias_update_rate, 0.001f) && m->num_groups == 2 && m->topk_groups == 2 &&
+           m->shared_experts == 1 && m->expert_inner == 64 && m->expert_type == EXPERT_SWIGLU, "routing keys not stored");
+    // the checkpoint's config.json carries them
+    char *js = config_model_json(&c);
+    write_text(json_path, js);
+    ted_free(js);
+    Config back;
+    config_defaults(&back);
+    EXPECT(config_load_model_json(&back, json_path) == 0, "routing config.json does not read back");
+    const ModelConfig *r = &back.model;
+    EXPECT(r->router == m->router && r->use_rts == m->use_rts && r->jitter_eps == m->jitter_eps &&
+           r->importance_coef == m->importance_coef && r->load_coef == m->load_coef &&
+           r->bias_update_rate == m->bias_update_rate && r->num_groups == m->num_groups &&
+           r->topk_groups == m->topk_groups && r->shared_experts == m->shared_experts &&
+           r->expert_inner == m->expert_inner && r->expert_type == m->expert_type, "routing config.json round trip differs");
+    expect_json_error("{\"moe\": {\"router\": \"hash\"}}", "moe.router");
+    expect_json_error("{\"moe\": {\"expert_type\": 3}}", "moe.expert_type");
+    char *bad[] = {"--router", "hash"};
+    expect_flag_error(bad, 2, "--router");
+    char *bad2[] = {"--expert-type=relu"};
+    expect_flag_error(bad2, 1, "--expert-type");
+    route_validate("router switch routes top-1", r_switch);
+    route_validate("router gshard routes top-2", r_gshard);
+    route_validate("noisy_topk needs top_k (8) < num_experts (8)", r_noisy);
+    route_validate("num_experts (8) is not a multiple of num_groups (3)", r_groups);
+    route_validate("topk_groups (5) must be in [1, num_groups 4]", r_topk_groups);
+    route_validate("top_k (2) > the experts of topk_groups (1) groups of 1", r_groups_k);
+    route_validate("use_rts orders capacity slots", r_rts);
+    route_validate("use_rts does not apply", r_ec_rts);
+    route_validate("expert_choice needs capacity_factor > 0", r_ec_dropless);
+    route_validate("group-limited routing does not apply", r_ec_groups);
+    route_validate("a per-expert bias cannot change", r_ec_bias);
+    route_validate("jitter_eps (1) must be in [0, 1)", r_jitter);
+    route_validate("expert_inner (30) is not a multiple of tp (4)", r_inner_tp);
+    route_validate("--device cuda: moe.router gshard", r_cuda);
+    route_validate("--device cuda: expert_type swiglu", r_cuda_swiglu);
+}
+
 int main(void) {
     strcpy(json_path, "/tmp/test_config_XXXXXX");
     int fd = mkstemp(json_path);
@@ -536,6 +613,7 @@ int main(void) {
     test_validate();
     test_model_json();
     test_help();
+    test_routing();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
     if (failures) { fprintf(stderr, "test_config: %d failure(s)\n", failures); return 1; }

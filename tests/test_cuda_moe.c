@@ -135,7 +135,7 @@ static void test_router(const char *name, long N, RouterCfg c, float bias0, int 
     float *probs = xmalloc(sizeof(float) * NE), *lse = xmalloc(sizeof(float) * N);
     float *gate = xmalloc(sizeof(float) * Nk), *fcount = xmalloc(sizeof(float) * GE);
     int *choice = xmalloc(sizeof(int) * Nk), *slot = xmalloc(sizeof(int) * Nk), *kept = xmalloc(sizeof(int) * GE);
-    RouterStats st = {1.25, 3.5, 2, 40, 80, 7}, gst = st;   // the statistics are added to
+    RouterStats st = {1.25, 3.5, 2, 40, 80, 7, 0}, gst = st;   // the statistics are added to
     memcpy(probs, logits, sizeof(float) * NE);
     router_forward(probs, lse, choice, gate, slot, fcount, kept, N, &c, &st);
 
@@ -236,7 +236,7 @@ static void test_experts(const char *name, const long *off, int proj_bias) {
     long R = off[El];
     Experts x = {El, d, f, frandom((long)El * d * f, 0.3f), frandom((long)El * f, 0.3f),
                  frandom((long)El * f * d, 0.3f), frandom((long)El * d, 0.3f), frandom((long)El * d * f, 0.1f),
-                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f)};
+                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL};
     Experts g = x;   // device copies
     g.wfc = dev_copy(x.wfc, sizeof(float) * El * d * f);     g.bfc = dev_copy(x.bfc, sizeof(float) * El * f);
     g.wproj = dev_copy(x.wproj, sizeof(float) * El * f * d); g.bproj = dev_copy(x.bproj, sizeof(float) * El * d);
@@ -286,9 +286,9 @@ int main(void) {
     test_attention(2, 7, 3, 8);
     test_attention(1, 45, 2, 16);   // rows longer than a warp
     // E = 4, k = 2, groups of 8 tokens, the last one short (30 = 3·8 + 6): C = 4, last C = 3
-    test_router("capacity", 30, (RouterCfg){4, 2, 1.0f, 0, 8}, 1.0f, 1);
-    test_router("dropless", 30, (RouterCfg){4, 2, 0.0f, 0, 8}, 1.0f, 0);
-    test_router("top-1", 30, (RouterCfg){5, 1, 1.25f, 2, 10}, 0.5f, 1);
+    test_router("capacity", 30, RCFG(4, 2, 1.0f, 0, 8), 1.0f, 1);
+    test_router("dropless", 30, RCFG(4, 2, 0.0f, 0, 8), 1.0f, 0);
+    test_router("top-1", 30, RCFG(5, 1, 1.25f, 2, 10), 0.5f, 1);
     test_dispatcher();
     long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
     long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path

@@ -1,5 +1,7 @@
 // test_grad.c — finite-difference checks of every op's backward and of the whole model
-// (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses). Central differences
+// (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses; the §6.5 routers and
+// expert kinds: swiglu and shared experts, noisy_topk with its losses, switch jitter, gshard,
+// RTS, expert choice, group-limited routing). Central differences
 // in fp32 on functions whose gradients are O(0.1): a wrong factor or a missing term shows
 // as a relative error near 1, while the differences themselves agree to ~1e-3.
 #include "alloc.h"
@@ -190,7 +192,7 @@ static double f_router(void *p) {
 
 static void test_router(float cf, const char *name) {
     RCtx c = {buf(RN * RE), buf(RN * RE), buf(RN), buf(RN * RK), buf(RN * RE), buf(RN * RK * RD * 4), buf(RN * RD),
-              buf(RN * RD), NULL, NULL, NULL, NULL, NULL, NULL, {RE, RK, cf, 1, 8}, 0.3f, 0.05f, {0}, 0};
+              buf(RN * RD), NULL, NULL, NULL, NULL, NULL, NULL, RCFG(RE, RK, cf, 1, 8), 0.3f, 0.05f, {0}, 0};
     c.choice = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP); c.slot = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP);
     c.kept = ted_alloc(sizeof(int) * RN * RE, MEM_TEMP); c.row = ted_alloc(sizeof(int) * RN * RK, MEM_TEMP);
     c.rows = ted_alloc(sizeof(long) * RE, MEM_TEMP); c.start = ted_alloc(sizeof(long) * RN * RE, MEM_TEMP);
@@ -224,7 +226,8 @@ static double model_loss(Model *M, const int *tok, const int *tgt, int B, int T,
     RouterStats before = M->rstats;
     double lm = model_forward(M, tok, tgt, B, T), ntok = (double)B * T;
     double aux = M->rstats.aux_sum - before.aux_sum, z = M->rstats.z_sum - before.z_sum;
-    return lm / ntok + M->m.aux_coef * aux / ngroups + M->m.z_coef * z / ntok;
+    double cv = M->rstats.cv_sum - before.cv_sum;   // noisy_topk: already weighted per group
+    return lm / ntok + M->m.aux_coef * aux / ngroups + M->m.z_coef * z / ntok + cv / ngroups;
 }
 
 static int *routing_snapshot(Model *M, long N) {
@@ -237,18 +240,24 @@ static int *routing_snapshot(Model *M, long N) {
     return s;
 }
 
-static void test_model(const char *name, int E, int k, int moe_every, float cf, int group_size, float aux, float z) {
+// tweak (may be NULL) sets the §6.5 options; train turns on the training-time randomness
+// (noise, jitter, random routing, RTS), which depends only on coordinates, so it is the same
+// function under every perturbation.
+static void test_model_opts(const char *name, int E, int k, int moe_every, float cf, int group_size, float aux, float z,
+                            void (*tweak)(ModelConfig *), int train) {
     Config c;
     config_defaults(&c);
     ModelConfig *m = &c.model;
     m->vocab_size = 11; m->n_positions = 8; m->n_embd = 8; m->n_layer = 2; m->n_head = 2; m->n_inner = 12;
     m->num_experts = E; m->top_k = k; m->moe_every = moe_every; m->capacity_factor = cf; m->min_capacity = 1;
     m->group_size = group_size; m->aux_coef = aux; m->z_coef = z;
+    if (tweak) tweak(m);
     int B = 4, T = 6;
     Topology topo;
     topo_init(&topo, 1, 1, 1);
     Model M;
     model_build(&M, &c, &topo, B, T);
+    if (train) { M.rng_step = 5; M.seq0 = 8; }
     // larger weights than the 0.02 init, so that gradients are O(0.1) and fp32 differences resolve them
     for (int i = 0; i < M.reg.n; i++) {
         Param *p = &M.reg.p[i];
@@ -297,6 +306,29 @@ static void test_model(const char *name, int E, int k, int moe_every, float cf, 
     model_free(&M);
 }
 
+static void test_model(const char *name, int E, int k, int moe_every, float cf, int group_size, float aux, float z) {
+    test_model_opts(name, E, k, moe_every, cf, group_size, aux, z, NULL, 0);
+}
+
+static void tw_swiglu(ModelConfig *m) { m->expert_type = EXPERT_SWIGLU; m->expert_inner = 6; m->shared_experts = 2; }
+static void tw_gelu_shared(ModelConfig *m) { m->expert_inner = 4; m->shared_experts = 1; }
+static void tw_noisy(ModelConfig *m) { m->router = ROUTER_NOISY_TOPK; m->importance_coef = 0.3f; m->load_coef = 0.3f; }
+static void tw_switch(ModelConfig *m) { m->router = ROUTER_SWITCH; m->jitter_eps = 0.2f; }
+static void tw_gshard(ModelConfig *m) { m->router = ROUTER_GSHARD; m->use_rts = 1; }
+static void tw_ec(ModelConfig *m) { m->router = ROUTER_EXPERT_CHOICE; }
+static void tw_groups(ModelConfig *m) { m->num_groups = 2; m->topk_groups = 1; m->bias_update_rate = 0.01f; }
+
+static void test_routing_family(void) {
+    test_model_opts("swiglu experts f_e 6 + 2 shared, top-2 cap 0.6", 4, 2, 1, 0.6f, 1, 0.1f, 0, tw_swiglu, 0);
+    test_model_opts("gelu experts f_e 4 + 1 shared, dropless", 4, 2, 1, 0.0f, 1, 0.1f, 0.01f, tw_gelu_shared, 0);
+    test_model_opts("noisy_topk (noise on), importance + load", 4, 2, 1, 0.6f, 1, 0.0f, 0.01f, tw_noisy, 1);
+    test_model_opts("noisy_topk (eval: no noise)", 4, 1, 1, 0.0f, 2, 0.05f, 0, tw_noisy, 0);
+    test_model_opts("switch, jitter 0.2 (on)", 4, 1, 1, 0.6f, 1, 0.1f, 0, tw_switch, 1);
+    test_model_opts("gshard random 2nd + RTS (on)", 4, 2, 1, 0.6f, 1, 0.1f, 0.01f, tw_gshard, 1);
+    test_model_opts("expert_choice, cf 1, z-loss", 4, 2, 1, 1.0f, 2, 0.1f, 0.01f, tw_ec, 0);
+    test_model_opts("group-limited 2 of 4, bias balancing", 4, 2, 1, 0.6f, 1, 0.1f, 0, tw_groups, 1);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     test_ops();
@@ -306,6 +338,7 @@ int main(void) {
     test_model("MoE top-1, capacity 0.5 (drops)", 4, 1, 1, 0.5f, 1, 0.1f, 0);
     test_model("MoE top-2, capacity 0.6, group 2, z-loss", 4, 2, 2, 0.6f, 2, 0.1f, 0.01f);
     test_model("MoE top-2 dropless, aux + z", 3, 2, 1, 0.0f, 1, 0.05f, 0.02f);
+    test_routing_family();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

@@ -31,7 +31,7 @@ static void case_choice_major_drops(void) {
     // second choices:               t0→e1#1, t1→e1 full (drop), t2→e1 full (drop), t3→e0 full (drop)
     float lg[] = {2, 0, 1, 0, 3, 1, 0, 1};
     Out o;
-    route(&o, lg, 4, (RouterCfg){2, 2, 0.5f, 0, 4});
+    route(&o, lg, 4, RCFG(2, 2, 0.5f, 0, 4));
     int want_choice[] = {0, 1, 0, 1, 0, 1, 1, 0}, want_slot[] = {0, 1, 1, -1, -1, -1, 0, -1};
     EXPECT(!memcmp(o.choice, want_choice, sizeof want_choice), "choices differ");
     EXPECT(!memcmp(o.slot, want_slot, sizeof want_slot), "slots: got %d %d | %d %d | %d %d | %d %d", o.slot[0], o.slot[1],
@@ -54,14 +54,14 @@ static void case_ties(void) {
     // t3: e2 top, e0 = e1 → e2 then e0.
     float lg[] = {1, 1, 1, 0, 2, 2, -1, 5, 5, 0, 0, 3};
     Out o;
-    route(&o, lg, 4, (RouterCfg){3, 2, 0.0f, 0, 4});
+    route(&o, lg, 4, RCFG(3, 2, 0.0f, 0, 4));
     int want[] = {0, 1, 1, 2, 1, 2, 2, 0};
     EXPECT(!memcmp(o.choice, want, sizeof want), "tie choices: %d %d | %d %d | %d %d | %d %d", o.choice[0], o.choice[1],
            o.choice[2], o.choice[3], o.choice[4], o.choice[5], o.choice[6], o.choice[7]);
     EXPECT(o.st.dropped == 0, "dropless dropped %ld", o.st.dropped);
     // top-1 tie goes to the lower index too, and its gate is the raw probability 1/3
     Out q;
-    route(&q, lg, 1, (RouterCfg){3, 1, 1.0f, 4, 1});
+    route(&q, lg, 1, RCFG(3, 1, 1.0f, 4, 1));
     EXPECT(q.choice[0] == 0 && fabsf(q.gate[0] - 1.0f / 3) < 1e-6f, "top-1 tie: expert %d gate %g", q.choice[0], q.gate[0]);
 }
 
@@ -70,7 +70,7 @@ static void case_empty_experts(void) {
     float lg[24];
     for (int t = 0; t < 6; t++) { lg[t * 4] = 0; lg[t * 4 + 1] = 1; lg[t * 4 + 2] = -1; lg[t * 4 + 3] = 0.5f; }
     Out o;
-    route(&o, lg, 6, (RouterCfg){4, 1, 1.0f, 4, 6});
+    route(&o, lg, 6, RCFG(4, 1, 1.0f, 4, 6));
     EXPECT(o.kept[0] == 0 && o.kept[1] == 4 && o.kept[2] == 0 && o.kept[3] == 0, "kept %d %d %d %d", o.kept[0], o.kept[1],
            o.kept[2], o.kept[3]);
     EXPECT(o.st.dropped == 2 && o.slot[4] == -1 && o.slot[5] == -1, "t4, t5 dropped (got %d %d)", o.slot[4], o.slot[5]);
@@ -79,7 +79,7 @@ static void case_empty_experts(void) {
            "capacity rows %ld %ld %ld %ld, t0 at %d", o.rows[0], o.rows[1], o.rows[2], o.rows[3], o.row[0]);
     // dropless: only kept rows, so the empty experts have none and e1 holds all six
     Out q;
-    route(&q, lg, 6, (RouterCfg){4, 1, 0.0f, 4, 6});
+    route(&q, lg, 6, RCFG(4, 1, 0.0f, 4, 6));
     EXPECT(q.rows[0] == 0 && q.rows[1] == 6 && q.rows[2] == 0 && q.rows[3] == 0 && q.row[5] == 5 && q.st.dropped == 0,
            "dropless rows %ld %ld %ld %ld", q.rows[0], q.rows[1], q.rows[2], q.rows[3]);
     // aux: f = (0, 1, 0, 0), P_1 = softmax(0,1,-1,.5)[1] → l_aux = 4·P_1
@@ -96,7 +96,7 @@ static void case_groups(void) {
     // per group t0, t1 kept, t2 dropped — the count restarts in the second group
     float lg[] = {1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0};
     Out o;
-    route(&o, lg, 6, (RouterCfg){2, 1, 1.0f, 1, 3});
+    route(&o, lg, 6, RCFG(2, 1, 1.0f, 1, 3));
     int want[] = {0, 1, -1, 0, 1, -1};
     EXPECT(!memcmp(o.slot, want, sizeof want), "group slots %d %d %d %d %d %d", o.slot[0], o.slot[1], o.slot[2], o.slot[3],
            o.slot[4], o.slot[5]);
@@ -105,12 +105,12 @@ static void case_groups(void) {
     EXPECT(o.row[0] == 0 && o.row[1] == 1 && o.row[3] == 2 && o.row[4] == 3, "rows %d %d %d %d", o.row[0], o.row[1], o.row[3], o.row[4]);
     // a shorter last group (N = 5 with groups of 3): its capacity comes from S = 2
     Out q;
-    route(&q, lg, 5, (RouterCfg){2, 1, 1.0f, 1, 3});
+    route(&q, lg, 5, RCFG(2, 1, 1.0f, 1, 3));
     EXPECT(q.st.groups == 2 && q.slot[3] == 0 && q.slot[4] == -1, "short group: slots %d %d", q.slot[3], q.slot[4]);
 }
 
 static void case_capacity(void) {
-    RouterCfg c = {8, 2, 1.0f, 4, 256};
+    RouterCfg c = RCFG(8, 2, 1.0f, 4, 256);
     EXPECT(router_capacity(&c, 256) == 64, "C(256) = %d, want 64", router_capacity(&c, 256));
     c.capacity_factor = 1.25f;
     EXPECT(router_capacity(&c, 256) == 80, "cf 1.25: %d, want 80", router_capacity(&c, 256));
@@ -119,9 +119,9 @@ static void case_capacity(void) {
     EXPECT(router_capacity(&c, 2) == 2, "C <= S: %d, want 2", router_capacity(&c, 2));
     c.capacity_factor = 0;
     EXPECT(router_capacity(&c, 100) == 100, "dropless: %d", router_capacity(&c, 100));
-    c = (RouterCfg){4, 2, 1.1f, 0, 20};
+    c = RCFG(4, 2, 1.1f, 0, 20);
     EXPECT(router_capacity(&c, 20) == 11, "1.1·2·20/4 = 11 exactly, got %d", router_capacity(&c, 20));
-    c = (RouterCfg){3, 2, 1.0f, 0, 10};
+    c = RCFG(3, 2, 1.0f, 0, 10);
     EXPECT(router_capacity(&c, 10) == 7, "ceil(20/3) = %d, want 7", router_capacity(&c, 10));
 }
 
