@@ -67,8 +67,9 @@ PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 /usr/bin/python3 - $TED_TMP/sign-tp2ep2.jsonl $TED_TMP/resumed.jsonl <<'PY' && pass=$((pass + 1)) || fail=$((fail + 1))
 import json, sys
-full = {(r["step"], "loss" in r): r for r in map(json.loads, open(sys.argv[1]))}
-rows = list(map(json.loads, open(sys.argv[2])))
+steps = lambda path: [r for r in map(json.loads, open(path)) if "step" in r]   # not the run record
+full = {(r["step"], "loss" in r): r for r in steps(sys.argv[1])}
+rows = steps(sys.argv[2])
 same = all(r.get(k) == full[(r["step"], "loss" in r)].get(k) for r in rows for k in ("loss", "val_loss"))
 print(f"{'ok  ' if same and rows[0]['step'] == 6 else 'FAIL'} signs, tp 2 ep 2: resumed at step 5 (after freeze_step 3): "
       f"steps {rows[0]['step']}..{rows[-1]['step']} bit-identical to the unbroken run: {same}")

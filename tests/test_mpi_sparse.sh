@@ -54,7 +54,7 @@ OMP_NUM_THREADS=1 "$TED" train --config "$W/fixed.json" "${model[@]}" --micro-ba
 if /usr/bin/python3 - "$W/fixed.jsonl" "$W/resumed.jsonl" <<'PY' && cmp -s "$W/fixed/step_00000010/model.safetensors" "$W/resumed/step_00000010/model.safetensors"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
-pick = lambda L: [(x["step"], x.get("loss"), x.get("val_loss")) for x in L if x["step"] > 5]
+pick = lambda L: [(x["step"], x.get("loss"), x.get("val_loss")) for x in L if x.get("step", 0) > 5]
 assert pick(a) == pick(b) and len(pick(b)) >= 6, (pick(a), pick(b))
 PY
 then ok "resume at step 5 reproduces steps 6-10 and the weights exactly"; else bad "resume differs"; fi
