@@ -138,8 +138,10 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     char dir[1200], tmp[1200], old[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
     // unique temporaries (the folder is locked; a crashed save's are removed at the next start)
-    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, (int)getpid());
-    snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, (int)getpid());
+    int pid = (int)getpid();   // rank 0's: every rank writes its files (1-bit Adam's errors) into the same folder
+    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &pid, 1, DT_I32, 0);
+    snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, pid);
+    snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, pid);
     if (rank0) {
         rm_tree(tmp);
         if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }

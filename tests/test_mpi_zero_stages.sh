@@ -54,8 +54,9 @@ check "dp 2 bf16: stage 2 = stage 1 (bf16 rounding of the per-micro-batch sums)"
 if /usr/bin/python3 - $TED_TMP/tp1-ep1-cf1.0 <<'PY'
 import json, re, sys
 b = sys.argv[1]
-m1 = json.loads(open(f"{b}-s1.jsonl").readline())["mem"]
-m2 = json.loads(open(f"{b}-s2.jsonl").readline())["mem"]
+first_step = lambda path: next(r for r in map(json.loads, open(path)) if "mem" in r)   # after the run record
+m1 = first_step(f"{b}-s1.jsonl")["mem"]
+m2 = first_step(f"{b}-s2.jsonl")["mem"]
 shard, bucket, deferred = map(int, re.search(r"gradient shard (\d+) elements, bucket (\d+) elements \((\d+) deferred",
                                               open(f"{b}-s2.out").read()).groups())
 assert m2["optimizer"] == 12 * shard, (m2["optimizer"], shard)

@@ -43,7 +43,7 @@ cat >"$W/variable.json" <<'JSON'
 JSON
 "$TED" train --config "$W/variable.json" "${model[@]}" --save "$W/ck" >"$W/train.out" 2>&1
 ck=$W/ck/step_00000003
-if grep -q '"mode": "variable"' "$ck/config.json"; then ok "config.json keeps the section"; else bad "config.json lacks the section"; fi
+if grep -Eq '"mode":[[:space:]]*"variable"' "$ck/config.json"; then ok "config.json keeps the section"; else bad "config.json lacks the section"; fi
 if "$TED" generate --load "$ck" --prompt "Call me" --tokens 80 >"$W/gen.out" 2>"$W/gen.err" && [ "$(wc -c <"$W/gen.out")" -ge 80 ]; then
   ok "generate from a sparse checkpoint (80 tokens past the 64 of a window)"; else bad "generate"; cat "$W/gen.err"; fi
 e40=$("$TED" eval --load "$ck" --data data/moby-dick.txt --windows 4 --seq-len 40)
