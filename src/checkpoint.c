@@ -31,19 +31,6 @@ static int write_text(const char *path, const char *text) {
     return 0;
 }
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[2048];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 // Assembles on world rank 0 the full tensor of parameter i as held by EP rank s (its expert
 // s·El + local index; non-expert tensors have s = 0). Every element has exactly one owner,
@@ -143,7 +130,7 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, pid);
     snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, pid);
     if (rank0) {
-        rm_tree(tmp);
+        savedir_rm_tree(tmp);
         if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }
     }
     comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
@@ -170,16 +157,16 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
         if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
-        if (rc) rm_tree(tmp);
+        if (rc) savedir_rm_tree(tmp);
         else {   // swap in: an existing checkpoint of the same step goes only once the new one is whole
-            rm_tree(old);
+            savedir_rm_tree(old);
             int had = rename(dir, old) == 0;
             if (rename(tmp, dir)) {
                 ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
                 if (had) rename(old, dir);
                 rc = -1;
             } else {
-                if (had) rm_tree(old);
+                if (had) savedir_rm_tree(old);
                 if (savedir_fsync(dir) || savedir_fsync(root)) {
                     ted_error("%s: cannot sync: %s", dir, strerror(errno));
                     rc = -1;
