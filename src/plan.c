@@ -5,6 +5,7 @@
 #include "plan.h"
 #include "config.h"
 #include "schedule.h"
+#include "sparse_layout.h"
 #include "model.h"
 #include "util.h"
 #include <ctype.h>
@@ -97,6 +98,32 @@ static void config_rows(const Config *c, int g, int T, int P, double mem, int wb
     }
 }
 
+// The attention probabilities a config's run stores per micro-batch (fp32, every layer, no activation
+// checkpointing) on a rank with n_head/tp heads: dense B·H·T² floats per layer, a sparse layout its
+// present blocks (B·nnz·block² floats), counted from the layouts themselves.
+static void attention_rows(const Config *c, int tp) {
+    const ModelConfig *m = &c->model;
+    int T = c->seq_len ? c->seq_len : m->n_positions, B = c->micro_batch, H = m->n_head / tp;
+    double dense = 4.0 * B * H * T * (double)T * m->n_layer, sparse = 0;
+    char b[32], s[32];
+    human(dense, b, sizeof b);
+    if (c->sparse.mode == SPARSE_DENSE) {
+        printf("attention (tp %d, micro-batch %d, T %d): dense, %.0f bytes (%s) of probabilities over %d layers\n", tp, B,
+               T, dense, b, m->n_layer);
+        return;
+    }
+    for (int l = 0; l < m->n_layer; l++) {
+        SparseLayout L;
+        sparse_layout_build(&L, &c->sparse, c->seed, l, 0, H, T);
+        sparse += 4.0 * B * L.nnz * L.block * L.block;
+        sparse_layout_free(&L);
+    }
+    human(sparse, s, sizeof s);
+    printf("attention (tp %d, micro-batch %d, T %d): %s, %.0f bytes (%s) of probabilities over %d layers, "
+           "%.1f %% of dense's %.0f (%s)\n", tp, B, T, sparse_mode_name(c->sparse.mode), sparse, s, m->n_layer,
+           100 * sparse / dense, dense, b);
+}
+
 int plan_main(int argc, char **argv) {
     enum { NOPT = 16 };
     const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", NULL, "1", "8", "2", "0", "0", "0", "0", "0"};
@@ -115,7 +142,8 @@ int plan_main(int argc, char **argv) {
                    "  model that fits in BYTES (default 80e9). Without --tp/--ep, every layout that divides.\n"
                    "  With --pp each stage holds 1/P of the model; the ideal bubble of each schedule for M\n"
                    "  micro-batches (default 8; interleaved with V chunks per stage, default 2) and, given the\n"
-                   "  model's shape, the activations stage 0 holds under each schedule.\n");
+                   "  model's shape, the activations stage 0 holds under each schedule. With --config, also the\n"
+                   "  attention probabilities one micro-batch stores: dense, or a sparse layout's present blocks.\n");
             return 0;
         }
         int k = -1;
@@ -145,6 +173,7 @@ int plan_main(int argc, char **argv) {
         for (int i = 1; i < argc; i++) precision_given |= !strcmp(argv[i], "--precision");
         if (!precision_given) wbytes = c.bf16 || c.fp16 ? 2 : 4;
         config_rows(&c, (int)G, (int)T, (int)P, mem, wbytes);
+        if (c.model.n_head % (T ? (int)T : 1) == 0) attention_rows(&c, T ? (int)T : 1);
         return 0;
     }
     int e = (int)E, g = (int)G;

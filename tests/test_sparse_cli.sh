@@ -56,5 +56,20 @@ mkdir -p "$W/dense_ck" && cp "$ck"/* "$W/dense_ck/" && cp "$W/dense.json" "$W/de
 d64=$("$TED" eval --load "$W/dense_ck" --data data/moby-dick.txt --windows 4)
 if [ -n "$e40" ] && [ "$e64" != "$d64" ]; then ok "eval at T 40 runs; at T 64 sparse $e64 vs dense $d64"
 else bad "eval: $e40 / $e64 / $d64"; fi
+# `ted plan --config` counts the attention probabilities by present blocks: `fixed` (T 1024, block 64,
+# 4 local, 1 global) against the count from the layout's definition (query block i sees its window's
+# blocks up to i and the last block of every earlier window), and dense as B·H·T² floats per layer.
+cat >"$W/plan_fixed.json" <<'JSON'
+{"model": {"n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 1024}, "train_micro_batch_size_per_gpu": 2,
+ "sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1}}
+JSON
+planned=$("$TED" plan --config "$W/plan_fixed.json" --gpus 2 --tp 2 | grep '^attention')
+want=$(/usr/bin/python3 -c '
+nb, blk, B, H, L = 16, 64, 2, 2, 3
+n = sum((i % 4 + 1) + i // 4 for i in range(nb))
+print(4 * B * H * L * n * blk * blk, 4 * B * H * L * 1024 * 1024)')
+read -r want_sparse want_dense <<<"$want"
+if [[ "$planned" == *"fixed, $want_sparse bytes"*"dense's $want_dense "* ]]; then ok "plan: $planned"
+else bad "plan: '$planned', want fixed $want_sparse and dense $want_dense bytes"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
