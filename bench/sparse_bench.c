@@ -19,12 +19,6 @@
 
 typedef struct { int B, reps, dense_max, H, hd; SparseConfig s; } Opts;
 
-static double cpu_ms(void) {   // CPU time of the process: what waiting on a loaded machine leaves out
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
-
 // best wall-clock ms of reps runs; *cpu: the best CPU ms
 static double best_ms(int reps, void (*run)(void *), void *ctx, double *cpu) {
     double best = 1e30;

@@ -9,12 +9,14 @@
 # T² per thread of backward scratch; sparse the layout's present blocks (sparse_bench --reps 0).
 #   usage: bench/sparse_steps.sh [OUT_DIR] [T list (default 1024 2048 4096 8192)]
 #   env: DENSE_MAX (default 8192) skips dense steps above it, SPARSE_MAX likewise; BUDGET bytes;
-#        STEPS (default 2); REUSE=1 keeps OUT_DIR/steps.jsonl (adds nothing) and only computes
+#        STEPS (default 2); THREADS (default 1: then the CPU time per step is the compute time even
+#        on a shared machine); REUSE=1 keeps OUT_DIR/steps.jsonl (adds nothing) and only computes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/sparse_bench}; shift || true
 TS=${*:-1024 2048 4096 8192}
-DENSE_MAX=${DENSE_MAX:-8192} SPARSE_MAX=${SPARSE_MAX:-8192} BUDGET=${BUDGET:-17179869184} STEPS=${STEPS:-2}
+TED=${TED:-build/ted}
+DENSE_MAX=${DENSE_MAX:-8192} SPARSE_MAX=${SPARSE_MAX:-8192} BUDGET=${BUDGET:-17179869184} STEPS=${STEPS:-2} THREADS=${THREADS:-1}
 mkdir -p "$OUT"
 echo '{"sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1}}' >"$OUT/fixed.json"
 echo '{}' >"$OUT/dense.json"
@@ -24,7 +26,7 @@ for T in $TS; do
   for mode in dense fixed; do
     [ $mode = dense ] && [ "$T" -gt "$DENSE_MAX" ] && continue
     [ $mode = fixed ] && [ "$T" -gt "$SPARSE_MAX" ] && continue
-    line=$(build/ted bench --config "$OUT/$mode.json" --seq-len "$T" --n-positions "$T" --micro-batch 1 --steps "$STEPS")
+    line=$("$TED" bench --config "$OUT/$mode.json" --seq-len "$T" --n-positions "$T" --micro-batch 1 --steps "$STEPS" --threads "$THREADS")
     echo "{\"T\": $T, \"mode\": \"$mode\", \"bench\": $line}" | tee -a "$OUT/steps.jsonl"
   done
 done
@@ -47,8 +49,11 @@ b = (rest[t1] - rest[t0]) / (t1 - t0); a = rest[t0] - b * t0
 for T in sorted(sparse):
     pred = a + b * T + att_sparse(T)
     print(f"T {T}: fixed peak {sparse[T]['mem_peak_bytes']} bytes measured, {pred:.0f} from the fit "
-          f"({(pred / sparse[T]['mem_peak_bytes'] - 1) * 100:+.2f}%); ms/step fixed {sparse[T]['ms_per_step']}"
-          + (f", dense {dense[T]['ms_per_step']} (peak {dense[T]['mem_peak_bytes']})" if T in dense else ""))
+          f"({(pred / sparse[T]['mem_peak_bytes'] - 1) * 100:+.2f}%); ms/step fixed {sparse[T]['ms_per_step']} "
+          f"(CPU {sparse[T]['cpu_ms_per_step']})"
+          + (f", dense {dense[T]['ms_per_step']} (CPU {dense[T]['cpu_ms_per_step']}, peak {dense[T]['mem_peak_bytes']}, "
+             f"activations {dense[T]['activation_bytes']} vs fixed {sparse[T]['activation_bytes']})" if T in dense else
+             f", activations {sparse[T]['activation_bytes']}"))
 for name, att in (("dense", att_dense), ("fixed", att_sparse)):
     fits = [T for T in sorted(sizes) if a + b * T + att(T) <= budget]
     best = max(fits) if fits else 0

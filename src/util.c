@@ -66,6 +66,12 @@ double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
+double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
 char *read_file(const char *path, size_t *len) {
     struct stat sb;
     if (stat(path, &sb) != 0) return NULL;

@@ -21,6 +21,8 @@ int ted_agree(int failed);
 #define CHECK(cond, ...) do { if (!(cond)) ted_fatal(1, __VA_ARGS__); } while (0)
 
 double now_ms(void);
+// CPU time of the whole process (all its threads), ms: steadier than the wall clock on a shared machine.
+double cpu_ms(void);
 // Reads a whole file (malloc'd through the counted allocator, category "temp", NUL appended).
 // Returns NULL (errno set) when it cannot be read.
 char *read_file(const char *path, size_t *len);
