@@ -2,21 +2,26 @@
 # sparse_steps.sh — whole training steps with block-sparse against dense attention (design), and
 # the longest sequence that trains in a memory budget. `ted bench` (its model: d 256, 4 heads,
 # L 4, f 1024, 8 experts top-2 in every block, V 256) with micro-batch 1 at each T, dense and
-# `fixed` (block 64, 4 local blocks, 1 global), fp32 on the CPU: ms per step, the accounted peak
-# bytes and the activation bytes. Then the largest T within BUDGET bytes (default 16 GiB), computed
-# from the accounted bytes: the part that is not attention (dense peak − its T² buffers) is fitted
-# as a + b·T, and the attention buffers are added at each T: dense B·H·T² floats per layer plus
-# T² per thread of backward scratch; sparse the layout's present blocks (sparse_bench --reps 0).
+# `fixed` (block 64, 4 local blocks, 1 global), fp32 on the CPU: ms per step (wall and CPU), the
+# accounted peak bytes and the activation bytes. Then the largest T within BUDGET bytes (default
+# 16 GiB) for dense, fixed, bigbird and bslongformer, computed from the accounted bytes: the part
+# that is not attention (dense peak − its T² buffers) is fitted as a + b·T, and each layout's
+# attention buffers are added at each T: dense B·H·T² floats per stored layer plus T² per thread
+# of backward scratch; sparse the layout's present blocks (sparse_bench --reps 0). Without
+# activation checkpointing every layer stores its probabilities; with CKPT=1 one layer's do.
 #   usage: bench/sparse_steps.sh [OUT_DIR] [T list (default 1024 2048 4096 8192)]
 #   env: DENSE_MAX (default 8192) skips dense steps above it, SPARSE_MAX likewise; BUDGET bytes;
 #        STEPS (default 2); THREADS (default 1: then the CPU time per step is the compute time even
-#        on a shared machine); REUSE=1 keeps OUT_DIR/steps.jsonl (adds nothing) and only computes
+#        on a shared machine); CKPT=1 trains with activation checkpointing; TED the binary;
+#        REUSE=1 keeps OUT_DIR/steps.jsonl (adds nothing) and only computes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/sparse_bench}; shift || true
 TS=${*:-1024 2048 4096 8192}
 TED=${TED:-build/ted}
 DENSE_MAX=${DENSE_MAX:-8192} SPARSE_MAX=${SPARSE_MAX:-8192} BUDGET=${BUDGET:-17179869184} STEPS=${STEPS:-2} THREADS=${THREADS:-1}
+CKPT=${CKPT:-0}
+ck=(); [ "$CKPT" = 1 ] && ck=(--activation-checkpointing)
 mkdir -p "$OUT"
 echo '{"sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1}}' >"$OUT/fixed.json"
 echo '{}' >"$OUT/dense.json"
@@ -26,37 +31,47 @@ for T in $TS; do
   for mode in dense fixed; do
     [ $mode = dense ] && [ "$T" -gt "$DENSE_MAX" ] && continue
     [ $mode = fixed ] && [ "$T" -gt "$SPARSE_MAX" ] && continue
-    line=$("$TED" bench --config "$OUT/$mode.json" --seq-len "$T" --n-positions "$T" --micro-batch 1 --steps "$STEPS" --threads "$THREADS")
+    line=$("$TED" bench --config "$OUT/$mode.json" --seq-len "$T" --n-positions "$T" --micro-batch 1 --steps "$STEPS" \
+      --threads "$THREADS" "${ck[@]}" | tail -1)
     echo "{\"T\": $T, \"mode\": \"$mode\", \"bench\": $line}" | tee -a "$OUT/steps.jsonl"
   done
 done
 THREADS=$(head -1 "$OUT/steps.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bench"]["threads"])')
-OMP_NUM_THREADS=$THREADS build/sparse_bench --reps 0 --T "$(python3 -c "print(','.join(str(1024 * k) for k in range(1, 161)))")" >"$OUT/sizes.jsonl"
-python3 - "$OUT/steps.jsonl" "$OUT/sizes.jsonl" "$BUDGET" <<'PY'
+Tall=$(python3 -c "print(','.join(str(1024 * k) for k in range(1, 401)))")
+for mode in fixed bigbird bslongformer; do
+  [ -s "$OUT/sizes_$mode.jsonl" ] || OMP_NUM_THREADS=$THREADS build/sparse_bench --reps 0 --mode $mode --T "$Tall" >"$OUT/sizes_$mode.jsonl"
+done
+python3 - "$OUT" "$BUDGET" "$CKPT" <<'PY'
 import json, sys
-steps = [json.loads(l) for l in open(sys.argv[1])]
-sizes = {s["T"]: s for s in map(json.loads, open(sys.argv[2]))}
-budget, L = float(sys.argv[3]), 4
+out, budget, ckpt = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+steps = [json.loads(l) for l in open(f"{out}/steps.jsonl")]
+sizes = {m: {s["T"]: s for s in map(json.loads, open(f"{out}/sizes_{m}.jsonl"))} for m in ("fixed", "bigbird", "bslongformer")}
+layers = 1 if ckpt else 4   # layers whose probabilities are held at once
 dense = {s["T"]: s["bench"] for s in steps if s["mode"] == "dense"}
 sparse = {s["T"]: s["bench"] for s in steps if s["mode"] == "fixed"}
-# dense attention buffers at T: L layers of B·H·T² floats + the backward scratch (threads · T²)
-att_dense = lambda T: L * sizes[T]["dense_att_bytes"] + sizes[T]["dense_scratch_bytes"]
-att_sparse = lambda T: L * sizes[T]["sparse_att_bytes"] + sizes[T]["sparse_scratch_bytes"]
+fx = sizes["fixed"]
+att = {"dense": lambda T: layers * fx[T]["dense_att_bytes"] + fx[T]["dense_scratch_bytes"]}
+for m in sizes:
+    att[m] = lambda T, m=m: layers * sizes[m][T]["sparse_att_bytes"] + sizes[m][T]["sparse_scratch_bytes"]
 Ts = sorted(dense)
 (t0, t1) = (Ts[0], Ts[-1])
-rest = {T: dense[T]["mem_peak_bytes"] - att_dense(T) for T in Ts}
+rest = {T: dense[T]["mem_peak_bytes"] - att["dense"](T) for T in Ts}
 b = (rest[t1] - rest[t0]) / (t1 - t0); a = rest[t0] - b * t0
-for T in sorted(sparse):
-    pred = a + b * T + att_sparse(T)
-    print(f"T {T}: fixed peak {sparse[T]['mem_peak_bytes']} bytes measured, {pred:.0f} from the fit "
-          f"({(pred / sparse[T]['mem_peak_bytes'] - 1) * 100:+.2f}%); ms/step fixed {sparse[T]['ms_per_step']} "
-          f"(CPU {sparse[T]['cpu_ms_per_step']})"
-          + (f", dense {dense[T]['ms_per_step']} (CPU {dense[T]['cpu_ms_per_step']}, peak {dense[T]['mem_peak_bytes']}, "
-             f"activations {dense[T]['activation_bytes']} vs fixed {sparse[T]['activation_bytes']})" if T in dense else
-             f", activations {sparse[T]['activation_bytes']}"))
-for name, att in (("dense", att_dense), ("fixed", att_sparse)):
-    fits = [T for T in sorted(sizes) if a + b * T + att(T) <= budget]
-    best = max(fits) if fits else 0
-    print(f"largest T (multiple of 1024) in {budget:.0f} bytes, {name}: {best}"
-          + (f" ({a + b * best + att(best):.0f} bytes)" if best else ""))
+print(f"activation checkpointing: {'on' if ckpt else 'off'}; rest of the model {a:.0f} + {b:.0f} bytes/token")
+print("| T | dense ms/step (CPU) | fixed ms/step (CPU) | activations dense | activations fixed | fixed peak: measured / fit |")
+print("|---|---|---|---|---|---|")
+for T in sorted(set(dense) | set(sparse)):
+    d, s = dense.get(T), sparse.get(T)
+    cell = lambda r: f"{r['ms_per_step']:.0f} ({r['cpu_ms_per_step']:.0f})" if r else "not run"
+    fit = a + b * T + att["fixed"](T)
+    print(f"| {T} | {cell(d)} | {cell(s)} | {d['activation_bytes'] if d else '-'} | {s['activation_bytes'] if s else '-'} | "
+          + (f"{s['mem_peak_bytes']} / {fit:.0f} ({(fit / s['mem_peak_bytes'] - 1) * 100:+.2f} %)" if s else "-") + " |")
+best = {}
+for name in att:
+    fits = [T for T in sorted(fx) if a + b * T + att[name](T) <= budget]
+    best[name] = max(fits) if fits else 0
+for name in att:
+    print(f"largest T (multiple of 1024) in {budget:.0f} bytes, {name}: {best[name]}"
+          + (f" ({best[name] / best['dense']:.1f}x dense)" if best["dense"] else "")
+          + (" (the end of the range tried)" if best[name] == max(fx) else ""))
 PY
