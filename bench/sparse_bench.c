@@ -6,7 +6,7 @@
 // over dense time × fraction. Dense is skipped (--dense-max) above a length; its bytes are
 // still computed (B·H·T² floats; scratch T² floats per thread).
 //   usage: sparse_bench [--T 1024,2048,...] [--B 1] [--reps 3 (0: sizes only)] [--dense-max 8192] [--mode fixed]
-//                       [--block 64] [--local 4] [--global 1]
+//                       [--block 64] [--local 4] [--global 1] [--recompute 0|1]
 #include "alloc.h"
 #include "ops.h"
 #include "rng.h"
@@ -55,7 +55,8 @@ static void bench_T(const Opts *o, int T) {
     for (long i = 0; i < nio * 3 * D; i++) r.qkv[i] = rng_normal(1, 2, (uint64_t)i);
     for (long i = 0; i < nio * D; i++) r.dout[i] = rng_normal(1, 3, (uint64_t)i);
     double frac = (double)L.nnz / ((double)o->H * L.nb * L.nb);
-    long s_att = 4 * sparse_attention_att_floats(&L, o->B), s_scr = 4 * threads * sparse_attention_scratch_floats(&L, o->hd);
+    long s_att = 4 * sparse_attention_att_floats(&L, o->B), s_scr = 4 * (threads * sparse_attention_scratch_floats(&L, o->hd) +
+                                                                   sparse_attention_recompute_floats(&L, o->B));
     long d_att = 4L * o->B * o->H * T * T, d_scr = 4L * threads * T * T;
     double s_cpu = -1, d_cpu = -1, s_ms = -1, d_ms = -1;
     if (o->reps > 0) {
@@ -68,11 +69,11 @@ static void bench_T(const Opts *o, int T) {
         d_ms = best_ms(o->reps, run_dense, &r, &d_cpu);
         ted_free(r.att); ted_free(r.scratch);
     }
-    printf("{\"T\": %d, \"B\": %d, \"mode\": \"%s\", \"present_frac\": %.4f, \"sparse_ms\": %.1f, \"dense_ms\": %.1f, "
+    printf("{\"T\": %d, \"B\": %d, \"mode\": \"%s\", \"recompute\": %d, \"present_frac\": %.4f, \"sparse_ms\": %.1f, \"dense_ms\": %.1f, "
            "\"sparse_over_dense_x_frac\": %.2f, \"speedup\": %.2f, \"sparse_cpu_ms\": %.1f, \"dense_cpu_ms\": %.1f, "
            "\"cpu_sparse_over_dense_x_frac\": %.2f, \"cpu_speedup\": %.2f, \"sparse_att_bytes\": %ld, "
            "\"dense_att_bytes\": %ld, \"sparse_scratch_bytes\": %ld, \"dense_scratch_bytes\": %ld, \"threads\": %ld}\n",
-           T, o->B, sparse_mode_name(o->s.mode), frac, s_ms, d_ms, d_ms > 0 ? s_ms / (d_ms * frac) : -1,
+           T, o->B, sparse_mode_name(o->s.mode), o->s.recompute, frac, s_ms, d_ms, d_ms > 0 ? s_ms / (d_ms * frac) : -1,
            d_ms > 0 ? d_ms / s_ms : -1, s_cpu, d_cpu, d_ms > 0 ? s_cpu / (d_cpu * frac) : -1,
            d_ms > 0 ? d_cpu / s_cpu : -1, s_att, d_att, s_scr, d_scr, threads);
     fflush(stdout);
@@ -94,6 +95,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--block")) o.s.block = atoi(v);
         else if (!strcmp(a, "--local")) o.s.num_local_blocks = atoi(v);
         else if (!strcmp(a, "--global")) o.s.num_global_blocks = atoi(v);
+        else if (!strcmp(a, "--recompute")) o.s.recompute = atoi(v);
         else if (!strcmp(a, "--mode")) {
             int m = -1;
             for (int k = 0; k < 5; k++) if (!strcmp(v, sparse_mode_name(k))) m = k;

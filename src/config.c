@@ -877,6 +877,7 @@ static int validate_training(const Config *c) {
     RULE(c->onebit && c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
          c->freeze_step);
     RULE(c->onebit && c->device == 1, "OneBitAdam runs on the CPU only (--device cuda given)");
+    RULE(c->sparse.recompute && c->device == 1, "sparse_attention.recompute runs on the CPU only (--device cuda given)");
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
     RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);
     RULE(c->save_every < 0, "save_every (%d) must be >= 0", c->save_every);

@@ -364,7 +364,12 @@ static void layout_grads(Model *M, Bump *a) {
     // attention backward: T·T per OpenMP thread on the CPU, every (b, h) at once on the GPU
     long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
     long per_row = !M->sl ? (long)M->T * M->T : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
-    M->att_scratch = TAKE(a, float, att_rows * per_row);
+    long chunk = 0;   // sparse recompute: the backward's chunk of recomputed strips
+    for (int l = 0; M->sl && ted_device != DEV_CUDA && l < M->L; l++) {
+        long c = sparse_attention_recompute_floats(&M->sl[l], M->Bmax);
+        chunk = c > chunk ? c : chunk;
+    }
+    M->att_scratch = TAKE(a, float, att_rows * per_row + chunk);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
         M->a2a_buf = TAKE(a, float, 2 * R * M->d);

@@ -74,7 +74,7 @@ int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const 
 #define BOOL_KEY(name) else if (!strcmp(k, #name)) { if (!cJSON_IsBool(j)) want = "true or false"; else s->name = cJSON_IsTrue(j); }
         INT_KEY(num_local_blocks, 1) INT_KEY(num_global_blocks, 0) INT_KEY(num_random_blocks, 0)
         INT_KEY(num_sliding_window_blocks, 1) INT_KEY(num_different_global_patterns, 1)
-        BOOL_KEY(different_layout_per_head) BOOL_KEY(horizontal_global_attention)
+        BOOL_KEY(different_layout_per_head) BOOL_KEY(horizontal_global_attention) BOOL_KEY(recompute)
 #undef INT_KEY
 #undef BOOL_KEY
         else if (!strcmp(k, "local_window_blocks")) {
@@ -303,7 +303,7 @@ void sparse_layout_build(SparseLayout *L, const SparseConfig *s, uint64_t run_se
                          int T) {
     CHECK(T % s->block == 0, "sparse layout: T %d is not a multiple of block %d", T, s->block);
     memset(L, 0, sizeof *L);
-    L->block = s->block; L->nb = T / s->block; L->H = H;
+    L->block = s->block; L->nb = T / s->block; L->H = H; L->recompute = s->recompute;
     int nb = L->nb;
     uint64_t seed = s->seed_set ? s->seed : run_seed;
     unsigned char *m = ted_alloc((size_t)H * nb * nb, MEM_TEMP);

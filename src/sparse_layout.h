@@ -26,6 +26,8 @@ typedef struct {
     int bidirectional;                 // "attention": "bidirectional" was asked (refused)
     uint64_t seed;                     // of the random blocks ("seed"; default: the run's seed)
     int seed_set;
+    int recompute;                     // ted's key (false): keep no probabilities; the backward
+                                       // recomputes them a chunk of query blocks at a time
 } SparseConfig;
 
 // DeepSpeed's defaults, mode dense.
@@ -52,6 +54,7 @@ typedef struct {
     int *crow;               // [nnz] query block of each column-entry
     long *cent;              // [nnz] its entry index (into col / the stored blocks)
     int max_row, max_col;    // most entries in one (head, query block) row; in one (head, key block) column
+    int recompute;           // the section's `recompute`: the forward stores no probabilities
     long *row_d, *cptr_d, *cent_d;   // the same arrays on the run's device (the host ones on the CPU)
     int *col_d, *crow_d;
 } SparseLayout;

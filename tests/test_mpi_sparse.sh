@@ -7,7 +7,10 @@
 #    same on every rank;
 #  - resuming the one-process run at step 5 reproduces steps 6-10 exactly (the layouts come back);
 #    a resume with another seed (other random blocks) is refused with one line, exit 2;
-#  - bf16 and fp16 runs track the fp32 run (val_loss within 2%).
+#  - bf16 and fp16 runs track the fp32 run (val_loss within 2%);
+#  - `fixed` with `recompute` (no probabilities kept, the backward recomputes them) equals the
+#    stored run bit for bit on one process, with fewer activation bytes, and on (tp 2, ep 2)
+#    equals one process within 1e-5.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -22,6 +25,10 @@ cat >"$W/bigbird.json" <<'JSON'
 {"sparse_attention": {"mode": "bigbird", "block": 16, "num_random_blocks": 2, "num_sliding_window_blocks": 3,
   "num_global_blocks": 1, "different_layout_per_head": true}}
 JSON
+/usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1])); c["sparse_attention"]["recompute"] = True
+json.dump(c, open(sys.argv[2], "w"))' "$W/fixed.json" "$W/fixed-rc.json"
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 128
        --seq-len 128 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 10 --lr 1e-3 --warmup 2
        --eval-every 5 --eval-windows 8 --log-every 100)
@@ -76,5 +83,18 @@ assert abs(a - b) <= 0.02 * a
 PY
   then ok "$prec tracks fp32"; else bad "$prec does not track fp32"; fi
 done
+single fixed-rc fixed-rc
+if cmp -s "$W/fixed/step_00000010/model.safetensors" "$W/fixed-rc/step_00000010/model.safetensors" \
+   && l=$(compare_logs "$W/fixed.jsonl" "$W/fixed-rc.jsonl" 0) \
+   && act=$(/usr/bin/python3 - "$W/fixed.jsonl" "$W/fixed-rc.jsonl" <<'PY'
+import json, sys
+act = lambda p: next(r["mem"]["activations"] for r in map(json.loads, open(p)) if "mem" in r)
+a, b = act(sys.argv[1]), act(sys.argv[2])
+assert b < a, (a, b)
+print(f"activations {a} -> {b} bytes")
+PY
+); then ok "recompute = stored probabilities bit for bit (losses $l, weights identical), $act"
+else bad "recompute differs from stored probabilities"; tail -3 "$W/fixed-rc.out"; fi
+parallel fixed-rc-tp2-ep2 fixed-rc fixed
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -92,7 +92,8 @@ static void compare(const char *name, const SparseConfig *c, int T_layout, int T
     SparseLayout L;
     sparse_layout_build(&L, c, 1234, 1, 0, H, T_layout);
     float *qkv = buf(N * ld), *out = buf(N * D), *dout = buf(N * D), *dqkv = buf(N * ld);
-    float *att = buf(sparse_attention_att_floats(&L, B)), *scratch = buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads());
+    float *att = buf(sparse_attention_att_floats(&L, B)), *scratch = buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads() +
+                                                                 sparse_attention_recompute_floats(&L, B));
     double *ro = ted_alloc(sizeof(double) * N * D, MEM_TEMP), *rd = ted_alloc(sizeof(double) * N * ld, MEM_TEMP);
     fill(qkv, N * ld, 1.0f); fill(dout, N * D, 1.0f);
     for (long i = 0; i < N * ld; i += ld) for (int e = 0; e < D; e++) qkv[i + e] *= 2.0f;   // peakier softmax
@@ -127,7 +128,8 @@ static void finite_differences(const SparseConfig *cfg) {
     SparseLayout L;
     sparse_layout_build(&L, cfg, 5, 0, 0, H, T);
     FdCtx c = {&L, buf((long)T * ld), buf((long)T * H * hd), buf(sparse_attention_att_floats(&L, B)),
-               buf((long)T * H * hd), B, T, H, hd, buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads())};
+               buf((long)T * H * hd), B, T, H, hd, buf(sparse_attention_scratch_floats(&L, hd) * omp_get_max_threads() +
+                                                                   sparse_attention_recompute_floats(&L, B))};
     float *g = buf((long)T * ld), *scratch = c.scratch;
     fill(c.qkv, (long)T * ld, 1.0f); fill(c.R, (long)T * H * hd, 1.0f);
     f_sparse(&c);
@@ -223,6 +225,28 @@ int main(void) {
         c.mode = SPARSE_DENSE;
         compare("dense (every block)", &c, 256, 256);
     }
+    // recompute: no probabilities kept; the backward recomputes them one chunk of query blocks at
+    // a time: one chunk for the whole call, then about 3 query blocks per chunk
+    for (int small = 0; small <= 1; small++) {
+        sparse_attention_chunk_floats = small ? 2L * 3 * 8 * 16 * 16 : 1L << 24;   // B·H·8 blocks of 16²
+        const char *how = small ? "recompute, small chunks" : "recompute, one chunk";
+        char name[64];
+        sparse_config_defaults(&c);
+        c.block = 16; c.different_layout_per_head = 1; c.recompute = 1;
+        c.mode = SPARSE_FIXED; c.num_different_global_patterns = 2;
+        snprintf(name, sizeof name, "fixed, %s", how);
+        compare(name, &c, 256, 256);
+        c.mode = SPARSE_BIGBIRD; c.num_random_blocks = 2; c.block = 32;
+        snprintf(name, sizeof name, "bigbird, %s", how);
+        compare(name, &c, 256, 256);
+        snprintf(name, sizeof name, "bigbird, %s, shorter T", how);
+        compare(name, &c, 256, 200);
+    }
+    SparseLayout Lr;
+    sparse_layout_build(&Lr, &c, 1, 0, 0, 3, 256);
+    expect(sparse_attention_att_floats(&Lr, 2) == 0, "%-58s %g", "recompute keeps no probabilities", 0);
+    sparse_layout_free(&Lr);
+    sparse_attention_chunk_floats = 1L << 24;
     sparse_config_defaults(&c);
     c.mode = SPARSE_BIGBIRD; c.block = 32; c.different_layout_per_head = 1;
     compare("bigbird, shorter T (generation)", &c, 256, 200);

@@ -36,6 +36,8 @@ refuse bidirectional '{"mode": "bigbird", "attention": "bidirectional"}' 'bidire
 refuse horizontal '{"mode": "fixed", "horizontal_global_attention": true}' 'horizontal_global_attention'
 refuse local-global '{"mode": "fixed", "num_local_blocks": 3, "num_global_blocks": 2}' 'num_global_blocks'
 refuse random '{"mode": "bigbird", "num_random_blocks": 5}' 'num_random_blocks'
+refuse recompute-cuda '{"mode": "fixed", "recompute": true}' 'recompute runs on the CPU only' --device cuda
+refuse recompute-type '{"mode": "fixed", "recompute": 1}' 'sparse_attention.recompute'
 
 cat >"$W/variable.json" <<'JSON'
 {"sparse_attention": {"mode": "variable", "block": 16, "num_random_blocks": 1, "local_window_blocks": [1, 2],
