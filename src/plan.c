@@ -5,7 +5,7 @@
 #include "plan.h"
 #include "config.h"
 #include "schedule.h"
-#include "sparse_layout.h"
+#include "sparse_attention.h"
 #include "model.h"
 #include "util.h"
 #include <ctype.h>
@@ -112,13 +112,24 @@ static void attention_rows(const Config *c, int tp) {
                T, dense, b, m->n_layer);
         return;
     }
+    double chunk = 0;   // recompute: none kept, but the backward's chunk of recomputed strips
     for (int l = 0; l < m->n_layer; l++) {
         SparseLayout L;
         sparse_layout_build(&L, &c->sparse, c->seed, l, 0, H, T);
         sparse += 4.0 * B * L.nnz * L.block * L.block;
+        double k = 4.0 * sparse_attention_recompute_floats(&L, B);
+        chunk = k > chunk ? k : chunk;
         sparse_layout_free(&L);
     }
     human(sparse, s, sizeof s);
+    if (c->sparse.recompute) {
+        char k[32];
+        human(chunk, k, sizeof k);
+        printf("attention (tp %d, micro-batch %d, T %d): %s with recompute: no probabilities kept (%.0f bytes (%s) "
+               "if stored, dense %s); the backward recomputes them in chunks of %.0f bytes (%s)\n", tp, B, T,
+               sparse_mode_name(c->sparse.mode), sparse, s, b, chunk, k);
+        return;
+    }
     printf("attention (tp %d, micro-batch %d, T %d): %s, %.0f bytes (%s) of probabilities over %d layers, "
            "%.1f %% of dense's %.0f (%s)\n", tp, B, T, sparse_mode_name(c->sparse.mode), sparse, s, m->n_layer,
            100 * sparse / dense, dense, b);

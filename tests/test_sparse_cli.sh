@@ -73,5 +73,13 @@ print(4 * B * H * L * n * blk * blk, 4 * B * H * L * 1024 * 1024)')
 read -r want_sparse want_dense <<<"$want"
 if [[ "$planned" == *"fixed, $want_sparse bytes"*"dense's $want_dense "* ]]; then ok "plan: $planned"
 else bad "plan: '$planned', want fixed $want_sparse and dense $want_dense bytes"; fi
+# with recompute: nothing kept; the backward's chunk is one layer's strips here (below 64 MB)
+/usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1])); c["sparse_attention"]["recompute"] = True; json.dump(c, open(sys.argv[2], "w"))' \
+  "$W/plan_fixed.json" "$W/plan_rc.json"
+planned=$("$TED" plan --config "$W/plan_rc.json" --gpus 2 --tp 2 | grep '^attention')
+if [[ "$planned" == *"no probabilities kept"*"chunks of $((want_sparse / 3)) bytes"* ]]; then ok "plan: $planned"
+else bad "plan with recompute: '$planned', want chunks of $((want_sparse / 3)) bytes"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
