@@ -7,7 +7,7 @@
 #    same on every rank;
 #  - resuming the one-process run at step 5 reproduces steps 6-10 exactly (the layouts come back);
 #    a resume with another seed (other random blocks) is refused with one line, exit 2;
-#  - bf16 and fp16 runs track the fp32 run (val_loss within 2%);
+#  - bf16 and fp16 runs track the fp32 run (val_loss within 2%), bf16 with recompute too;
 #  - `fixed` with `recompute` (no probabilities kept, the backward recomputes them) equals the
 #    stored run bit for bit on one process, with fewer activation bytes, and on (tp 2, ep 2)
 #    equals one process within 1e-5.
@@ -72,8 +72,8 @@ set -e
 if [ $rc -eq 2 ] && [ "$(wc -l <"$W/reseed.err")" -eq 1 ] && grep -q sparse_attention "$W/reseed.err"; then
   ok "resume with another seed refused: $(cat "$W/reseed.err")"; else bad "resume with another seed: rc $rc"; cat "$W/reseed.err"; fi
 
-for prec in bf16 fp16; do
-  single "fixed-$prec" fixed "--$prec"
+for prec in bf16 fp16 rc-bf16; do   # rc-bf16: recompute under bf16 (from the 16-bit stored q, k, v)
+  if [ $prec = rc-bf16 ]; then single "fixed-$prec" fixed-rc --bf16; else single "fixed-$prec" fixed "--$prec"; fi
   if /usr/bin/python3 - "$W/fixed.jsonl" "$W/fixed-$prec.jsonl" <<'PY'
 import json, sys
 v = lambda p: [json.loads(l)["val_loss"] for l in open(p) if "val_loss" in l][-1]
