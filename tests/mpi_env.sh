@@ -22,6 +22,11 @@ assert worst <= tol, f"{b}: differs from {a} by {worst:.2e} (tolerance {tol})"
 print(f"{worst:.1e}")
 PY
 }
+# check NAME A B TOL: compare_logs A B TOL, printed as "ok"/"FAIL" and counted in the caller's pass/fail
+check() {
+  if d=$(compare_logs "$2" "$3" "$4"); then echo "ok   $1: within $d"; pass=$((pass + 1))
+  else echo "FAIL $1"; fail=$((fail + 1)); fi
+}
 # compare_weights A.safetensors B.safetensors TOL: same tensors, max |a-b| <= TOL·max(1,|a|)
 compare_weights() {
   /usr/bin/python3 - "$@" <<'PY'

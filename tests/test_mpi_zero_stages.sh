@@ -19,10 +19,6 @@ model=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32
        --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
 pass=0 fail=0
-check() {   # check NAME A B TOL
-  if d=$(compare_logs "$2" "$3" "$4"); then echo "ok   $1: within $d"; pass=$((pass + 1))
-  else echo "FAIL $1"; fail=$((fail + 1)); fi
-}
 for cf in 1.0 0; do
   "$TED" train "${model[@]}" --capacity-factor $cf --micro-batch 8 --log $TED_TMP/one-cf$cf.jsonl >/dev/null
 done

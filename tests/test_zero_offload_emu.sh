@@ -38,10 +38,6 @@ print(f"{'ok  ' if ok else 'FAIL'} {name}: mem.device {ma['device']} without off
 sys.exit(0 if ok else 1)
 PY
 }
-check() {   # check NAME A B TOL
-  if d=$(compare_logs "$2" "$3" "$4"); then echo "ok   $1: losses within $d"; pass=$((pass + 1))
-  else echo "FAIL $1"; fail=$((fail + 1)); fi
-}
 "$TED_EMU" train "${model[@]}" --micro-batch 4 --device cuda --log $TED_TMP/f32.jsonl >/dev/null
 "$TED_EMU" train "${model[@]}" --micro-batch 4 --device cuda --config $TED_TMP/off.json --log $TED_TMP/f32-off.jsonl >/dev/null
 check "fp32, 1 rank: offload = no offload" $TED_TMP/f32.jsonl $TED_TMP/f32-off.jsonl 1e-6
