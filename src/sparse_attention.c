@@ -239,7 +239,11 @@ static void backward_chunked(Shape *s, float *dqkv, const float *dout, const flo
     s->ch = &ch;
     while (ch.i0 < s->nbq) {
         long fl = 0;
-        for (ch.i1 = ch.i0; ch.i1 < s->nbq && fl + row_floats(s, ch.i1) <= cap; ch.i1++) fl += row_floats(s, ch.i1);
+        for (ch.i1 = ch.i0; ch.i1 < s->nbq; ch.i1++) {   // cap holds any one row, so each chunk takes one
+            long f = row_floats(s, ch.i1);
+            if (fl + f > cap) break;
+            fl += f;
+        }
         for (long bh = 0, at = 0; bh < (long)s->B * s->H; bh++) {
             int h = (int)(bh % s->H);
             ch.off[bh] = at;
