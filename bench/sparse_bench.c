@@ -7,11 +7,11 @@
 // still computed (B·H·T² floats; scratch T² floats per thread).
 //   usage: sparse_bench [--T 1024,2048,...] [--B 1] [--reps 3 (0: sizes only)] [--dense-max 8192] [--mode fixed]
 //                       [--block 64] [--local 4] [--global 1] [--recompute 0|1]
-#include "alloc.h"
-#include "ops.h"
-#include "rng.h"
-#include "sparse_attention.h"
-#include "util.h"
+#include "core/alloc.h"
+#include "nn/ops.h"
+#include "core/rng.h"
+#include "nn/sparse_attention.h"
+#include "core/util.h"
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>

@@ -16,7 +16,7 @@ a lot (2-3x here with other jobs running); the policy in effect is printed.
 gradient clipping then takes one host sync instead of one per tensor). --bf16 is the usual
 mixed-precision recipe: forward and loss under torch.autocast(bfloat16) with the router kept in
 fp32 as docs/design.md says, backward outside it; weights, gradients and AdamW stay fp32. --peak-tflops X
-adds "mfu" = model FLOPs/token (ted's model_flops_per_token, src/model.c) * tokens/s / (X 1e12);
+adds "mfu" = model FLOPs/token (ted's model_flops_per_token, src/model/model.c) * tokens/s / (X 1e12);
 on cuda "peak_mem_gib" is torch.cuda.max_memory_allocated. bench/gpu_bench.sh compares with ted.
 
     /usr/bin/python3 bench/torch_bench.py [--steps 10] [--warmup 3] [--batch 8] [--seq-len 256]
@@ -38,7 +38,7 @@ import torch_ref as ref  # noqa: E402
 
 
 def model_flops_per_token(cfg, T):
-    """ted's model_flops_per_token (src/model.c): 6 x the active matmul parameters (LM head
+    """ted's model_flops_per_token (src/model/model.c): 6 x the active matmul parameters (LM head
     V d; per block 4 d^2, plus d E + k 2 d f in an MoE block or 2 d f in a dense one) plus
     12 L T d for attention scores and values."""
     d, f = cfg.n_embd, cfg.n_inner

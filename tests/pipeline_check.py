@@ -1,6 +1,6 @@
 # pipeline_check.py PREFIX PP: checks the instruction traces PREFIX.<stage> that a pipelined run
 # wrote for its first step (TED_PP_TRACE) against the schedules' definitions, written here
-# independently of src/schedule.c, and computes the ideal bubble from the recorded order
+# independently of src/parallel/schedule.c, and computes the ideal bubble from the recorded order
 # (forward 1 unit per stage's share of the model, backward 2; transfers free).
 import sys
 

@@ -2,9 +2,9 @@
 // of unknown keys / wrong types / malformed JSON (one error line naming the file and key),
 // flags layered over JSON and their errors, every validation rule, the checkpoint
 // config.json round trip, and the help text listing every flag.
-#include "alloc.h"
-#include "config.h"
-#include "util.h"
+#include "core/alloc.h"
+#include "config/config.h"
+#include "core/util.h"
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>

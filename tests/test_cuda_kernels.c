@@ -5,10 +5,10 @@
 // ops that do the CPU's very additions in its order (encoder, residual, scale), 1e-9 for
 // the double reductions. Shapes are deliberately not multiples of 32. Exits 77 (skipped)
 // without a GPU.
-#include "alloc.h"
+#include "core/alloc.h"
 #include "cuda/cuda_ops.h"
-#include "half.h"
-#include "ops.h"
+#include "core/half.h"
+#include "nn/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,10 +3,10 @@
 // or 1e-5 (the rest) of the CPU's, relative to the largest CPU value; router choices, slots,
 // kept and the statistics' counts exactly. Exits 77 (skipped) without a GPU.
 #include "cuda/cuda_ops.h"
-#include "dispatcher.h"
-#include "experts.h"
-#include "ops.h"
-#include "router.h"
+#include "moe/dispatcher.h"
+#include "moe/experts.h"
+#include "nn/ops.h"
+#include "moe/router.h"
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>

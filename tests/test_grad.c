@@ -4,12 +4,12 @@
 // RTS, expert choice, group-limited routing). Central differences
 // in fp32 on functions whose gradients are O(0.1): a wrong factor or a missing term shows
 // as a relative error near 1, while the differences themselves agree to ~1e-3.
-#include "alloc.h"
-#include "dispatcher.h"
-#include "model.h"
-#include "ops.h"
-#include "rng.h"
-#include "router.h"
+#include "core/alloc.h"
+#include "moe/dispatcher.h"
+#include "model/model.h"
+#include "nn/ops.h"
+#include "core/rng.h"
+#include "moe/router.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

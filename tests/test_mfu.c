@@ -4,7 +4,7 @@
 //   block 1 (MoE): 4d² + router d·E + k·2df = 256 + 32 + 1024; total 2208.
 //   FLOPs per token = 6·2208 + 12·L·T·d = 13248 + 768 = 14016.
 // A dropped choice skips its expert: with half the choices dropped, 6·k·2df·0.5 = 3072 fewer.
-#include "mfu.h"
+#include "model/mfu.h"
 #include <math.h>
 #include <stdio.h>
 

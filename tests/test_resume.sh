@@ -148,7 +148,7 @@ limited() {
 # checkpoint evaluates as before and is what --resume of the root picks
 intact() {
   local what=$1 want=$2 got
-  got=$(cd "$R" && ls -A | grep -v '^\.lock$\|^run_id$' | tr '\n' ' ')   # .lock, run_id: the folder's run (src/savedir.c)
+  got=$(cd "$R" && ls -A | grep -v '^\.lock$\|^run_id$' | tr '\n' ' ')   # .lock, run_id: the folder's run (src/io/savedir.c)
   [ "$got" = "$want" ] || fail "$what: the save root holds '$got', want '$want'"
   diff -r -x .lock -x run_id "$R" "$W/root.bak" >/dev/null || fail "$what: the save root's files changed"
   "$TED" eval --load "$R/step_00000010" --data "$BOOK" --windows 4 >"$W/now.eval" 2>"$W/now.eval.err" ||

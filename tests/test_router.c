@@ -1,9 +1,9 @@
 // test_router.c — routing cases worked out by hand: choice-major drops, ties to the lower
 // expert, empty experts, gates (k = 1 raw, k = 2 renormalised), capacity per group, aux and
 // z losses, and the dispatcher's row plan.
-#include "alloc.h"
-#include "dispatcher.h"
-#include "router.h"
+#include "core/alloc.h"
+#include "moe/dispatcher.h"
+#include "moe/router.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -3,10 +3,10 @@
 // and bias-balanced choosing; the reductions (noisy_topk without noise, gshard keeping every
 // second choice, RTS without drops all equal top-k); and the statistics of the random draws
 // (GShard's kept-second fraction, Switch's jitter range, noisy_topk's load term by Monte Carlo).
-#include "alloc.h"
-#include "dispatcher.h"
-#include "rng.h"
-#include "router.h"
+#include "core/alloc.h"
+#include "moe/dispatcher.h"
+#include "core/rng.h"
+#include "moe/router.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

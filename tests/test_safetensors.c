@@ -1,9 +1,9 @@
 // test_safetensors.c — safetensors round trip and rejection of corrupt files: every kind of
 // bad header gives NULL (with one error line) and nothing crashes, including random byte
 // flips and truncations of a valid file.
-#include "alloc.h"
-#include "safetensors.h"
-#include "util.h"
+#include "core/alloc.h"
+#include "io/safetensors.h"
+#include "core/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -6,9 +6,9 @@
 // blocks, a partial last block), a finite-difference check of the sparse op, and the layouts'
 // shape (never above the diagonal, the rules of each mode, per-head, a TP shard of heads equal to
 // the same heads of the whole layout).
-#include "alloc.h"
-#include "rng.h"
-#include "sparse_attention.h"
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "nn/sparse_attention.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

@@ -4,9 +4,9 @@
 //  (b) generation: a forward over the first 40 tokens (a partial last block) gives the logits of
 //      the first 40 positions of the full 64-token forward (the layout's leading blocks);
 //  (c) a sparse layout changes the model's output (the layout is really used).
-#include "alloc.h"
-#include "model.h"
-#include "rng.h"
+#include "core/alloc.h"
+#include "model/model.h"
+#include "core/rng.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

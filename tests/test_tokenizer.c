@@ -3,9 +3,9 @@
 // Moby-Dick against a checksum of the JS ids, and the error paths (missing or malformed files
 // give NULL and one error line, never a crash, and free what they allocated).
 // Runs from the source root: the BPE files are data/gpt2/encoder.json and data/gpt2/vocab.bpe.
-#include "alloc.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "core/alloc.h"
+#include "io/tokenizer.h"
+#include "core/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // (experts.c), with the semantics of the CPU functions (see cuda_ops.h). Each kernel follows
 // its CPU loop; the comments name the loop it replaces.
 #include "cuda_ops.h"
-#include "../router_token.h"
+#include "moe/router_token.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
-# The CUDA backend on the CPU (tests/cuda_emu): the real src/*.c built with TED_CUDA, and the
+# The CUDA backend on the CPU (tests/cuda_emu): the real src/*/*.c built with TED_CUDA, and the
 # real src/cuda/*.cu turned into C++ by transform.py (at build time, so that they follow edits),
 # linked with emu.cpp (CUDA runtime, cuBLAS, kernel execution; NCCL stops) into
-#   ted_emu                   src/main.c: `ted_emu train --device cuda` runs the GPU path
+#   ted_emu                   src/cli/main.c: `ted_emu train --device cuda` runs the GPU path
 #   test_cuda_kernels_emu     tests/test_cuda_kernels.c
 #   test_cuda_moe_emu         tests/test_cuda_moe.c
 # tests/test_cuda_emu.sh runs them. Needs a C++17 compiler, Python 3 and the CUDA headers
@@ -38,11 +38,10 @@ add_custom_command(OUTPUT ${emu_out}
   DEPENDS ${emu_dir}/transform.py ${emu_cu} ${emu_h}
   COMMENT "transform.py: src/cuda/*.cu for the CPU emulation")
 
-file(GLOB emu_c ${CMAKE_SOURCE_DIR}/src/*.c)
-list(REMOVE_ITEM emu_c ${CMAKE_SOURCE_DIR}/src/main.c)
+set(emu_c ${TED_SOURCES})   # every room's .c (CMakeLists.txt), without cli/main.c
 add_library(tedcore_emu STATIC ${emu_c} ${emu_out} ${emu_dir}/emu.cpp ${emu_dir}/emu.h)
 target_compile_definitions(tedcore_emu PUBLIC TED_CUDA)
-# the generated .cpp find the generated cuda_ops.h beside them, then ../router.h through src/cuda
+# the generated .cpp find the generated cuda_ops.h beside them, then the rooms' headers through src/
 target_include_directories(tedcore_emu PUBLIC ${CMAKE_SOURCE_DIR}/src ${CBLAS_INCLUDE} ${TED_EMU_CUDA_INCLUDE}
   ${TED_EMU_CUBLAS_INCLUDE} ${TED_EMU_NCCL_INCLUDE} PRIVATE ${emu_dir} ${CMAKE_SOURCE_DIR}/src/cuda)
 set_source_files_properties(${emu_out} ${emu_dir}/emu.cpp PROPERTIES COMPILE_OPTIONS
@@ -50,7 +49,7 @@ set_source_files_properties(${emu_out} ${emu_dir}/emu.cpp PROPERTIES COMPILE_OPT
 target_link_libraries(tedcore_emu PUBLIC OpenMP::OpenMP_C MPI::MPI_C PkgConfig::PCRE2 PkgConfig::CJSON
   ${OPENBLAS_LIB} m)
 
-add_executable(ted_emu ${CMAKE_SOURCE_DIR}/src/main.c)
+add_executable(ted_emu ${CMAKE_SOURCE_DIR}/src/cli/main.c)
 add_executable(test_cuda_kernels_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_kernels.c)
 add_executable(test_cuda_moe_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_moe.c)
 foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu)

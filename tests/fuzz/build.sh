@@ -21,11 +21,12 @@ SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 CFLAGS=(-std=c11 -D_GNU_SOURCE -fopenmp -I"$ROOT/src" -I"$BLAS_INC" $(pkg-config --cflags libcjson libpcre2-8)
         $(mpicc --showme:compile) -Wno-unknown-pragmas -Wno-unknown-attributes -Wno-pass-failed)
 LIBS=("$BLAS_LIB" $(pkg-config --libs libcjson libpcre2-8) $(mpicc --showme:link) -fopenmp -lm -lpthread -rtlib=compiler-rt)
-newest_header=$(ls -t "$ROOT"/src/*.h | head -1)
+newest_header=$(ls -t "$ROOT"/src/*/*.h | head -1)
 objs=()
-for src in "$ROOT"/src/*.c; do
-  name=$(basename "$src" .c)
-  [ "$name" = main ] && continue
+for src in "$ROOT"/src/*/*.c; do
+  room=$(basename "$(dirname "$src")")
+  name=${room}_$(basename "$src" .c)
+  [ "$name" = cli_main ] && continue
   obj=$OUT/obj/$name.o
   if [ ! -e "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_header" -nt "$obj" ]; then
     "$CC" "${CFLAGS[@]}" "${SAN[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"

@@ -1,8 +1,8 @@
 // fuzz_checkpoint_config.c — a checkpoint's flat config.json (config_load_model_json, which
 // validates it); a config that passes is written back and read again: the same model.
 #include <stdint.h>
-#include "alloc.h"
-#include "config.h"
+#include "core/alloc.h"
+#include "config/config.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

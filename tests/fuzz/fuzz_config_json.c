@@ -1,6 +1,6 @@
 // fuzz_config_json.c — the training JSON config (config_load_json), then the validation.
 #include <stdint.h>
-#include "config.h"
+#include "config/config.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

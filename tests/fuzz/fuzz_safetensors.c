@@ -1,6 +1,6 @@
 // fuzz_safetensors.c — a .safetensors file (st_open): every tensor it lists is read whole.
 #include <stdint.h>
-#include "safetensors.h"
+#include "io/safetensors.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

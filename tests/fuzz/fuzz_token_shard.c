@@ -1,8 +1,8 @@
 // fuzz_token_shard.c — a token shard (llm.c format: 256 int32 header, uint16 tokens) through
 // data_load_whole; the tokens it accepts are all read.
 #include <stdint.h>
-#include "alloc.h"
-#include "data.h"
+#include "core/alloc.h"
+#include "io/data.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

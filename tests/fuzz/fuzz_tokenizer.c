@@ -2,8 +2,8 @@
 // encoder.json and vocab.bpe (tok_load); a tokenizer that loads encodes a text and the input's
 // tail, and decodes every id back.
 #include <stdint.h>
-#include "alloc.h"
-#include "tokenizer.h"
+#include "core/alloc.h"
+#include "io/tokenizer.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

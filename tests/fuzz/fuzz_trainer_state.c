@@ -1,7 +1,7 @@
 // fuzz_trainer_state.c — a checkpoint's trainer_state.json (read_trainer_state): what it
 // accepts is within the documented ranges.
 #include <stdint.h>
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

@@ -1,0 +1,29 @@
+// guard.c — the non-finite stop after each step (see guard.h).
+#include "cli/guard.h"
+#include "core/util.h"
+#include <math.h>
+
+// The first non-finite value of the step, by name, or NULL.
+static const char *first_bad(const StepMetrics *m, double *v) {
+    const char *names[] = {"lm_loss", "aux_loss", "loss", "grad_norm"};
+    const double vals[] = {m->lm_loss, m->aux_loss, m->loss, m->grad_norm};
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(vals[i])) { *v = vals[i]; return names[i]; }
+    return NULL;
+}
+
+int guard_step(Guard *g, const Config *c, const StepMetrics *m) {
+    double v = 0;
+    const char *bad = first_bad(m, &v);
+    if (c->fp16) {   // loss scaling owns overflow: count the skips in a row
+        g->skipped_run = m->skipped || bad ? g->skipped_run + 1 : 0;
+        if (g->skipped_run < GUARD_MAX_SKIPPED) return 0;
+        ted_error("step %ld: %d fp16 steps in a row overflowed (%s %g, loss scale %g): stopping; nothing of these "
+                  "steps is saved", m->step, g->skipped_run, bad ? bad : "grad_norm", bad ? v : m->grad_norm, m->loss_scale);
+        return 1;
+    }
+    if (!bad) return 0;
+    ted_error("step %ld: %s is %g: stopping; this state is not saved (lower --lr, or resume from the last checkpoint)",
+              m->step, bad, v);
+    return 1;
+}

@@ -1,0 +1,1017 @@
+// config.c — the settings of a run (see config.h): defaults, a DeepSpeed-like JSON file,
+// `ted train` flags layered on top, the validation rules, and a checkpoint's flat
+// config.json. JSON keys and flags are each described by one table; the same walker reads
+// the training config and the checkpoint config, and the flag table also prints the help.
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/util.h"
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define CF(field) offsetof(Config, field)
+#define FIELD(c, off, type) ((type *)((char *)(c) + (off)))
+
+// The keys of the `model` and `moe` sections, each an int or a float field of ModelConfig.
+#define MODEL_FIELDS(X) X(vocab_size, J_INT) X(n_positions, J_INT) X(n_embd, J_INT) \
+    X(n_layer, J_INT) X(n_head, J_INT) X(n_inner, J_INT)
+#define MOE_FIELDS(X) X(num_experts, J_INT) X(top_k, J_INT) X(moe_every, J_INT) \
+    X(capacity_factor, J_FLOAT) X(min_capacity, J_INT) X(group_size, J_INT) \
+    X(aux_coef, J_FLOAT) X(z_coef, J_FLOAT)
+// The routing family (design §6): optional in a checkpoint's config.json (older ones lack them).
+#define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
+    X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
+    X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
+
+const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice"};
+const char *const expert_type_names[EXPERT_KINDS] = {"gelu", "swiglu"};
+
+// The index of name in names[n], or -1.
+static int name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    ModelConfig *m = &c->model;
+    m->vocab_size = 256;
+    m->n_positions = 256;
+    m->n_embd = 256;
+    m->n_layer = 4;
+    m->n_head = 4;
+    m->n_inner = 0;
+    m->num_experts = 1;
+    m->top_k = 2;
+    m->moe_every = 2;
+    m->capacity_factor = 1.0f;
+    m->min_capacity = 4;
+    m->group_size = 1;
+    m->aux_coef = 0.01f;
+    m->z_coef = 0.0f;
+    m->router = ROUTER_TOPK;
+    m->jitter_eps = 0.01f;
+    m->importance_coef = 0.01f;
+    m->load_coef = 0.01f;
+    m->num_groups = 1;
+    m->topk_groups = 1;
+    m->expert_type = EXPERT_GELU;
+    c->seq_len = 0;
+    c->micro_batch = 8;
+    c->grad_accum = 1;
+    c->steps = 1000;
+    c->lr = 6e-4f;
+    c->min_lr = c->lr / 10;
+    c->min_lr_set = 0;
+    c->warmup = 100;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.1f;
+    c->clip = 1.0f;
+    c->seed = 1337;
+    c->data_sequential = 0;
+    c->zero_stage = 1;
+    c->reduce_bucket_size = 500000000;
+    c->freeze_step = 100;
+    c->compression = 1;
+    c->tile_size = 1800000;
+    c->tp = 1;
+    c->ep = 1;
+    c->pp = 1;
+    c->pp_schedule = PP_1F1B;
+    c->pp_virtual = 1;
+    c->log_every = 1;
+    c->watchdog = 600;
+    c->debug_expert_grad_scale = 1.0f;
+    sparse_config_defaults(&c->sparse);
+}
+
+// min_lr follows lr (lr/10) until it is given explicitly.
+static void resolve_min_lr(Config *c) {
+    if (!c->min_lr_set) c->min_lr = c->lr / 10;
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON
+
+typedef enum {
+    J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
+    J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
+} JKind;
+
+typedef struct JKey {
+    const char *name;
+    JKind kind;
+    size_t off;                   // field of Config (scalar kinds)
+    const struct JKey *section;   // keys of a nested object (J_SECTION)
+} JKey;
+
+#define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
+static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
+static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
+// A checkpoint's config.json: model and moe keys flat, plus seq_len; the keys before
+// N_FLAT_REQUIRED must be present, the routing family's may be missing (older checkpoints).
+static const JKey flat_model_keys[] = {
+    MODEL_FIELDS(MODEL_KEY) MOE_FIELDS(MODEL_KEY)
+    {"seq_len", J_INT, CF(seq_len), NULL}, ROUTE_FIELDS(MODEL_KEY) {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {NULL, 0, 0, NULL}
+};
+#define COUNT_KEY(name, kind) + 1
+enum { N_FLAT_REQUIRED = 1 MODEL_FIELDS(COUNT_KEY) MOE_FIELDS(COUNT_KEY) };
+
+static const JKey optimizer_params[] = {
+    {"lr", J_FLOAT, CF(lr), NULL},
+    {"betas", J_BETAS, 0, NULL},
+    {"eps", J_FLOAT, CF(eps), NULL},
+    {"weight_decay", J_FLOAT, CF(weight_decay), NULL},
+    {"freeze_step", J_INT, CF(freeze_step), NULL},
+    {"compression", J_COMPRESSION, CF(compression), NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey optimizer_keys[] = {
+    {"type", J_OPTIMIZER_TYPE, 0, NULL},
+    {"params", J_SECTION, 0, optimizer_params},
+    {"tile_size", J_LONG, CF(tile_size), NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey scheduler_params[] = {
+    {"warmup_num_steps", J_INT, CF(warmup), NULL},
+    {"min_lr", J_MIN_LR, CF(min_lr), NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey scheduler_keys[] = {
+    {"type", J_SCHEDULER_TYPE, 0, NULL},
+    {"params", J_SECTION, 0, scheduler_params},
+    {NULL, 0, 0, NULL}
+};
+static const JKey bf16_keys[] = { {"enabled", J_BOOL, CF(bf16), NULL}, {NULL, 0, 0, NULL} };
+static const JKey fp16_keys[] = {
+    {"enabled", J_BOOL, CF(fp16), NULL},
+    {"loss_scale", J_IGNORED_NUMBER, 0, NULL},
+    {"initial_scale_power", J_IGNORED_INT, 0, NULL},
+    {"loss_scale_window", J_IGNORED_INT, 0, NULL},
+    {"hysteresis", J_IGNORED_INT, 0, NULL},
+    {"min_loss_scale", J_IGNORED_NUMBER, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), NULL}, {NULL, 0, 0, NULL} };
+static const JKey zero_keys[] = {
+    {"stage", J_INT, CF(zero_stage), NULL},
+    {"reduce_bucket_size", J_LONG, CF(reduce_bucket_size), NULL},
+    {"offload_optimizer", J_SECTION, 0, offload_keys},
+    {NULL, 0, 0, NULL}
+};
+static const JKey checkpointing_keys[] = {
+    {"enabled", J_BOOL, CF(activation_checkpointing), NULL},
+    {"partition_activations", J_IGNORED_BOOL, 0, NULL},
+    {"contiguous_memory_optimization", J_IGNORED_BOOL, 0, NULL},
+    {"cpu_checkpointing", J_IGNORED_BOOL, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey pipeline_keys[] = {
+    {"schedule", J_PP_SCHEDULE, CF(pp_schedule), NULL},
+    {"virtual_stages", J_INT, CF(pp_virtual), NULL},
+    {"layers", J_PP_LAYERS, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey top_keys[] = {
+    {"train_micro_batch_size_per_gpu", J_INT, CF(micro_batch), NULL},
+    {"train_batch_size", J_INT, CF(train_batch_size), NULL},
+    {"gradient_accumulation_steps", J_INT, CF(grad_accum), NULL},
+    {"train_steps", J_INT, CF(steps), NULL},
+    {"seq_len", J_INT, CF(seq_len), NULL},
+    {"seed", J_SEED, CF(seed), NULL},
+    {"gradient_clipping", J_FLOAT, CF(clip), NULL},
+    {"data_order", J_ORDER, CF(data_sequential), NULL},
+    {"eval_every", J_INT, CF(eval_every), NULL},
+    {"eval_windows", J_INT, CF(eval_windows), NULL},
+    {"save_every", J_INT, CF(save_every), NULL},
+    {"log_every", J_INT, CF(log_every), NULL},
+    {"sample_every", J_INT, CF(sample_every), NULL},
+    {"threads", J_INT, CF(threads), NULL},
+    {"tp", J_INT, CF(tp), NULL},
+    {"ep", J_INT, CF(ep), NULL},
+    {"pp", J_INT, CF(pp), NULL},
+    {"pipeline", J_SECTION, 0, pipeline_keys},
+    {"dtd", J_BOOL, CF(dtd), NULL},
+    {"cac", J_BOOL, CF(cac), NULL},
+    {"optimizer", J_SECTION, 0, optimizer_keys},
+    {"scheduler", J_SECTION, 0, scheduler_keys},
+    {"bf16", J_SECTION, 0, bf16_keys},
+    {"fp16", J_SECTION, 0, fp16_keys},
+    {"zero_optimization", J_SECTION, 0, zero_keys},
+    {"activation_checkpointing", J_SECTION, 0, checkpointing_keys},
+    {"model", J_SECTION, 0, model_keys},
+    {"moe", J_SECTION, 0, moe_keys},
+    {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {"comment", J_COMMENT, 0, NULL},
+    {"_comment", J_COMMENT, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
+
+// A short description of a JSON value for error messages ("a string \"2\"", "1.5", ...).
+static const char *describe(const cJSON *j, char *buf, size_t n) {
+    if (cJSON_IsString(j)) snprintf(buf, n, "the string \"%.40s\"", j->valuestring);
+    else if (cJSON_IsNumber(j)) snprintf(buf, n, "%.10g", j->valuedouble);
+    else if (cJSON_IsBool(j)) snprintf(buf, n, "%s", cJSON_IsTrue(j) ? "true" : "false");
+    else if (cJSON_IsNull(j)) snprintf(buf, n, "null");
+    else if (cJSON_IsArray(j)) snprintf(buf, n, "an array");
+    else if (cJSON_IsObject(j)) snprintf(buf, n, "an object");
+    else snprintf(buf, n, "an unknown value");
+    return buf;
+}
+
+static int type_error(const char *file, const char *key, const char *want, const cJSON *j) {
+    char got[96];
+    ted_error("%s: key \"%s\" must be %s (got %s)", file, key, want, describe(j, got, sizeof got));
+    return -1;
+}
+
+// An integral JSON number in [lo, hi]: 0, -1 when not an integer, -2 when out of range.
+static int json_integer(const cJSON *j, double lo, double hi, double *out) {
+    if (!cJSON_IsNumber(j)) return -1;
+    double v = j->valuedouble;
+    if (!isfinite(v) || v != floor(v)) return -1;
+    if (v < lo || v > hi) return -2;
+    *out = v;
+    return 0;
+}
+
+static int integer_error(const char *file, const char *key, int why, const char *range, const cJSON *j) {
+    char want[96];
+    snprintf(want, sizeof want, "an integer%s%s", why == -2 ? " in " : "", why == -2 ? range : "");
+    return type_error(file, key, want, j);
+}
+
+static int json_float(const cJSON *j, float *out) {
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || fabs(j->valuedouble) > FLT_MAX) return -1;
+    *out = (float)j->valuedouble;
+    return 0;
+}
+
+static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static const char *sched_name_of(int kind);
+static int validate_checkpoint_model(const Config *c, const char *path);
+
+// Stores one value of a known key.
+static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
+    double d;
+    float f;
+    int rc;
+    switch (k->kind) {
+    case J_INT:
+        if ((rc = json_integer(j, INT_MIN, INT_MAX, &d)) != 0) return integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
+        *FIELD(c, k->off, int) = (int)d;
+        return 0;
+    case J_LONG:
+        if ((rc = json_integer(j, 0, 9007199254740992.0, &d)) != 0) return integer_error(file, key, rc, "[0, 2^53]", j);
+        *FIELD(c, k->off, long) = (long)d;
+        return 0;
+    case J_SEED:
+        if ((rc = json_integer(j, 0, 9007199254740992.0, &d)) != 0) return integer_error(file, key, rc, "[0, 2^53]", j);
+        *FIELD(c, k->off, uint64_t) = (uint64_t)d;
+        return 0;
+    case J_FLOAT:
+    case J_MIN_LR:
+        if (json_float(j, &f) != 0) return type_error(file, key, "a number", j);
+        *FIELD(c, k->off, float) = f;
+        if (k->kind == J_MIN_LR) c->min_lr_set = 1;
+        return 0;
+    case J_BOOL:
+        if (!cJSON_IsBool(j)) return type_error(file, key, "true or false", j);
+        *FIELD(c, k->off, int) = cJSON_IsTrue(j);
+        return 0;
+    case J_SECTION:
+        if (!cJSON_IsObject(j)) return type_error(file, key, "an object", j);
+        return walk(c, j, k->section, key, file);
+    case J_ORDER:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "sequential") != 0 && strcmp(j->valuestring, "shuffled") != 0))
+            return type_error(file, key, "\"sequential\" or \"shuffled\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "sequential") == 0;
+        return 0;
+    case J_OPTIMIZER_TYPE:
+        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "AdamW") != 0 &&
+                                   strcasecmp(j->valuestring, "OneBitAdam") != 0))
+            return type_error(file, key, "\"AdamW\" or \"OneBitAdam\"", j);
+        c->onebit = strcasecmp(j->valuestring, "OneBitAdam") == 0;
+        return 0;
+    case J_COMPRESSION:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "sign") != 0 && strcmp(j->valuestring, "none") != 0))
+            return type_error(file, key, "\"sign\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "sign") == 0;
+        return 0;
+    case J_OFFLOAD_DEVICE:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "cpu") != 0 && strcmp(j->valuestring, "none") != 0))
+            return type_error(file, key, "\"cpu\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "cpu") == 0;
+        return 0;
+    case J_SCHEDULER_TYPE:
+        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "WarmupCosine") != 0 &&
+                                   strcasecmp(j->valuestring, "WarmupCosineLR") != 0))
+            return type_error(file, key, "\"WarmupCosine\", the only scheduler", j);
+        return 0;
+    case J_PP_SCHEDULE:
+        if (!cJSON_IsString(j) || config_pp_schedule(j->valuestring) < 0)
+            return type_error(file, key, "\"gpipe\", \"1f1b\" or \"interleaved\"", j);
+        *FIELD(c, k->off, int) = config_pp_schedule(j->valuestring);
+        return 0;
+    case J_PP_LAYERS: {
+        int n = cJSON_GetArraySize(j);
+        if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
+            return type_error(file, key, "an array of 1 to 256 block counts", j);
+        for (int i = 0; i < n; i++) {
+            if ((rc = json_integer(cJSON_GetArrayItem(j, i), 1, INT_MAX, &d)) != 0)
+                return integer_error(file, key, rc, "[1, 2^31-1] for every entry", cJSON_GetArrayItem(j, i));
+            c->pp_layers[i] = (int)d;
+        }
+        c->pp_nlayers = n;
+        return 0;
+    }
+    case J_ROUTER:
+    case J_EXPERT_TYPE: {
+        int router = k->kind == J_ROUTER, i = -1;
+        if (cJSON_IsString(j))
+            i = router ? name_index(router_names, ROUTER_KINDS, j->valuestring)
+                       : name_index(expert_type_names, EXPERT_KINDS, j->valuestring);
+        if (i < 0)
+            return type_error(file, key, router ? "\"topk\", \"noisy_topk\", \"switch\", \"gshard\" or \"expert_choice\""
+                                                : "\"gelu\" or \"swiglu\"", j);
+        *FIELD(c, k->off, int) = i;
+        return 0;
+    }
+    case J_BETAS: {
+        float b1, b2;
+        if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || json_float(cJSON_GetArrayItem(j, 0), &b1) != 0 ||
+            json_float(cJSON_GetArrayItem(j, 1), &b2) != 0)
+            return type_error(file, key, "an array of two numbers", j);
+        c->beta1 = b1;
+        c->beta2 = b2;
+        return 0;
+    }
+    case J_IGNORED_BOOL:
+        return cJSON_IsBool(j) ? 0 : type_error(file, key, "true or false", j);
+    case J_IGNORED_NUMBER:
+        return json_float(j, &f) == 0 ? 0 : type_error(file, key, "a number", j);
+    case J_IGNORED_INT:
+        rc = json_integer(j, INT_MIN, INT_MAX, &d);
+        return rc == 0 ? 0 : integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
+    case J_COMMENT:
+        return cJSON_IsString(j) ? 0 : type_error(file, key, "a string", j);
+    case J_SPARSE:
+        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
+    }
+    return -1;
+}
+
+static const JKey *find_key(const JKey *keys, const char *name) {
+    for (const JKey *k = keys; k->name; k++)
+        if (strcmp(k->name, name) == 0) return k;
+    return NULL;
+}
+
+// Applies every member of obj; an unknown member is an error naming its full path.
+static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file) {
+    for (const cJSON *j = obj->child; j; j = j->next) {
+        char key[256];
+        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", j->string);
+        const JKey *k = find_key(keys, j->string);
+        if (!k) { ted_error("%s: unknown key \"%s\"", file, key); return -1; }
+        if (apply_value(c, j, k, key, file) != 0) return -1;
+    }
+    return 0;
+}
+
+// Reads and parses a JSON file whose top level is an object; NULL after one error line.
+static cJSON *parse_json_file(const char *path) {
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) { ted_error("%s: cannot read: %s", path, strerror(errno)); return NULL; }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        int line = 1, col = 1;
+        for (const char *p = text; end && p < end && p < text + len; p++) {
+            if (*p == '\n') { line++; col = 1; } else col++;
+        }
+        if (len == 0) ted_error("%s: malformed JSON: the file is empty", path);
+        else ted_error("%s: malformed JSON near line %d, column %d", path, line, col);
+    } else if (!cJSON_IsObject(root)) {
+        ted_error("%s: the top level must be a JSON object", path);
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    ted_free(text);
+    return root;
+}
+
+int config_load_json(Config *c, const char *path) {
+    cJSON *root = parse_json_file(path);
+    if (!root) return -1;
+    int rc = walk(c, root, top_keys, "", path);
+    cJSON_Delete(root);
+    resolve_min_lr(c);
+    return rc;
+}
+
+// The Hugging Face keys a checkpoint's config.json carries beside the flat keys (written by
+// io/hfconfig.c): the reader of the flat keys passes over them.
+static const char *const hf_keys[] = {
+    "model_type", "architectures", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
+    "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "tie_word_embeddings", "bos_token_id",
+    "eos_token_id", "torch_dtype", "use_cache", "ted_note", NULL
+};
+
+static void hf_config_strip(cJSON *root) {
+    for (int i = 0; hf_keys[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(root, hf_keys[i]);
+}
+
+int config_load_model_json(Config *c, const char *path) {
+    cJSON *root = parse_json_file(path);
+    if (!root) return -1;
+    hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
+    Config tmp = *c;
+    sparse_config_defaults(&tmp.sparse);   // no section: dense
+    int rc = walk(&tmp, root, flat_model_keys, "", path);
+    for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
+        if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
+            ted_error("%s: missing key \"%s\"", path, k->name);
+            rc = -1;
+        }
+    }
+    cJSON_Delete(root);
+    if (rc == 0) rc = validate_checkpoint_model(&tmp, path);   // the training config's rules
+    if (rc == 0) {
+        c->model = tmp.model;
+        c->seq_len = tmp.seq_len;
+        c->sparse = tmp.sparse;
+    }
+    return rc;
+}
+
+// The shortest decimal form that reads back as the same float.
+static void format_float(char *buf, size_t n, float v) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}
+
+char *config_model_json(const Config *c) {
+    const ModelConfig *m = &c->model;
+    size_t cap = 8192, len = 0;
+    char *out = ted_alloc(cap, MEM_TEMP);
+    char num[64];
+    len += (size_t)snprintf(out + len, cap - len, "{\n");
+#define PUT_INT(name, value) \
+    len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %d,\n", name, value);
+#define PUT_FLOAT(name, value) \
+    format_float(num, sizeof num, value); \
+    len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, num);
+#define PUT_J_INT(name) PUT_INT(#name, m->name)
+#define PUT_J_FLOAT(name) PUT_FLOAT(#name, m->name)
+#define PUT_STR(name, value) len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, value);
+#define PUT_J_BOOL(name) PUT_STR(#name, m->name ? "true" : "false")
+#define PUT_J_ROUTER(name) PUT_STR(#name, m->name == ROUTER_TOPK ? "\"topk\"" : m->name == ROUTER_NOISY_TOPK ? \
+    "\"noisy_topk\"" : m->name == ROUTER_SWITCH ? "\"switch\"" : m->name == ROUTER_GSHARD ? "\"gshard\"" : "\"expert_choice\"")
+#define PUT_J_EXPERT_TYPE(name) PUT_STR(#name, m->name == EXPERT_SWIGLU ? "\"swiglu\"" : "\"gelu\"")
+#define PUT(name, kind) PUT_##kind(name)
+    PUT_INT("vocab_size", m->vocab_size)
+    PUT_INT("n_positions", m->n_positions)
+    PUT_INT("n_embd", m->n_embd)
+    PUT_INT("n_layer", m->n_layer)
+    PUT_INT("n_head", m->n_head)
+    PUT_INT("n_inner", cfg_ffn(m))
+    MOE_FIELDS(PUT)
+    char sparse[4096];
+    sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
+    if (sparse[0]) len += (size_t)snprintf(out + len, cap - len, "  \"sparse_attention\": %s,\n", sparse);
+    ROUTE_FIELDS(PUT)
+    len += (size_t)snprintf(out + len, cap - len, "  \"seq_len\": %d\n}\n", c->seq_len > 0 ? c->seq_len : m->n_positions);
+#undef PUT
+#undef PUT_STR
+#undef PUT_J_BOOL
+#undef PUT_J_ROUTER
+#undef PUT_J_EXPERT_TYPE
+#undef PUT_J_FLOAT
+#undef PUT_J_INT
+#undef PUT_FLOAT
+#undef PUT_INT
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Flags
+
+typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE,
+               F_ROUTER, F_EXPERT_TYPE } FKind;
+
+typedef struct {
+    const char *flag;
+    FKind kind;
+    size_t off;
+    const char *metavar;
+    const char *json;      // the JSON key it overrides (NULL: flag only)
+    const char *deflt;     // the default in words, when printing the value is not enough
+    const char *help;
+} Flag;
+
+static const Flag flags[] = {
+    {"--config", F_CONFIG, 0, "FILE", NULL, "none", "JSON config, read first; flags override it"},
+    {"--data", F_STRING, CF(data), "FILE", NULL, "none", "training data: text (bytes) or *.bin token shards"},
+    {"--steps", F_INT, CF(steps), "N", "train_steps", NULL, "optimizer steps"},
+    {"--micro-batch", F_INT, CF(micro_batch), "N", "train_micro_batch_size_per_gpu", NULL, "sequences per micro-step per data-parallel rank"},
+    {"--grad-accum", F_INT, CF(grad_accum), "N", "gradient_accumulation_steps", NULL, "micro-steps per step"},
+    {"--train-batch-size", F_INT, CF(train_batch_size), "N", "train_batch_size", "0: not checked", "global batch; must equal micro-batch x grad-accum x dp"},
+    {"--lr", F_FLOAT, CF(lr), "X", "optimizer.params.lr", NULL, "peak learning rate"},
+    {"--min-lr", F_MIN_LR, CF(min_lr), "X", "scheduler.params.min_lr", "lr/10", "final learning rate of the cosine decay"},
+    {"--warmup", F_INT, CF(warmup), "N", "scheduler.params.warmup_num_steps", NULL, "linear warm-up steps"},
+    {"--weight-decay", F_FLOAT, CF(weight_decay), "X", "optimizer.params.weight_decay", NULL, "AdamW decoupled weight decay (tensors of >= 2 dims)"},
+    {"--clip", F_FLOAT, CF(clip), "X", "gradient_clipping", NULL, "global gradient-norm clipping (<= 0: off)"},
+    {"--seed", F_SEED, CF(seed), "N", "seed", NULL, "seed of the initial weights and of the data order"},
+    {"--data-order", F_ORDER, CF(data_sequential), "ORDER", "data_order", "shuffled", "sequential or shuffled"},
+    {"--log", F_STRING, CF(log), "FILE", NULL, "none", "metrics, one JSON object per line"},
+    {"--save", F_STRING, CF(save), "DIR", NULL, "none", "checkpoint directory"},
+    {"--save-every", F_INT, CF(save_every), "N", "save_every", "0: at the end only", "save a checkpoint every N steps"},
+    {"--resume", F_STRING, CF(resume), "DIR", NULL, "none", "resume from this checkpoint"},
+    {"--eval-every", F_INT, CF(eval_every), "N", "eval_every", "0: at the end only", "evaluate every N steps"},
+    {"--eval-windows", F_INT, CF(eval_windows), "N", "eval_windows", "0: all", "validation windows per evaluation"},
+    {"--tp", F_INT, CF(tp), "N", "tp", NULL, "tensor-parallel degree"},
+    {"--ep", F_INT, CF(ep), "N", "ep", NULL, "expert-parallel degree"},
+    {"--pp", F_INT, CF(pp), "N", "pp", NULL, "pipeline stages"},
+    {"--pp-schedule", F_PP_SCHEDULE, CF(pp_schedule), "S", "pipeline.schedule", "1f1b", "gpipe, 1f1b or interleaved"},
+    {"--pp-virtual", F_INT, CF(pp_virtual), "V", "pipeline.virtual_stages", NULL, "chunks per stage (interleaved)"},
+    {"--seq-len", F_INT, CF(seq_len), "N", "seq_len", "n_positions", "tokens per training sequence"},
+    {"--log-every", F_INT, CF(log_every), "N", "log_every", NULL, "progress line every N steps"},
+    {"--sample-every", F_INT, CF(sample_every), "N", "sample_every", "0: never", "print a sample every N steps"},
+    {"--threads", F_INT, CF(threads), "N", "threads", "0: OpenMP default", "OpenMP threads"},
+    {"--device", F_DEVICE, CF(device), "DEV", NULL, "cpu", "cpu, or cuda: model, optimizer and collectives on this rank's GPU"},
+    {"--peak-tflops", F_FLOAT, CF(peak_tflops), "X", NULL, "0: measured", "peak TFLOP/s per process that MFU is against"},
+    {"--zero-stage", F_INT, CF(zero_stage), "N", "zero_optimization.stage", NULL, "ZeRO stage: 0 all-reduce, 1 optimizer state sharded, 2 gradients too"},
+    {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
+    {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
+    {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
+    {"--n-embd", F_INT, CF(model.n_embd), "N", "model.n_embd", NULL, "model width d"},
+    {"--n-layer", F_INT, CF(model.n_layer), "N", "model.n_layer", NULL, "transformer blocks L"},
+    {"--n-head", F_INT, CF(model.n_head), "N", "model.n_head", NULL, "attention heads"},
+    {"--n-inner", F_INT, CF(model.n_inner), "N", "model.n_inner", "4*n_embd", "FFN hidden size"},
+    {"--num-experts", F_INT, CF(model.num_experts), "N", "moe.num_experts", NULL, "experts per MoE block (1: dense)"},
+    {"--top-k", F_INT, CF(model.top_k), "N", "moe.top_k", NULL, "experts chosen per token"},
+    {"--moe-every", F_INT, CF(model.moe_every), "N", "moe.moe_every", NULL, "block i is MoE when (i+1) % N == 0"},
+    {"--capacity-factor", F_FLOAT, CF(model.capacity_factor), "X", "moe.capacity_factor", NULL, "expert capacity factor (<= 0: dropless)"},
+    {"--min-capacity", F_INT, CF(model.min_capacity), "N", "moe.min_capacity", NULL, "minimum expert capacity"},
+    {"--group-size", F_INT, CF(model.group_size), "N", "moe.group_size", NULL, "sequences per routing group"},
+    {"--aux-coef", F_FLOAT, CF(model.aux_coef), "X", "moe.aux_coef", NULL, "load-balancing loss coefficient"},
+    {"--z-coef", F_FLOAT, CF(model.z_coef), "X", "moe.z_coef", NULL, "router z-loss coefficient"},
+    {"--router", F_ROUTER, CF(model.router), "NAME", "moe.router", "topk", "topk, noisy_topk, switch, gshard or expert_choice"},
+    {"--use-rts", F_SWITCH, CF(model.use_rts), NULL, "moe.use_rts", "off", "random token selection for capacity slots"},
+    {"--jitter-eps", F_FLOAT, CF(model.jitter_eps), "X", "moe.jitter_eps", NULL, "switch: router input jitter U(1-X, 1+X) in training"},
+    {"--importance-coef", F_FLOAT, CF(model.importance_coef), "X", "moe.importance_coef", NULL, "noisy_topk: CV(importance)^2 loss coefficient"},
+    {"--load-coef", F_FLOAT, CF(model.load_coef), "X", "moe.load_coef", NULL, "noisy_topk: CV(load)^2 loss coefficient"},
+    {"--bias-update-rate", F_FLOAT, CF(model.bias_update_rate), "X", "moe.bias_update_rate", "0: off", "aux-loss-free balancing: bias step per optimizer step"},
+    {"--num-groups", F_INT, CF(model.num_groups), "N", "moe.num_groups", NULL, "group-limited routing: expert groups"},
+    {"--topk-groups", F_INT, CF(model.topk_groups), "N", "moe.topk_groups", NULL, "group-limited routing: groups a token may use"},
+    {"--shared-experts", F_INT, CF(model.shared_experts), "N", "moe.shared_experts", NULL, "always-on expert of N*expert_inner hidden units"},
+    {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
+    {"--expert-type", F_EXPERT_TYPE, CF(model.expert_type), "KIND", "moe.expert_type", "gelu", "expert kind: gelu or swiglu"},
+    {"--bf16", F_SWITCH, CF(bf16), NULL, "bf16.enabled", "off", "bf16 mixed precision"},
+    {"--fp16", F_SWITCH, CF(fp16), NULL, "fp16.enabled", "off", "fp16 mixed precision with loss scaling"},
+    {"--activation-checkpointing", F_SWITCH, CF(activation_checkpointing), NULL, "activation_checkpointing.enabled", "off", "recompute blocks in backward"},
+    {"--dtd", F_SWITCH, CF(dtd), NULL, "dtd", "off", "duplicate token dropping"},
+    {"--cac", F_SWITCH, CF(cac), NULL, "cac", "off", "communication-aware checkpointing"},
+    {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
+    {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
+    {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
+    {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
+    {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+static const Flag *find_flag(const char *name, size_t len) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strlen(flags[i].flag) == len && strncmp(flags[i].flag, name, len) == 0) return &flags[i];
+    return NULL;
+}
+
+// Strict number parsing: the whole string, no leading space. 0, -1 when not an integer,
+// -2 when out of [lo, hi].
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    if (!*s || isspace((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end) return -1;
+    if (errno == ERANGE || v < lo || v > hi) return -2;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    if (!*s || isspace((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v) || fabs(v) > FLT_MAX) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_seed(const char *s, uint64_t *out) {
+    if (!isdigit((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno == ERANGE) return -1;
+    *out = v;
+    return 0;
+}
+
+static int bad_value(const Flag *f, const char *want, const char *v) {
+    ted_error("%s: expected %s, got \"%s\"", f->flag, want, v);
+    return -1;
+}
+
+// Stores the value of one flag.
+static int apply_flag(Config *c, const Flag *f, const char *v) {
+    long l;
+    int rc;
+    switch (f->kind) {
+    case F_INT:
+        if ((rc = parse_long(v, INT_MIN, INT_MAX, &l)) != 0)
+            return bad_value(f, rc == -2 ? "an integer in [-2^31, 2^31-1]" : "an integer", v);
+        *FIELD(c, f->off, int) = (int)l;
+        return 0;
+    case F_LONG:
+        if (parse_long(v, 0, LONG_MAX, &l) != 0) return bad_value(f, "a non-negative integer", v);
+        *FIELD(c, f->off, long) = l;
+        return 0;
+    case F_FLOAT:
+    case F_MIN_LR:
+        if (parse_float(v, FIELD(c, f->off, float)) != 0) return bad_value(f, "a number", v);
+        if (f->kind == F_MIN_LR) c->min_lr_set = 1;
+        return 0;
+    case F_SEED:
+        if (parse_seed(v, FIELD(c, f->off, uint64_t)) != 0) return bad_value(f, "an integer between 0 and 2^64-1", v);
+        return 0;
+    case F_STRING:
+        if (!*v) return bad_value(f, "a path", v);
+        if (strlen(v) >= sizeof c->data) { ted_error("%s: path longer than %zu bytes", f->flag, sizeof c->data - 1); return -1; }
+        strcpy(FIELD(c, f->off, char), v);
+        return 0;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return bad_value(f, "cpu or cuda", v);
+        *FIELD(c, f->off, int) = strcmp(v, "cuda") == 0;
+        return 0;
+    case F_ROUTER:
+        if ((rc = name_index(router_names, ROUTER_KINDS, v)) < 0)
+            return bad_value(f, "topk, noisy_topk, switch, gshard or expert_choice", v);
+        *FIELD(c, f->off, int) = rc;
+        return 0;
+    case F_EXPERT_TYPE:
+        if ((rc = name_index(expert_type_names, EXPERT_KINDS, v)) < 0) return bad_value(f, "gelu or swiglu", v);
+        *FIELD(c, f->off, int) = rc;
+        return 0;
+    case F_ORDER:
+        if (strcmp(v, "sequential") != 0 && strcmp(v, "shuffled") != 0) return bad_value(f, "sequential or shuffled", v);
+        *FIELD(c, f->off, int) = strcmp(v, "sequential") == 0;
+        return 0;
+    case F_CONFIG:
+        return *v ? 0 : bad_value(f, "a file", v);
+    case F_PP_SCHEDULE:
+        if (config_pp_schedule(v) < 0) return bad_value(f, "gpipe, 1f1b or interleaved", v);
+        *FIELD(c, f->off, int) = config_pp_schedule(v);
+        return 0;
+    case F_SWITCH:
+        *FIELD(c, f->off, int) = 1;
+        return 0;
+    }
+    return -1;
+}
+
+int config_apply_flags(Config *c, int argc, char **argv, int first) {
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0 || !arg[2]) { ted_error("unexpected argument \"%s\"", arg); return -1; }
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const Flag *f = find_flag(arg, name_len);
+        if (!f) { ted_error("unknown flag %.*s (see ted train --help)", (int)name_len, arg); return -1; }
+        const char *value;
+        if (f->kind == F_SWITCH) {
+            if (eq) { ted_error("%s takes no value", f->flag); return -1; }
+            value = "";
+        } else if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) { ted_error("%s: missing value", f->flag); return -1; }
+            value = argv[++i];
+        }
+        if (apply_flag(c, f, value) != 0) return -1;
+    }
+    resolve_min_lr(c);
+    if (c->seq_len == 0) c->seq_len = c->model.n_positions;
+    if (c->cac) c->activation_checkpointing = 1;   // communication-aware checkpointing is checkpointing
+    return 0;
+}
+
+// Prints a flag's default from the defaults themselves.
+static void format_default(const Flag *f, Config *d, char *buf, size_t n) {
+    if (f->deflt) { snprintf(buf, n, "%s", f->deflt); return; }
+    switch (f->kind) {
+    case F_INT: snprintf(buf, n, "%d", *FIELD(d, f->off, int)); break;
+    case F_LONG: snprintf(buf, n, "%ld", *FIELD(d, f->off, long)); break;
+    case F_FLOAT: case F_MIN_LR: snprintf(buf, n, "%g", (double)*FIELD(d, f->off, float)); break;
+    case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(d, f->off, uint64_t)); break;
+    default: snprintf(buf, n, "none"); break;
+    }
+}
+
+static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
+    switch (f->kind) {
+    case F_INT: snprintf(buf, n, "%d", *FIELD(c, f->off, int)); return 'n';
+    case F_LONG: snprintf(buf, n, "%ld", *FIELD(c, f->off, long)); return 'n';
+    case F_FLOAT: case F_MIN_LR: format_float(buf, n, *FIELD(c, f->off, float)); return 'n';
+    case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(c, f->off, uint64_t)); return 'n';
+    case F_SWITCH: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "true" : "false"); return 'b';
+    case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
+    case F_DEVICE: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "cuda" : "cpu"); return 's';
+    case F_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, f->off, int))); return 's';
+    case F_ROUTER: snprintf(buf, n, "%s", router_names[*FIELD(c, f->off, int)]); return 's';
+    case F_EXPERT_TYPE: snprintf(buf, n, "%s", expert_type_names[*FIELD(c, f->off, int)]); return 's';
+    case F_STRING: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
+    case F_CONFIG: break;   // every kind is listed: a new one is a -Wswitch warning here
+    }
+    snprintf(buf, n, "?");
+    return 's';
+}
+
+void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
+    char v[1100], b1[32], b2[32];
+    for (int i = 0; i < N_FLAGS; i++) {
+        if (flags[i].kind == F_CONFIG) continue;
+        char type = format_value(&flags[i], c, v, sizeof v);
+        fn(ctx, flags[i].flag + 2, flags[i].json, v, type);
+    }
+    format_float(b1, sizeof b1, c->beta1);
+    format_float(b2, sizeof b2, c->beta2);
+    snprintf(v, sizeof v, "[%s, %s]", b1, b2);
+    fn(ctx, "betas", "optimizer.params.betas", v, 'r');
+    format_float(v, sizeof v, c->eps);
+    fn(ctx, "eps", "optimizer.params.eps", v, 'n');
+    snprintf(v, sizeof v, "%d", c->zero_stage);
+    fn(ctx, "zero_stage", "zero_optimization.stage", v, 'n');
+}
+
+void config_print_train_help(void) {
+    Config d;
+    config_defaults(&d);
+    printf("usage: ted train [--config FILE] [--data FILE] [options]\n\n"
+           "Trains a (MoE) GPT model. A JSON config (DeepSpeed-like keys, plus \"model\" and \"moe\"\n"
+           "sections) is read first; each flag below overrides the JSON key shown.\n\n");
+    for (int i = 0; i < N_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        char left[64], def[64];
+        snprintf(left, sizeof left, "%s%s%s", f->flag, f->metavar ? " " : "", f->metavar ? f->metavar : "");
+        format_default(f, &d, def, sizeof def);
+        if (f->json) printf("  %-28s %s [default %s; JSON %s]\n", left, f->help, def, f->json);
+        else printf("  %-28s %s [default %s; flag only]\n", left, f->help, def);
+    }
+    printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size %ld,\n"
+           "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or \"OneBitAdam\",\n"
+           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\").\n",
+           (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+
+// The file a config being validated came from (a checkpoint's config.json), or NULL
+// (flags and the training JSON: the key itself names the setting).
+static const char *validating = NULL;
+
+static void invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void invalid(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (validating) ted_error("%s: invalid config: %s", validating, msg);
+    else ted_error("invalid config: %s", msg);
+}
+
+#define RULE(bad, ...) do { if (bad) { invalid(__VA_ARGS__); return -1; } } while (0)
+
+// Bounds that keep every int index and every size product of the code in range; the
+// products themselves are checked in 64 bits below.
+#define MAX_POSITIONS (1 << 20)
+#define MAX_WIDTH (1 << 20)
+#define MAX_LAYERS 4096
+#define MAX_EXPERTS 65536
+#define MAX_TENSORS (1L << 20)
+
+static double mem_physical_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
+// 64-bit size products: the largest tensor, the tensor count, the whole model in bytes.
+static int validate_sizes(const ModelConfig *m) {
+    int64_t d = m->n_embd, f = m->n_inner > 0 ? m->n_inner : 4 * d, V = m->vocab_size, E = m->num_experts;
+    int64_t nmoe = m->num_experts > 1 ? m->n_layer / m->moe_every : 0;
+    int64_t tensors = 4 + (int64_t)m->n_layer * (11 + 4 * E);   // the parameter registry's room
+    RULE(tensors > MAX_TENSORS, "n_layer %d with num_experts %lld needs room for %lld tensors (at most %ld)", m->n_layer,
+         (long long)E, (long long)tensors, MAX_TENSORS);
+    int64_t big = V * d > d * f ? V * d : d * f;
+    if ((int64_t)m->n_positions * d > big) big = (int64_t)m->n_positions * d;
+    RULE(big > INT_MAX, "a tensor of %lld elements (vocab_size, n_positions or n_inner times n_embd) exceeds 2^31-1",
+         (long long)big);
+    double params = (double)(V + m->n_positions) * d + (double)m->n_layer * (4 * d * d + 2 * d * f) +
+                    (double)nmoe * (E - 1) * 2 * d * f;
+    double bytes = params * 16, avail = mem_physical_bytes();   // weights, gradients, Adam m and v in fp32
+    RULE(avail > 0 && bytes > 64 * avail, "the model has %.3g parameters (%.3g bytes of fp32 training state), more than "
+         "this machine's memory (%.3g bytes) could hold even split over 64 ranks", params, bytes, avail);
+    return 0;
+}
+
+static int validate_model(const ModelConfig *m) {
+    RULE(m->vocab_size < 2 || m->vocab_size > 65536, "vocab_size (%d) must be in [2, 65536] (token shards are uint16)", m->vocab_size);
+    RULE(m->n_positions < 1 || m->n_positions > MAX_POSITIONS, "n_positions (%d) must be in [1, %d]", m->n_positions, MAX_POSITIONS);
+    RULE(m->n_embd < 1 || m->n_embd > MAX_WIDTH, "n_embd (%d) must be in [1, %d]", m->n_embd, MAX_WIDTH);
+    RULE(m->n_layer < 1 || m->n_layer > MAX_LAYERS, "n_layer (%d) must be in [1, %d]", m->n_layer, MAX_LAYERS);
+    RULE(m->n_head < 1, "n_head (%d) must be >= 1", m->n_head);
+    RULE(m->n_embd % m->n_head != 0, "n_embd (%d) is not a multiple of n_head (%d)", m->n_embd, m->n_head);
+    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner, 4 * MAX_WIDTH);
+    RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts, MAX_EXPERTS);
+    RULE(m->moe_every < 1, "moe_every (%d) must be >= 1", m->moe_every);
+    RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no token "
+         "is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
+    if (m->num_experts > 1) {
+        RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
+        RULE(m->top_k > m->num_experts, "top_k (%d) > num_experts (%d)", m->top_k, m->num_experts);
+    }
+    RULE(m->min_capacity < 0, "min_capacity (%d) must be >= 0", m->min_capacity);
+    RULE(m->group_size < 1, "group_size (%d) must be >= 1", m->group_size);
+    RULE(!(m->aux_coef >= 0), "aux_coef (%g) must be >= 0", (double)m->aux_coef);
+    RULE(!(m->z_coef >= 0), "z_coef (%g) must be >= 0", (double)m->z_coef);
+    return validate_sizes(m);
+}
+
+static int validate_training(const Config *c) {
+    const ModelConfig *m = &c->model;
+    RULE(c->seq_len < 0, "seq_len (%d) must be >= 1 (0 = n_positions)", c->seq_len);
+    RULE(c->seq_len > m->n_positions, "seq_len (%d) > n_positions (%d)", c->seq_len, m->n_positions);
+    RULE(c->micro_batch < 1, "micro_batch (%d) must be >= 1", c->micro_batch);
+    RULE(c->micro_batch % m->group_size != 0, "micro_batch (%d) is not a multiple of group_size (%d)", c->micro_batch, m->group_size);
+    RULE(c->grad_accum < 1, "grad_accum (%d) must be >= 1", c->grad_accum);
+    RULE(c->steps < 0, "steps (%d) must be >= 0", c->steps);
+    RULE(!(c->lr >= 0), "lr (%g) must be >= 0", (double)c->lr);
+    RULE(!(c->min_lr >= 0), "min_lr (%g) must be >= 0", (double)c->min_lr);
+    RULE(c->warmup < 0, "warmup (%d) must be >= 0", c->warmup);
+    RULE(!(c->beta1 >= 0 && c->beta1 < 1), "beta1 (%g) must be in [0, 1)", (double)c->beta1);
+    RULE(!(c->beta2 >= 0 && c->beta2 < 1), "beta2 (%g) must be in [0, 1)", (double)c->beta2);
+    RULE(!(c->eps > 0), "eps (%g) must be > 0", (double)c->eps);
+    RULE(!(c->weight_decay >= 0), "weight_decay (%g) must be >= 0", (double)c->weight_decay);
+    RULE(c->zero_stage < 0 || c->zero_stage > 2, "zero_optimization.stage (%d) not supported (0, 1 or 2)", c->zero_stage);
+    RULE(c->reduce_bucket_size < 1, "zero_optimization.reduce_bucket_size (%ld) must be >= 1", c->reduce_bucket_size);
+    RULE(c->onebit && c->zero_stage != 0, "OneBitAdam needs zero_optimization.stage 0 (given %d)", c->zero_stage);
+    RULE(c->onebit && c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
+         c->freeze_step);
+    RULE(c->onebit && c->device == 1, "OneBitAdam runs on the CPU only (--device cuda given)");
+    RULE(c->sparse.recompute && c->device == 1, "sparse_attention.recompute runs on the CPU only (--device cuda given)");
+    RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
+    RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);
+    RULE(c->save_every < 0, "save_every (%d) must be >= 0", c->save_every);
+    RULE(c->eval_every < 0, "eval_every (%d) must be >= 0", c->eval_every);
+    RULE(c->eval_windows < 0, "eval_windows (%d) must be >= 0", c->eval_windows);
+    RULE(c->log_every < 0, "log_every (%d) must be >= 0", c->log_every);
+    RULE(c->sample_every < 0, "sample_every (%d) must be >= 0", c->sample_every);
+    RULE(c->threads < 0, "threads (%d) must be >= 0", c->threads);
+    RULE(c->train_batch_size < 0, "train_batch_size (%d) must be >= 0", c->train_batch_size);
+    RULE(!(c->peak_tflops >= 0), "peak_tflops (%g) must be >= 0", (double)c->peak_tflops);
+    RULE(c->keep_last < 0, "--keep-last (%d) must be >= 0", c->keep_last);
+    RULE(c->watchdog < 0, "--watchdog (%d) must be >= 0 seconds", c->watchdog);
+    RULE(!(c->debug_expert_grad_scale > 0), "--debug-expert-grad-scale (%g) must be > 0", (double)c->debug_expert_grad_scale);
+    return 0;
+}
+
+static int validate_layout(const Config *c) {
+    const ModelConfig *m = &c->model;
+    RULE(c->tp < 1, "tp (%d) must be >= 1", c->tp);
+    RULE(c->ep < 1, "ep (%d) must be >= 1", c->ep);
+    RULE(m->num_experts % c->ep != 0, "num_experts (%d) is not a multiple of ep (%d)", m->num_experts, c->ep);
+    RULE(m->n_head % c->tp != 0, "n_head (%d) is not a multiple of tp (%d)", m->n_head, c->tp);
+    RULE(cfg_ffn(m) % c->tp != 0, "FFN size (%d) is not a multiple of tp (%d)", cfg_ffn(m), c->tp);
+    return 0;
+}
+
+// The pipeline (design §6): L blocks in pp·v chunks, the schedule's own conditions.
+static int validate_pipeline(const Config *c) {
+    int L = c->model.n_layer, v = c->pp_virtual;
+    RULE(c->pp < 1, "pp (%d) must be >= 1", c->pp);
+    RULE(c->pp > 1 && c->zero_stage == 2, "zero_optimization.stage 2 is not supported with pp > 1 (the tied wte is "
+         "summed between stages after the backward; use stage 0 or 1)");
+    RULE(c->pp > 1 && c->onebit, "OneBitAdam is not supported with pp > 1");
+    int one_in_flight = c->pp == 1 && c->pp_schedule != PP_GPIPE;
+    RULE(!one_in_flight && c->model.router == ROUTER_NOISY_TOPK,
+         "moe.router noisy_topk keeps one micro-batch's noise per block: not with pp > 1 or the gpipe schedule");
+    RULE(!one_in_flight && c->model.router == ROUTER_SWITCH && c->model.jitter_eps > 0,
+         "moe.router switch with jitter keeps one micro-batch's input per block: not with pp > 1 or the gpipe schedule");
+    RULE(c->pp > 1 && c->log_tensors, "--log-tensors is not supported with pp > 1 (each stage holds other tensors)");
+    RULE(v < 1, "pipeline.virtual_stages (%d) must be >= 1", v);
+    RULE(v > 1 && c->pp_schedule != PP_INTERLEAVED, "pipeline.virtual_stages %d needs the interleaved schedule", v);
+    RULE(c->pp_schedule == PP_INTERLEAVED && (c->pp < 2 || v < 2),
+         "the interleaved schedule needs pp >= 2 and pipeline.virtual_stages >= 2 (given %d and %d)", c->pp, v);
+    RULE((long)c->pp * v > L, "pp x virtual_stages = %ld chunks but the model has %d blocks (n_layer)", (long)c->pp * v, L);
+    RULE(c->pp_schedule == PP_INTERLEAVED && c->grad_accum % c->pp != 0,
+         "the interleaved schedule needs gradient_accumulation_steps (%d) to be a multiple of pp (%d)", c->grad_accum, c->pp);
+    if (c->pp_nlayers) {
+        long sum = 0;
+        for (int i = 0; i < c->pp_nlayers; i++) sum += c->pp_layers[i];
+        RULE(c->pp_nlayers != c->pp * v, "pipeline.layers has %d entries, pp x virtual_stages is %d", c->pp_nlayers, c->pp * v);
+        RULE(sum != L, "pipeline.layers adds up to %ld blocks, the model has %d", sum, L);
+    }
+    return 0;
+}
+
+// The routing family (design §6): ranges, then the combinations that cannot work.
+static int validate_routing(const Config *c) {
+    const ModelConfig *m = &c->model;
+    int E = m->num_experts, k = m->top_k;
+    const char *r = router_names[m->router];
+    RULE(!(m->jitter_eps >= 0 && m->jitter_eps < 1), "jitter_eps (%g) must be in [0, 1)", (double)m->jitter_eps);
+    RULE(!(m->importance_coef >= 0), "importance_coef (%g) must be >= 0", (double)m->importance_coef);
+    RULE(!(m->load_coef >= 0), "load_coef (%g) must be >= 0", (double)m->load_coef);
+    RULE(!(m->bias_update_rate >= 0), "bias_update_rate (%g) must be >= 0", (double)m->bias_update_rate);
+    RULE(m->num_groups < 1, "num_groups (%d) must be >= 1", m->num_groups);
+    RULE(m->topk_groups < 1 || m->topk_groups > m->num_groups, "topk_groups (%d) must be in [1, num_groups %d]",
+         m->topk_groups, m->num_groups);
+    RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
+    RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
+    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
+    if (E <= 1) return 0;
+    RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
+    RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
+    RULE(m->router == ROUTER_NOISY_TOPK && k >= E, "router noisy_topk needs top_k (%d) < num_experts (%d) for its load loss", k, E);
+    RULE(E % m->num_groups != 0, "num_experts (%d) is not a multiple of num_groups (%d)", E, m->num_groups);
+    RULE(k > m->topk_groups * (E / m->num_groups), "top_k (%d) > the experts of topk_groups (%d) groups of %d", k,
+         m->topk_groups, E / m->num_groups);
+    RULE(m->use_rts && m->capacity_factor <= 0, "use_rts orders capacity slots: it needs capacity_factor > 0 (not dropless)");
+    if (m->router == ROUTER_EXPERT_CHOICE) {
+        RULE(m->use_rts, "router expert_choice has experts choose tokens: use_rts does not apply");
+        RULE(m->capacity_factor <= 0, "router expert_choice needs capacity_factor > 0 (each expert takes C tokens)");
+        RULE(m->num_groups > 1, "router expert_choice chooses tokens per expert: group-limited routing does not apply");
+        RULE(m->bias_update_rate > 0, "router expert_choice: a per-expert bias cannot change an expert's choice of tokens");
+    }
+    if (c->device == 1) {   // the GPU backend has the §2 router and the gelu expert
+        RULE(m->router != ROUTER_TOPK || m->use_rts || m->bias_update_rate > 0 || m->num_groups > 1,
+             "--device cuda: moe.router %s%s%s%s runs on the CPU only for now", r, m->use_rts ? " with use_rts" : "",
+             m->bias_update_rate > 0 ? " with bias balancing" : "", m->num_groups > 1 ? " with num_groups" : "");
+        RULE(m->expert_type != EXPERT_GELU || m->shared_experts > 0,
+             "--device cuda: expert_type %s / shared_experts %d run on the CPU only for now",
+             expert_type_names[m->expert_type], m->shared_experts);
+    }
+    return 0;
+}
+
+static const char *sched_name_of(int kind) {
+    return kind == PP_GPIPE ? "gpipe" : kind == PP_1F1B ? "1f1b" : "interleaved";
+}
+
+int config_pp_schedule(const char *name) {
+    if (!strcmp(name, "gpipe")) return PP_GPIPE;
+    if (!strcmp(name, "1f1b")) return PP_1F1B;
+    if (!strcmp(name, "interleaved")) return PP_INTERLEAVED;
+    return -1;
+}
+
+// A checkpoint's config.json: the model rules and seq_len, each line naming the file.
+static int validate_checkpoint_model(const Config *c, const char *path) {
+    validating = path;
+    int rc = validate_model(&c->model);
+    if (!rc && (c->seq_len < 1 || c->seq_len > c->model.n_positions)) {
+        invalid("seq_len (%d) must be in [1, n_positions %d]", c->seq_len, c->model.n_positions);
+        rc = -1;
+    }
+    validating = NULL;
+    return rc;
+}
+
+int config_validate(const Config *c) {
+    if (validate_model(&c->model) != 0) return -1;
+    if (validate_training(c) != 0) return -1;
+    if (validate_layout(c) != 0) return -1;
+    if (validate_pipeline(c) != 0) return -1;
+    if (sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions) != 0) return -1;
+    return validate_routing(c);
+}

@@ -1,0 +1,127 @@
+// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, design §7)
+// with command-line flags layered on top, validated once.
+#pragma once
+#include <stdint.h>
+#include "config/sparse_config.h"
+
+typedef struct {
+    // model (design §2); JSON section "model"
+    int vocab_size;      // V (256 = bytes; 50257 = GPT-2 BPE)
+    int n_positions;     // T_max
+    int n_embd;          // d
+    int n_layer;         // L
+    int n_head;
+    int n_inner;         // f (0 in JSON = 4d)
+    // moe (design §2); JSON section "moe"
+    int num_experts;     // E (1 = dense GPT)
+    int top_k;
+    int moe_every;
+    float capacity_factor; // <= 0: dropless
+    int min_capacity;
+    int group_size;      // sequences per routing group
+    float aux_coef;
+    float z_coef;
+    // the routing family and expert kinds (design); JSON section "moe"
+    int router;          // ROUTER_* ("topk", "noisy_topk", "switch", "gshard", "expert_choice")
+    int use_rts;         // random token selection for capacity slots
+    float jitter_eps;    // switch: router input × U(1-eps, 1+eps) in training
+    float importance_coef, load_coef;   // noisy_topk: CV² losses
+    float bias_update_rate;             // aux-loss-free balancing γ (0: off)
+    int num_groups, topk_groups;        // group-limited routing
+    int shared_experts;  // always-on FFN of n·expert_inner hidden units (0: none)
+    int expert_inner;    // f_e (0 = n_inner)
+    int expert_type;     // EXPERT_* ("gelu", "swiglu")
+} ModelConfig;
+
+enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
+enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_KINDS };
+enum { EXPERT_GELU, EXPERT_SWIGLU, EXPERT_KINDS };
+extern const char *const router_names[ROUTER_KINDS];
+extern const char *const expert_type_names[EXPERT_KINDS];
+
+typedef struct {
+    ModelConfig model;
+    // training (design §3)
+    int seq_len;          // T ("seq_len"; 0 = n_positions)
+    int micro_batch;      // "train_micro_batch_size_per_gpu"
+    int grad_accum;       // "gradient_accumulation_steps"
+    int steps;            // "train_steps" / --steps
+    float lr, min_lr;     // optimizer.params.lr, scheduler.params.min_lr (resolved: lr/10
+                          // unless given, kept up to date as lr changes)
+    int min_lr_set;       // min_lr was given in the JSON or by --min-lr
+    int warmup;           // scheduler.params.warmup_num_steps
+    float beta1, beta2, eps, weight_decay; // optimizer.params
+    float clip;           // "gradient_clipping" (<= 0: off)
+    uint64_t seed;
+    int data_sequential;  // --data-order sequential|shuffled
+    int zero_stage;       // zero_optimization.stage (1); --zero-stage
+    long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
+    int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
+    int onebit;           // optimizer.type "OneBitAdam" (design §6)
+    int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
+    int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
+    int bf16, fp16;       // later issues; refused when set for now
+    int activation_checkpointing;
+    int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
+    int cac;              // communication-aware checkpointing (design §5); "cac" / --cac
+    long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
+    // parallel layout (design §4)
+    int tp, ep;
+    // pipeline parallelism (design §6): "pp", "pipeline" section
+    int pp;               // stages
+    int pp_schedule;      // PP_GPIPE, PP_1F1B (default), PP_INTERLEAVED
+    int pp_virtual;       // chunks per stage (interleaved)
+    int pp_nlayers;       // entries of pipeline.layers (0: split evenly)
+    int pp_layers[256];   // blocks per chunk, in chunk order
+    SparseConfig sparse;  // "sparse_attention" (design): block-sparse attention layouts
+    // I/O
+    char data[1024];      // --data
+    char log[1024];       // --log FILE.jsonl
+    char save[1024];      // --save DIR
+    int save_every;
+    char resume[1024];    // --resume DIR
+    int eval_every;       // 0 = only at the end
+    int eval_windows;     // windows of the validation split per evaluation; 0 = all
+    int log_every;        // progress line every N steps (terminal)
+    int sample_every;     // print a sample every N steps (0 = never)
+    int threads;          // OpenMP threads (0 = default)
+    int device;           // 0 cpu, 1 cuda (--device)
+    float peak_tflops;    // --peak-tflops: the MFU peak per process (0: measured)
+    int train_batch_size; // DeepSpeed's global batch; 0 = not given (checked = mb·accum·dp)
+    // trust (io/savedir.c, core/watchdog.c, io/tensorlog.c)
+    int keep_last;        // --keep-last N: keep the N newest checkpoints (0: all)
+    int overwrite;        // --overwrite: take over a --save folder / --log of another run
+    int watchdog;         // --watchdog SECONDS: a collective that takes longer ends the job (0: off)
+    int log_tensors;      // --log-tensors: per-tensor gradient norms and expert loads in the log
+    float debug_expert_grad_scale; // --debug-expert-grad-scale X: a deliberate bug for `ted compare`'s test (1: off)
+} Config;
+
+// Defaults (the values a run gets with neither JSON nor flags).
+void config_defaults(Config *c);
+// Reads a JSON config file into c (on top of what c holds). Unknown keys, wrong types
+// and malformed JSON are errors. Returns 0, or -1 after printing one line naming the file.
+int config_load_json(Config *c, const char *path);
+// Applies the flags of `ted train` (argv[i] from i = first). Returns 0, or -1 after
+// printing one line naming the flag and the problem.
+int config_apply_flags(Config *c, int argc, char **argv, int first);
+// Checks every rule (k <= E, n_head | d, T <= n_positions, ...). Returns 0 or -1 after one line.
+int config_validate(const Config *c);
+// Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json.
+char *config_model_json(const Config *c);
+// Reads a checkpoint's config.json (flat model and moe keys) into c->model and c->seq_len.
+int config_load_model_json(Config *c, const char *path);
+// "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
+int config_pp_schedule(const char *name);
+// Calls fn for every setting (name = the flag without "--", or the JSON key for JSON-only
+// ones), with its JSON key (NULL: flag only), its value in c as text, and the value's JSON
+// type: 'n' number, 'b' bool, 's' string, 'r' raw JSON.
+typedef void (*SettingFn)(void *ctx, const char *name, const char *json, const char *value, char type);
+void config_each_setting(const Config *c, SettingFn fn, void *ctx);
+// Prints the help of `ted train` (every option).
+void config_print_train_help(void);
+// Derived values.
+static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
+static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
+static inline int cfg_is_moe(const ModelConfig *m, int layer) {
+    return m->num_experts > 1 && (layer + 1) % m->moe_every == 0;
+}

@@ -1,0 +1,156 @@
+// sparse_config.c — the `sparse_attention` section: defaults, JSON, its text form, its rules
+// (see sparse_config.h; the layouts it describes are built by nn/sparse_layout.c).
+#include "config/sparse_config.h"
+#include "core/util.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+static const char *mode_names[] = {"dense", "fixed", "bigbird", "bslongformer", "variable"};
+const char *sparse_mode_name(int mode) { return mode_names[mode]; }
+
+void sparse_config_defaults(SparseConfig *s) {
+    memset(s, 0, sizeof *s);
+    s->mode = SPARSE_DENSE;
+    s->block = 16;
+    s->num_local_blocks = 4;
+    s->num_global_blocks = 1;
+    s->num_different_global_patterns = 1;
+    s->num_random_blocks = -1;   // resolved per mode
+    s->num_sliding_window_blocks = 3;
+    s->n_local_windows = 1; s->local_window_blocks[0] = 4;
+    s->n_global = 1; s->global_block_indices[0] = 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON
+
+static int bad(const char *file, const char *key, const char *name, const char *want) {
+    ted_error("%s: key \"%s.%s\" must be %s", file, key, name, want);
+    return -1;
+}
+
+static int json_int(const cJSON *j, int lo, int *out) {
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble != floor(j->valuedouble) ||
+        j->valuedouble < lo || j->valuedouble > 1e9)
+        return -1;
+    *out = (int)j->valuedouble;
+    return 0;
+}
+
+static int json_list(const cJSON *j, int *n, int *v) {
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > SPARSE_MAX_LIST) return -1;
+    *n = 0;
+    for (const cJSON *e = j->child; e; e = e->next)
+        if (json_int(e, 0, &v[(*n)++])) return -1;
+    return 0;
+}
+
+static int json_mode(const cJSON *j, int *mode) {
+    if (!cJSON_IsString(j)) return -1;
+    for (int m = 0; m < 5; m++)
+        if (!strcmp(j->valuestring, mode_names[m])) { *mode = m; return 0; }
+    return -1;
+}
+
+int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const char *file) {
+    const cJSON *o = obj;
+    if (!cJSON_IsObject(o)) { ted_error("%s: key \"%s\" must be an object", file, key); return -1; }
+    for (const cJSON *j = o->child; j; j = j->next) {
+        const char *k = j->string;
+        const char *want = NULL;
+        if (!strcmp(k, "mode")) { if (json_mode(j, &s->mode)) want = "dense, fixed, bigbird, bslongformer or variable"; }
+        else if (!strcmp(k, "block")) { if (json_int(j, 1, &s->block)) want = "an integer >= 1"; }
+#define INT_KEY(name, lo) else if (!strcmp(k, #name)) { if (json_int(j, lo, &s->name)) want = "an integer >= " #lo; }
+#define BOOL_KEY(name) else if (!strcmp(k, #name)) { if (!cJSON_IsBool(j)) want = "true or false"; else s->name = cJSON_IsTrue(j); }
+        INT_KEY(num_local_blocks, 1) INT_KEY(num_global_blocks, 0) INT_KEY(num_random_blocks, 0)
+        INT_KEY(num_sliding_window_blocks, 1) INT_KEY(num_different_global_patterns, 1)
+        BOOL_KEY(different_layout_per_head) BOOL_KEY(horizontal_global_attention) BOOL_KEY(recompute)
+#undef INT_KEY
+#undef BOOL_KEY
+        else if (!strcmp(k, "local_window_blocks")) {
+            if (json_list(j, &s->n_local_windows, s->local_window_blocks) || s->n_local_windows < 1) want = "a non-empty array of integers";
+        } else if (!strcmp(k, "global_block_indices")) {
+            if (json_list(j, &s->n_global, s->global_block_indices)) want = "an array of integers >= 0";
+        } else if (!strcmp(k, "global_block_end_indices")) {
+            if (cJSON_IsNull(j)) s->n_global_end = 0;
+            else if (json_list(j, &s->n_global_end, s->global_block_end_indices)) want = "null or an array of integers >= 0";
+        } else if (!strcmp(k, "attention")) {
+            if (!cJSON_IsString(j) || (strcmp(j->valuestring, "unidirectional") && strcmp(j->valuestring, "bidirectional")))
+                want = "\"unidirectional\" or \"bidirectional\"";
+            else s->bidirectional = !strcmp(j->valuestring, "bidirectional");
+        } else if (!strcmp(k, "seed")) {
+            if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
+                j->valuedouble != floor(j->valuedouble)) want = "an integer in [0, 2^53]";
+            else { s->seed = (uint64_t)j->valuedouble; s->seed_set = 1; }
+        } else { ted_error("%s: unknown key \"%s.%s\"", file, key, k); return -1; }
+        if (want) return bad(file, key, k, want);
+    }
+    return 0;
+}
+
+static int put_list(char *out, int n, const char *name, const int *v, int k) {
+    int len = snprintf(out, n, ", \"%s\": [", name);
+    for (int i = 0; i < k && len < n; i++) len += snprintf(out + len, n - len, "%s%d", i ? ", " : "", v[i]);
+    return len < n ? len + snprintf(out + len, n - len, "]") : len;
+}
+
+void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, int n) {
+    out[0] = 0;
+    if (s->mode == SPARSE_DENSE) return;
+    int len = snprintf(out, n, "{\"mode\": \"%s\", \"block\": %d, \"different_layout_per_head\": %s, "
+                       "\"num_local_blocks\": %d, \"num_global_blocks\": %d, \"num_different_global_patterns\": %d, "
+                       "\"num_random_blocks\": %d, \"num_sliding_window_blocks\": %d, \"seed\": %llu",
+                       sparse_mode_name(s->mode), s->block, s->different_layout_per_head ? "true" : "false",
+                       s->num_local_blocks, s->num_global_blocks, s->num_different_global_patterns, sparse_random_blocks(s),
+                       s->num_sliding_window_blocks, (unsigned long long)(s->seed_set ? s->seed : run_seed));
+    if (len < n) len += put_list(out + len, n - len, "local_window_blocks", s->local_window_blocks, s->n_local_windows);
+    if (len < n) len += put_list(out + len, n - len, "global_block_indices", s->global_block_indices, s->n_global);
+    if (len < n && s->n_global_end)
+        len += put_list(out + len, n - len, "global_block_end_indices", s->global_block_end_indices, s->n_global_end);
+    if (len < n) snprintf(out + len, n - len, "}");
+}
+
+int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfig *b, uint64_t seed_b) {
+    char x[4096], y[4096];
+    sparse_config_write(a, seed_a, x, sizeof x);
+    sparse_config_write(b, seed_b, y, sizeof y);
+    return !strcmp(x, y);
+}
+
+// ---------------------------------------------------------------------------------------
+// validation
+
+#define RULE(cond, ...) do { if (cond) { ted_error("sparse_attention: " __VA_ARGS__); return -1; } } while (0)
+
+int sparse_config_validate(const SparseConfig *s, int T) {
+    if (s->mode == SPARSE_DENSE) return 0;
+    int nb = T / s->block, G = s->num_global_blocks, Lb = s->num_local_blocks;
+    RULE(s->bidirectional, "attention \"bidirectional\" is not supported (ted's attention is unidirectional)");
+    RULE(s->horizontal_global_attention, "horizontal_global_attention needs bidirectional attention (not supported)");
+    RULE(T % s->block, "seq_len (%d) is not a multiple of block (%d)", T, s->block);
+    RULE(sparse_random_blocks(s) > nb, "num_random_blocks (%d) > blocks per sequence (%d)", sparse_random_blocks(s), nb);
+    if (s->mode == SPARSE_FIXED) {
+        RULE(G < 1 || Lb % G, "num_local_blocks (%d) must be a multiple of num_global_blocks (%d >= 1)", Lb, G);
+        RULE(s->num_different_global_patterns > Lb / G, "num_different_global_patterns (%d) > num_local_blocks / "
+             "num_global_blocks (%d)", s->num_different_global_patterns, Lb / G);
+        RULE(s->num_different_global_patterns > 1 && !s->different_layout_per_head,
+             "num_different_global_patterns > 1 needs different_layout_per_head");
+        RULE(G > nb, "num_global_blocks (%d) > blocks per sequence (%d)", G, nb);
+    }
+    if (s->mode == SPARSE_BIGBIRD) RULE(G > nb, "num_global_blocks (%d) > blocks per sequence (%d)", G, nb);
+    if (s->mode == SPARSE_BIGBIRD || s->mode == SPARSE_BSLONGFORMER)
+        RULE(s->num_sliding_window_blocks > nb, "num_sliding_window_blocks (%d) > blocks per sequence (%d)",
+             s->num_sliding_window_blocks, nb);
+    if (s->mode == SPARSE_VARIABLE)
+        for (int i = 0; i < s->n_local_windows; i++) RULE(s->local_window_blocks[i] < 1, "local_window_blocks must be >= 1");
+    if (s->n_global_end) {
+        RULE(s->n_global_end != s->n_global, "global_block_end_indices has %d entries, global_block_indices %d",
+             s->n_global_end, s->n_global);
+        for (int i = 0; i < s->n_global; i++)
+            RULE(s->global_block_end_indices[i] <= s->global_block_indices[i],
+                 "global_block_end_indices[%d] (%d) must be > global_block_indices[%d] (%d)", i,
+                 s->global_block_end_indices[i], i, s->global_block_indices[i]);
+    }
+    return 0;
+}

@@ -1,0 +1,28 @@
+// device.h — the GPU runtime as the rooms see it (implemented in src/cuda/runtime.cu, built
+// with the CUDA backend): the device, its memory, its one stream. Pointers are device
+// pointers unless a comment says "host"; a function that returns a value to the host synchronises.
+#pragma once
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {   // implemented in CUDA C++ (src/cuda)
+#endif
+
+int cu_device_count(void);                 // 0 when there is no GPU or no driver
+// Selects GPU local_rank % count, creates the stream and the cuBLAS handle. bf16 != 0: the
+// GEMMs take their fp32 operands as bf16 with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF);
+// else plain fp32 (no TF32), so that fp32 runs match the CPU.
+void cu_init(int local_rank, int bf16);
+const char *cu_device_name(void);
+double cu_peak_flops(void);                // datasheet dense bf16 peak in FLOP/s; 0 if unknown
+void *cu_malloc(size_t bytes);             // NULL when the device is out of memory
+void cu_free(void *p);
+// any direction; returns when done, except device to device (ordered in the stream)
+void cu_memcpy(void *dst, const void *src, size_t bytes);
+void cu_memset0(void *p, size_t bytes);
+void cu_sync(void);
+int cu_is_device_ptr(const void *p);
+void *cu_stream_ptr(void);                 // the stream, as a cudaStream_t (for NCCL calls from C)
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,26 @@
+// util.c — whole-file reads (errors and time: error.c, clock.c).
+#include "core/util.h"
+#include "core/alloc.h"
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+char *read_file(const char *path, size_t *len) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return NULL;
+    if (!S_ISREG(sb.st_mode)) { errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL; return NULL; }
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    if (n < 0) { fclose(f); errno = EIO; return NULL; }
+    rewind(f);
+    char *buf = ted_alloc((size_t)n + 1, MEM_TEMP);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || got != (size_t)n) { ted_free(buf); errno = EIO; return NULL; }
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}

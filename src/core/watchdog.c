@@ -1,0 +1,65 @@
+// watchdog.c — the hang watchdog (see watchdog.h). The main thread writes where it is into
+// plain fields; the watchdog thread only reads them, so a torn read can at worst garble the
+// diagnosis of a job that is ending anyway. The in-flight start time is an atomic.
+#include "core/watchdog.h"
+#include "core/clock.h"
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static int limit_s = 0;
+static int rank = 0, world = 1;      // read once by watchdog_start, on the main thread
+static _Atomic double started = 0;   // now_ms() of the collective in flight, 0 when none
+static struct {
+    const char *op, *group, *pass;
+    int gsize, micro, block, moe;
+    long long bytes;
+    long step;
+} at = {.block = -1};
+
+void watchdog_enter(const char *op, const char *group, int gsize, long long bytes) {
+    at.op = op; at.group = group; at.gsize = gsize; at.bytes = bytes;
+    atomic_store(&started, now_ms());
+}
+void watchdog_leave(void) { atomic_store(&started, 0); }
+void watchdog_step(long step, int micro) { at.step = step; at.micro = micro; at.block = -1; }
+void watchdog_block(int block, int moe, const char *pass) { at.block = block; at.moe = moe; at.pass = pass; }
+
+static void describe_place(char *buf, size_t n) {
+    if (at.step == 0) { snprintf(buf, n, "before training"); return; }
+    int k = snprintf(buf, n, "step %ld, ", at.step);
+    if (at.micro < 0) k += snprintf(buf + k, n - k, "optimizer");
+    else k += snprintf(buf + k, n - k, "micro-batch %d", at.micro);
+    if (at.block >= 0 && at.micro >= 0)
+        snprintf(buf + k, n - k, ", %sblock %d %s", at.moe ? "MoE " : "", at.block, at.pass ? at.pass : "");
+    else if (at.micro >= 0) snprintf(buf + k, n - k, ", outside the blocks");
+}
+
+static void *watch(void *arg) {
+    for (;;) {
+        sleep(1);
+        double t0 = atomic_load(&started);
+        if (t0 <= 0 || now_ms() - t0 < limit_s * 1e3) continue;
+        char place[160];
+        describe_place(place, sizeof place);
+        int gsize = at.gsize > 0 ? at.gsize : world;
+        fprintf(stderr, "ted: rank %d: watchdog: %s on group %s (%d ranks, %lld bytes) not done after %d s (%s): "
+                "ending the job\n", rank, at.op, at.group, gsize, at.bytes, limit_s, place);
+        fflush(stderr);
+        _exit(3);   // mpirun takes the other ranks down
+    }
+    return NULL;
+}
+
+void watchdog_start(int seconds) {
+    static int running = 0;
+    if (seconds <= 0 || running) return;
+    limit_s = seconds;
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init) { MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world); }
+    pthread_t t;
+    if (pthread_create(&t, NULL, watch, NULL) == 0) { pthread_detach(t); running = 1; }
+}

@@ -1,0 +1,16 @@
+// mfu.h — model FLOPs utilization: the FLOPs of the work a step actually did, against a
+// stated peak.
+#pragma once
+#include "config/config.h"
+#include "parallel/topology.h"
+
+// The peak of the whole run in FLOP/s and what it is: --peak-tflops (given, per process), a
+// GPU's datasheet bf16 rate, or the sgemm rate measured here — best of several tries spread
+// over a short time, taken by rank 0 while the others wait, scaled to the cores the ranks of
+// a node share. `what` names the source.
+double mfu_peak_flops(const Config *c, const Topology *tp, const char **what);
+// Measured single-precision GEMM peak of this machine (FLOP/s), best of a few n³ sgemm calls.
+double sgemm_peak_flops(int n, int reps);
+// Model FLOPs per token of one training step (forward + backward) counting only the expert
+// work that was done: a dropped choice skips its expert FFN.
+double mfu_flops_per_token(const ModelConfig *m, int T, double dropped_frac);

@@ -1,0 +1,809 @@
+// model.c — GPT/MoE forward and backward on one rank (see model.h). Tensor-parallel
+// all-reduces sit where design §4 puts them; on one process they act on groups of size 1.
+#include "model/model.h"
+#include "core/alloc.h"
+#include "parallel/comm.h"
+#include "moe/dispatcher.h"
+#include "moe/experts.h"
+#include "core/half.h"
+#include "nn/ops.h"
+#include "model/routing.h"
+#include "parallel/schedule.h"
+#include "nn/sparse_attention.h"
+#include "core/util.h"
+#include "core/watchdog.h"
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------
+// parameters
+
+// The tensors of block l (the pipeline stage runs it): registry range [p0, p1).
+static void add_block(Model *M, int l) {
+    const ModelConfig *m = &M->m;
+    int d = M->d, f = M->f, E = M->E, L = M->L;
+    float std = 0.02f, pstd = 0.02f / sqrtf(2.0f * L);
+    Registry *r = &M->reg;
+    BlockParams *b = &M->bp[l];
+    char n[96];
+    b->held = 1;
+    b->p0 = r->n;
+#define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
+    b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->qkvw = reg_add(r, NAME("attn.c_attn.weight"), 2, d, 3 * d, 1, 3, TAG_DP, std, 0);
+    b->qkvb = reg_add(r, NAME("attn.c_attn.bias"), 1, 3 * d, 1, 0, 3, TAG_DP, 0, 0);
+    b->projw = reg_add(r, NAME("attn.c_proj.weight"), 2, d, d, 0, 1, TAG_DP, pstd, 0);
+    b->projb = reg_add(r, NAME("attn.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->ln2w = reg_add(r, NAME("ln_2.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    b->ln2b = reg_add(r, NAME("ln_2.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    b->moe = cfg_is_moe(m, l);
+    if (!b->moe) {
+        b->fcw = reg_add(r, NAME("mlp.c_fc.weight"), 2, d, f, 1, 1, TAG_DP, std, 0);
+        b->fcb = reg_add(r, NAME("mlp.c_fc.bias"), 1, f, 1, 0, 1, TAG_DP, 0, 0);
+        b->fcprojw = reg_add(r, NAME("mlp.c_proj.weight"), 2, f, d, 0, 1, TAG_DP, pstd, 0);
+        b->fcprojb = reg_add(r, NAME("mlp.c_proj.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
+        b->p1 = r->n;
+        return;
+    }
+    b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
+    b->noise = m->router == ROUTER_NOISY_TOPK ? reg_add(r, NAME("mlp.router.noise_weight"), 2, d, E, -1, 1, TAG_DP, 0, 0) : -1;
+    // not trained (zero gradient, no decay): routing.c steps it after each optimizer step
+    b->bias = m->bias_update_rate > 0 ? reg_add(r, NAME("mlp.router.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
+    // the local experts' tensors, each contiguous over the experts (one batched pass)
+    experts_register(r, M->kind, l, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
+    if (M->fs) experts_register(r, M->kind, l, 0, 1, 1, d, M->fs, std, pstd, b->sh);
+    else for (int s = 0; s < 4; s++) b->sh[s] = -1;
+#undef NAME
+    b->p1 = r->n;
+}
+
+// The tensors this rank holds: its chunks' blocks, the embedding with chunk 0, ln_f with the last
+// chunk, and the tied wte with either (both stages hold it when they differ).
+static void add_params(Model *M) {
+    int d = M->d, E = M->E, L = M->L;
+    float std = 0.02f;
+    int cap = 4 + L * (10 + 3 + 4 * (E > 1 ? E : 1) + 4);
+    Registry *r = &M->reg;
+    reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
+    M->wte = M->wpe = M->lnfw = M->lnfb = -1;
+    // vocab-parallel: padded to Vp rows, split over TP; the padding rows stay zero
+    if (M->has_embed || M->has_head) {
+        M->wte = reg_add(r, "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
+        r->p[M->wte].save_rows = M->V;
+        r->p[M->wte].tied_copy = !M->has_embed;   // the last stage's copy: counted once, saved once
+    }
+    if (M->has_embed) M->wpe = reg_add(r, "transformer.wpe.weight", 2, M->m.n_positions, d, -1, 1, TAG_DP, std, 0);
+    for (int i = 0; i < M->nch; i++)
+        for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) add_block(M, l);
+    if (M->has_head) {
+        M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
+        M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    }
+    r->grads_external = M->cfg.zero_stage == 2;   // the optimizer's buckets hold the gradients
+    reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
+    reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
+    reg_init_weights(r, M->cfg.seed);
+    if (M->wte >= 0) {   // zero the padding rows (never indexed, never a gradient)
+        Param *wte = &r->p[M->wte];
+        for (long i = 0; i < wte->numel; i++)
+            if (param_full_index(r, wte, i) / d >= M->V) {
+                if (r->half) wte->w16[i] = 0;
+                else wte->w[i] = 0;
+            }
+    }
+    reg_device_view(r, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 16-bit storage (--bf16 / --fp16): weights and gradients live in 16 bits; the CPU computes
+// in fp32. A stage's weights are up-cast into an fp32 buffer while it runs and its fp32
+// gradients are folded back into the 16-bit store after its backward. Stage 0 is the head
+// (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors are contiguous in
+// the registry. With fp32 storage the stages are the weights themselves and this does nothing.
+
+// The registry indices of stage s: idx[0..n) — the head's four, or a block's contiguous range
+// (returned as first index with n; idx unused).
+static int stage_params(const Model *M, int s, int idx[4], int *first) {
+    if (s == 0) {   // those of the head this pipeline stage holds
+        int all[4] = {M->wte, M->wpe, M->lnfw, M->lnfb}, n = 0;
+        for (int k = 0; k < 4; k++) if (all[k] >= 0) idx[n++] = all[k];
+        *first = -1;
+        return n;
+    }
+    *first = M->bp[s - 1].p0;
+    return M->bp[s - 1].p1 - *first;
+}
+#define STAGE_PARAM(k) (first < 0 ? idx[k] : first + (k))
+
+// Points the stage's params at fp32 copies of their 16-bit weights; zeroes the fp32 gradients
+// when `grads` (a backward follows).
+static void stage_in(Model *M, int s, int grads) {
+    Registry *r = &M->reg;
+    if (!r->half) return;
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    float *w = s ? M->stage_w : M->head_w, *g = s ? M->stage_g : M->head_g;
+    for (int k = 0; k < n; k++) {
+        Param *p = &r->p[STAGE_PARAM(k)];
+        p->w = w; p->g = g;
+        convert_to_f32(p->w, p->w16, p->numel, r->half);
+        if (grads) buf_zero(p->g, sizeof(float) * p->numel);
+        w += p->numel; g += p->numel;
+    }
+}
+
+// Adds the stage's fp32 gradients into the 16-bit gradient store.
+static void stage_out(Model *M, int s) {
+    Registry *r = &M->reg;
+    if (!r->half) return;
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    for (int k = 0; k < n; k++) {
+        Param *p = &r->p[STAGE_PARAM(k)];
+        accumulate_half(p->g16, p->g, p->numel, r->half);
+    }
+}
+
+static long stage_numel(const Model *M, int s) {
+    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    long t = 0;
+    for (int k = 0; k < n; k++) t += M->reg.p[STAGE_PARAM(k)].numel;
+    return t;
+}
+
+#define W(i) (M->reg.p[i].w)
+#define G(i) (M->reg.p[i].g)
+
+// The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
+// expert (first[] = b->sh, one of hidden share fsl).
+static Experts experts_of(Model *M, const int first[4], int El, int f) {
+#define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
+#define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind};
+#undef WS
+#undef GS
+}
+
+// ---------------------------------------------------------------------------------------
+// activations: one buffer, laid out twice (a sizing pass with base NULL, then for real)
+
+typedef struct { char *base; size_t off; } Bump;
+static void *take(Bump *b, size_t bytes) {
+    void *p = b->base ? b->base + b->off : NULL;
+    b->off += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+#define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
+
+// Attention probabilities of layer l (-1: the most of any layer) for B sequences: T·T per head,
+// or the present blocks of the layer's sparse layout.
+static long att_floats(const Model *M, int l, int B) {
+    if (!M->sl) return (long)B * M->Hl * M->T * M->T;
+    long n = 0;
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_att_floats(&M->sl[i], B);
+        if ((i == l || l < 0) && k > n) n = k;
+    }
+    return n;
+}
+static long sparse_scratch_floats(const Model *M) {   // per thread, the most of any layer
+    long n = 0;
+    for (int i = 0; i < M->L; i++) {
+        long k = sparse_attention_scratch_floats(&M->sl[i], M->hd);
+        if (k > n) n = k;
+    }
+    return n;
+}
+
+// Per block: the activations its backward reads. The big ones (LN outputs, qkv, attention
+// probabilities, FFN and expert hidden states, the exchanged rows) are compute buffers shared by
+// all blocks when
+//  - activation checkpointing is on: the backward recomputes them from the block input resid[l];
+//  - the model stores 16 bits: after its forward a block's big activations are packed into a
+//    16-bit store of its own and unpacked before its backward.
+// The small exact ones (LN statistics, router state, indices) are per block unless
+// checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
+static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int cac) {
+    long N = (long)M->Bmax * M->T;
+    int d = M->d;
+    x->ln1 = TAKE(a, float, N * d);
+    x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+    x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
+    x->atty = TAKE(a, float, N * M->Hl * M->hd);
+    x->mid = TAKE(a, float, N * d);
+    x->ln2 = TAKE(a, float, N * d);
+    if (dense) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
+    if (moe) {
+        int mult = M->kind->hidden_mult;
+        x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
+        if (M->fs) { x->sh_h = TAKE(a, float, N * M->fsl * mult); x->sh_hg = TAKE(a, float, N * M->fsl); }
+        if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+    }
+}
+
+static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
+    long N = (long)M->Bmax * M->T;
+    int G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
+    x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
+    x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+    if (!moe) return;
+    x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
+    x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
+    x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
+    x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
+    x->start = TAKE(h, long, (long)G * E); x->exp_rows = TAKE(h, long, E);
+}
+
+// The big activations of block l at the largest batch: what its 16-bit store must hold.
+static long packed_floats(const Model *M, int l) {
+    long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
+    long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
+    if (!M->bp[l].moe) return n + 2 * N * M->fl;
+    int mult = M->kind->hidden_mult;
+    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl);
+    return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
+}
+
+// The per-block activations of one view's block l: the compute buffers unless shared (`common`),
+// the small exact ones unless checkpointing shares them, the 16-bit store, CAC's stashes and
+// the exchange plan.
+static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a, Bump *h, int l) {
+    int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac, moe = M->bp[l].moe;
+    long N = (long)M->Bmax * M->T;
+    int pack = M->reg.half && !ckpt, shared = ckpt || pack;
+    if (shared) *x = *common;
+    else {
+        memset(x, 0, sizeof *x);
+        take_big(M, x, a, !moe, moe, cac);
+    }
+    if (!ckpt) take_small(M, x, a, h, moe);
+    x->ar_attn = x->ar_ffn = NULL;
+    x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
+    if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
+        x->ar_attn = TAKE(a, float, N * d);
+        if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+        else x->ar_ffn = TAKE(a, float, N * d);
+    }
+    if (moe) { x->scnt = TAKE(h, long, M->E); x->rcnt = TAKE(h, long, M->E); x->exp_off = TAKE(h, long, M->El + 1); }
+}
+
+// One view of local chunk i: its blocks' inputs and activations, its output, the tokens, and
+// the head's buffers when it is the last chunk.
+static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bump *h, int i) {
+    long N = (long)M->Bmax * M->T;
+    int d = M->d, l0 = M->ch_l0[i], l1 = M->ch_l1[i];
+    for (int l = l0; l <= l1; l++) v->resid[l] = TAKE(a, float, N * d);
+    for (int l = l0; l < l1; l++) take_block(M, &v->ba[l], common, a, h, l);
+    v->tok = TAKE(a, int, N); v->tgt = TAKE(a, int, N);
+    if (M->ch_id[i] != M->chunks - 1) return;
+    v->lnf = TAKE(a, float, N * d); v->lnf_mean = TAKE(a, float, N); v->lnf_rstd = TAKE(a, float, N);
+    v->logits = TAKE(a, float, N * M->Vl); v->losses = TAKE(a, float, N);
+    v->ce_max = TAKE(a, float, N); v->ce_sum = TAKE(a, float, N); v->ce_tl = TAKE(a, float, N);
+}
+
+// a: the run's device; h: host (the exchange plan, whole logits, the router's host copies).
+// Compute buffers shared by every block and view (checkpointing or 16-bit storage) come first.
+static void layout_acts(Model *M, Bump *a, Bump *h) {
+    long N = (long)M->Bmax * M->T;
+    int ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
+    int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
+    for (int l = 0; l < M->L; l++)
+        if (M->bp[l].held) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
+    BlockActs common;
+    memset(&common, 0, sizeof common);
+    size_t start = a->off;
+    if (shared) take_big(M, &common, a, any_dense, any_moe, cac);
+    if (ckpt) take_small(M, &common, a, h, any_moe);
+    M->shared_act_bytes = a->off - start;
+    for (int i = 0; i < M->nch; i++)
+        for (int k = 0; k < M->ch_slots[i]; k++) {
+            size_t before = a->off;
+            take_view(M, &M->views[M->ch_view[i] + k], &common, a, h, i);
+            M->ch_bytes[i] = a->off - before;
+        }
+    M->full_logits = TAKE(h, float, N * M->V);
+    if (any_moe) {   // host copies of the router's choices for the dispatch plan (GPU runs)
+        int G = router_ngroups(N, M->m.group_size * M->T);
+        M->h_choice = TAKE(h, int, N * M->k); M->h_slot = TAKE(h, int, N * M->k);
+        M->h_row = TAKE(h, int, N * M->k); M->h_kept = TAKE(h, int, (long)G * M->E);
+    }
+}
+
+// Makes view `slot` of local chunk i the one the model works on.
+static void use_view(Model *M, int i, int slot) {
+    ActView *v = &M->views[M->ch_view[i] + slot];
+    M->resid = v->resid; M->ba = v->ba;
+    M->lnf = v->lnf; M->lnf_mean = v->lnf_mean; M->lnf_rstd = v->lnf_rstd;
+    M->logits = v->logits; M->losses = v->losses;
+    M->ce_max = v->ce_max; M->ce_sum = v->ce_sum; M->ce_tl = v->ce_tl;
+    M->tok = v->tok; M->tgt = v->tgt;
+    M->B = v->B; M->Tc = v->Tc;
+}
+
+// 16-bit activation storage: block l's big activations of the current batch to or from its store.
+static void pack_block(Model *M, int l, int B, int T, int unpack) {
+    BlockActs *x = &M->ba[l];
+    if (!x->store) return;
+    long N = (long)B * T, d = M->d, Dl = (long)M->Hl * M->hd;
+    struct { float *p; long n; } t[14];
+    int k = 0;
+    t[k].p = x->ln1; t[k++].n = N * d;
+    t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
+    t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T;
+    t[k].p = x->atty; t[k++].n = N * Dl;
+    t[k].p = x->mid; t[k++].n = N * d;
+    t[k].p = x->ln2; t[k++].n = N * d;
+    if (!M->bp[l].moe) { t[k].p = x->fch; t[k++].n = N * M->fl; t[k].p = x->fchg; t[k++].n = N * M->fl; }
+    else {
+        long Rr = x->exp_off[M->El], Rs = 0;
+        for (int e = 0; e < M->E; e++) Rs += x->exp_rows[e];
+        int mult = M->kind->hidden_mult;
+        t[k].p = x->h; t[k++].n = Rr * M->fel * mult; t[k].p = x->hg; t[k++].n = Rr * M->fel;
+        if (M->fs) { t[k].p = x->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = x->sh_hg; t[k++].n = N * M->fsl; }
+        if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
+    }
+    uint16_t *s = x->store;
+    for (int i = 0; i < k; i++) {
+        if (unpack) convert_to_f32(t[i].p, s, t[i].n, M->reg.half);
+        else convert_from_f32(s, t[i].p, t[i].n, M->reg.half);
+        s += t[i].n;
+    }
+}
+
+static void layout_grads(Model *M, Bump *a) {
+    long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
+    long big = N * 3 * M->Hl * M->hd;
+    if (N * M->fl > big) big = N * M->fl;
+    long mult = M->kind->hidden_mult;
+    if (M->E > 1 && M->Rr * M->fel * mult > big) big = M->Rr * M->fel * mult;
+    if (M->E > 1 && N * M->fsl * mult > big) big = N * M->fsl * mult;
+    M->dres = TAKE(a, float, N * M->d); M->dln = TAKE(a, float, N * M->d); M->tmp = TAKE(a, float, N * M->d);
+    M->datty = TAKE(a, float, N * M->Hl * M->hd);
+    M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+    M->dbig = TAKE(a, float, big);
+    // attention backward: T·T per OpenMP thread on the CPU, every (b, h) at once on the GPU
+    long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
+    long per_row = !M->sl ? (long)M->T * M->T : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
+    long chunk = 0;   // sparse recompute: the backward's chunk of recomputed strips
+    for (int l = 0; M->sl && ted_device != DEV_CUDA && l < M->L; l++) {
+        long c = sparse_attention_recompute_floats(&M->sl[l], M->Bmax);
+        chunk = c > chunk ? c : chunk;
+    }
+    M->att_scratch = TAKE(a, float, att_rows * per_row + chunk);
+    if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
+        M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
+        M->a2a_buf = TAKE(a, float, 2 * R * M->d);
+        M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
+    }
+}
+
+// The chunks of this rank's pipeline stage (chunk c runs on stage c mod pp) and how many
+// activation views each needs: the micro-batches its schedule keeps in flight there.
+static void plan_chunks(Model *M) {
+    const Config *c = &M->cfg;
+    int pp = M->topo->pp, v = c->pp_schedule == PP_INTERLEAVED ? c->pp_virtual : 1, stage = M->topo->stage;
+    int l0[MAX_CHUNKS * 8 + 1];
+    M->chunks = pp * v;
+    CHECK(v <= MAX_CHUNKS && M->chunks <= MAX_CHUNKS * 8, "too many pipeline chunks (%d)", M->chunks);
+    sched_chunks(M->L, M->chunks, c->pp_nlayers ? c->pp_layers : NULL, l0);
+    Schedule s;
+    sched_build(&s, c->pp_schedule, pp, v, c->grad_accum, stage);
+    M->nch = v;
+    for (int i = 0; i < v; i++) {
+        int id = i * pp + stage;
+        M->ch_id[i] = id; M->ch_l0[i] = l0[id]; M->ch_l1[i] = l0[id + 1];
+        M->ch_slots[i] = sched_in_flight(&s, id);
+        if (M->ch_slots[i] < 1) M->ch_slots[i] = 1;   // forward-only use (evaluation) needs one
+        M->ch_view[i] = M->nviews;
+        M->nviews += M->ch_slots[i];
+    }
+    sched_free(&s);
+    M->has_embed = stage == 0;
+    M->has_head = M->ch_id[v - 1] == M->chunks - 1;
+    M->views = ted_alloc(sizeof(ActView) * M->nviews, MEM_TEMP);
+    for (int k = 0; k < M->nviews; k++) {
+        M->views[k].resid = ted_alloc(sizeof(float *) * (M->L + 1), MEM_TEMP);
+        M->views[k].ba = ted_alloc(sizeof(BlockActs) * M->L, MEM_TEMP);
+    }
+}
+
+void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    memset(M, 0, sizeof *M);
+    M->cfg = *cfg; M->m = cfg->model; M->topo = topo;
+    const ModelConfig *m = &M->m;
+    M->T = T; M->Bmax = Bmax;
+    M->d = m->n_embd; M->H = m->n_head; M->hd = M->d / M->H; M->Hl = M->H / topo->tp;
+    M->f = cfg_ffn(m); M->fl = M->f / topo->tp;
+    M->fe = cfg_expert_inner(m); M->fel = M->fe / topo->tp;
+    M->fs = m->num_experts > 1 ? m->shared_experts * M->fe : 0; M->fsl = M->fs / topo->tp;
+    M->kind = expert_kind(m->expert_type);
+    M->rng_step = -1;
+    M->V = m->vocab_size; M->L = m->n_layer;
+    int pad = 128 * topo->tp;
+    M->Vp = (M->V + pad - 1) / pad * pad; M->Vl = M->Vp / topo->tp; M->v0 = topo->tp_idx * M->Vl;
+    M->E = m->num_experts > 1 ? m->num_experts : 1;
+    M->El = M->E / topo->ep;
+    M->k = m->num_experts > 1 ? (m->router == ROUTER_EXPERT_CHOICE ? M->E : m->top_k) : 1;   // choice columns
+    M->rcfg = RCFG(M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T);
+    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts;
+    M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
+    M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
+    // expert buffer rows: token side (this rank's choices), expert side (what its experts receive)
+    long N = (long)Bmax * T;
+    if (m->capacity_factor > 0) {
+        long per_expert = 0;
+        for (long t0 = 0; t0 < N; t0 += M->rcfg.group_tokens)
+            per_expert += router_capacity(&M->rcfg, N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens);
+        per_expert = (per_expert + topo->tp - 1) / topo->tp * topo->tp;   // DTD splits it over TP
+        M->Rs = M->Rr = per_expert * M->E;      // E·C slots per group, every rank the same
+    } else {
+        M->Rs = N * M->k + (long)M->E * topo->tp;
+        M->Rr = M->Rs * topo->ep;               // at worst every rank's choices land here
+    }
+    M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
+    plan_chunks(M);
+    if (cfg->sparse.mode != SPARSE_DENSE) {   // T rounded up to whole blocks (evaluation at any length)
+        int blk = cfg->sparse.block, Tb = (T + blk - 1) / blk * blk;
+        M->sl = ted_alloc(sizeof(SparseLayout) * M->L, MEM_TEMP);
+        for (int l = 0; l < M->L; l++)
+            sparse_layout_build(&M->sl[l], &cfg->sparse, cfg->seed, l, topo->tp_idx * M->Hl, M->Hl, Tb);
+    }
+    add_params(M);
+    routing_init(M);
+    if (M->reg.half) {   // fp32 working copies: the head, and the largest block
+        long big = 0, head = stage_numel(M, 0);
+        for (int s = 1; s <= M->L; s++) if (M->bp[s - 1].held && stage_numel(M, s) > big) big = stage_numel(M, s);
+        M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
+        M->stage_w = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS);
+    }
+    Bump a = {NULL, 0}, h = {NULL, 0};
+    layout_acts(M, &a, &h);
+    M->act_floats = a.off / sizeof(float);
+    M->act = ted_alloc_buf(a.off, MEM_ACTIVATIONS);
+    M->host_act = ted_alloc(h.off, MEM_ACTIVATIONS);
+    a.base = (char *)M->act; a.off = 0;
+    h.base = (char *)M->host_act; h.off = 0;
+    layout_acts(M, &a, &h);
+    Bump g = {NULL, 0};
+    layout_grads(M, &g);
+    M->grad_floats = g.off / sizeof(float);
+    g.base = (char *)(M->grad = ted_alloc_buf(g.off, MEM_ACTIVATIONS)); g.off = 0;
+    layout_grads(M, &g);
+    use_view(M, 0, 0);
+}
+
+void model_free(Model *M) {
+    routing_free(M);
+    reg_free(&M->reg);
+    ted_free_buf(M->head_w); ted_free_buf(M->head_g); ted_free_buf(M->stage_w); ted_free_buf(M->stage_g);
+    ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
+    for (int i = 0; i < M->nviews; i++) { ted_free(M->views[i].resid); ted_free(M->views[i].ba); }
+    ted_free(M->bp); ted_free(M->views);
+    for (int l = 0; M->sl && l < M->L; l++) sparse_layout_free(&M->sl[l]);
+    ted_free(M->sl);
+    memset(M, 0, sizeof *M);
+}
+
+void model_zero_grad(Model *M) {
+    if (M->reg.g16) buf_zero(M->reg.g16, sizeof(uint16_t) * M->reg.total);
+    if (M->reg.g) buf_zero(M->reg.g, sizeof(float) * M->reg.total);
+    // external gradients (ZeRO-2): the optimizer leaves its buckets zero after each reduction
+}
+
+// ---------------------------------------------------------------------------------------
+// forward
+
+static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
+
+static int dtd_on(const Model *M) { return M->cfg.dtd && M->topo->tp > 1; }   // tp 1: nothing to drop
+
+static Exchange exchange_of(Model *M, BlockActs *x) {
+    return (Exchange){(Group *)&M->topo->g[GROUP_EP], tp_group(M), dtd_on(M), M->E, M->El, x->scnt, x->rcnt,
+                      x->exp_off, 0, 0};
+}
+
+// The shared expert (design §6): an always-on FFN of the experts' kind, TP-split like a dense
+// FFN; its TP-summed output is left in M->tmp (the first pass only: a recompute needs h, hg).
+static void shared_forward(Model *M, int l, long N, int recompute) {
+    BlockActs *x = &M->ba[l];
+    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
+    long off[2] = {0, N};
+    experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
+    if (!recompute) comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+}
+
+static void shared_backward(Model *M, int l, long N) {
+    BlockActs *x = &M->ba[l];
+    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
+    long off[2] = {0, N};
+    experts_backward(&s, M->tmp, M->dbig, M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
+    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
+    residual_forward(M->dln, M->dln, M->tmp, N * M->d);
+}
+
+// MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
+// → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
+// A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
+// the exchanged rows from the first pass instead of communicating again.
+static void moe_forward(Model *M, int l, long N, int recompute) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac, dtd = dtd_on(M);
+    int alias = ep1 && !dtd;   // token side = expert side: nothing moves
+    if (b->sh[0] >= 0) shared_forward(M, l, N, recompute);   // into M->tmp, summed over TP
+    routing_forward(M, l, N, recompute, M->rcfg.generate);  // router logits (fp32) and choices
+    // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows.
+    // The plan is made on the host (a GPU run copies the choices down and the rows up).
+    long Nk = N * k, GE = (long)router_ngroups(N, M->rcfg.group_tokens) * M->E;
+    int *row = ted_device == DEV_CPU ? x->row : M->h_row;
+    dispatch_plan(row, x->exp_rows, x->start, buf_to_host(M->h_choice, x->choice, sizeof(int) * Nk),
+                  buf_to_host(M->h_slot, x->slot, sizeof(int) * Nk), buf_to_host(M->h_kept, x->kept, sizeof(int) * GE),
+                  N, k, &M->rcfg, !ep1, dtd ? M->topo->tp : 1);
+    buf_copy(x->row, row, sizeof(int) * Nk);
+    Experts e = experts_of(M, b->et, M->El, M->fel);
+    if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
+        experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
+        return;
+    }
+    Exchange ex = exchange_of(M, x);
+    exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
+    float *tok = alias ? x->xexp : M->tok_buf;
+    if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
+    dispatch_forward(tok, x->ln2, x->row, N, k, d);
+    exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
+    float *y = alias ? x->ysend : M->exp_buf;
+    experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
+    if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
+    exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
+    if (recompute) return;
+    float *out = M->resid[l + 1];
+    buf_copy(out, x->mid, sizeof(float) * N * d);
+    combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
+    if (b->sh[0] >= 0) residual_forward(out, out, M->tmp, N * d);
+}
+
+// The end of a row-parallel layer: out = base + the TP sum of part. With CAC the summed part
+// is stashed in the first pass and read back in the recompute (no collective).
+static void row_parallel_end(Model *M, float *out, const float *base, float *part, float *stash, long n,
+                             int recompute) {
+    if (recompute && stash) part = stash;
+    else {
+        comm_allreduce(tp_group(M), part, n, DT_F32);
+        if (stash) buf_copy(stash, part, sizeof(float) * n);
+    }
+    residual_forward(out, base, part, n);
+}
+
+// One block forward: the first pass, or the recompute of activation checkpointing.
+static void block_forward(Model *M, int l, int B, int T, int recompute) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, Dl = M->Hl * M->hd, tp0 = M->topo->tp_idx == 0;
+    long N = (long)B * T;
+    float *in = M->resid[l];
+    watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
+    layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
+    matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+    if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
+    if (!(recompute && x->ar_attn))
+        matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
+    row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
+    layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
+    if (b->moe) { moe_forward(M, l, N, recompute); return; }
+    matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, d, M->fl, 0);
+    gelu_forward(x->fchg, x->fch, N * M->fl);
+    if (recompute && x->ar_ffn) return;                        // the backward needs nothing further
+    matmul_forward(M->tmp, x->fchg, W(b->fcprojw), tp0 ? W(b->fcprojb) : NULL, N, M->fl, d, 0);
+    row_parallel_end(M, recompute ? M->tmp : M->resid[l + 1], x->mid, M->tmp, x->ar_ffn, N * d, recompute);
+}
+
+// Sampling needs whole rows of logits: with a vocabulary split over TP, rank 0 gathers them
+// into M->full_logits [N,V] (one process: a copy of the first V columns).
+static void gather_logits(Model *M, long N) {
+    Group *g = tp_group(M);
+    float *all = g->size > 1 ? ted_alloc(sizeof(float) * N * M->Vp, MEM_TEMP) : NULL;
+    float *mine = ted_alloc(sizeof(float) * N * M->Vl, MEM_TEMP);   // on the host
+    buf_copy(mine, M->logits, sizeof(float) * N * M->Vl);
+    if (all) comm_allgather(g, mine, all, N * M->Vl, DT_F32);   // [tp][N][Vl]
+    for (long i = 0; i < N; i++)
+        for (int v = 0; v < M->V; v++)
+            M->full_logits[i * M->V + v] = all ? all[((long)(v / M->Vl) * N + i) * M->Vl + v % M->Vl]
+                                               : mine[i * M->Vl + v];
+    ted_free(all); ted_free(mine);
+}
+
+// The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
+// token losses (without targets: whole rows of logits into full_logits, and 0).
+static double head_forward(Model *M, long N, int has_targets) {
+    int d = M->d;
+    layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
+    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f, M->logits, M->Vl);
+    if (!has_targets) { gather_logits(M, N); return 0; }
+    crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
+    comm_allreduce_max(tp_group(M), M->ce_max, N);
+    comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
+    crossentropy_exp(M->ce_sum, M->logits, M->ce_max, N, M->v0, M->Vl, M->V);
+    comm_allreduce(tp_group(M), M->ce_sum, N, DT_F32);
+    crossentropy_finish(M->losses, M->logits, M->ce_max, M->ce_sum, M->ce_tl, N, M->Vl);
+    return sum_forward(M->losses, N);
+}
+
+static int first_chunk(const Model *M, int i) { return M->ch_id[i] == 0; }
+static int last_chunk(const Model *M, int i) { return M->ch_id[i] == M->chunks - 1; }
+
+float *model_chunk_input(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l0[i]]; }
+float *model_chunk_output(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l1[i]]; }
+
+double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T) {
+    int d = M->d;
+    long N = (long)B * T;
+    CHECK(B <= M->Bmax && T <= M->T, "batch %dx%d larger than the buffers (%dx%d)", B, T, M->Bmax, M->T);
+    CHECK(slot < M->ch_slots[i], "activation view %d of chunk %d past its %d", slot, M->ch_id[i], M->ch_slots[i]);
+    ActView *v = &M->views[M->ch_view[i] + slot];
+    v->B = B; v->Tc = T;
+    use_view(M, i, slot);
+    M->rcfg.group_tokens = M->m.group_size * T;
+    M->rcfg.generate = targets == NULL;
+    if (first_chunk(M, i)) {
+        buf_copy(M->tok, tokens, sizeof(int) * N);
+        stage_in(M, 0, 0);
+        encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->topo->tp_idx == 0 ? W(M->wpe) : NULL, B, T, d);
+        comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
+    }
+    for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) {
+        stage_in(M, l + 1, 0);
+        block_forward(M, l, B, T, 0);
+        pack_block(M, l, B, T, 0);
+    }
+    watchdog_block(-1, 0, NULL);
+    if (!last_chunk(M, i)) return 0;
+    if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
+    if (!first_chunk(M, i)) stage_in(M, 0, 0);
+    return head_forward(M, N, targets != NULL);
+}
+
+double model_forward(Model *M, const int *tokens, const int *targets, int B, int T) {
+    CHECK(M->nch == 1 && M->has_embed && M->has_head, "model_forward needs the whole model on this rank");
+    return model_forward_chunk(M, 0, 0, tokens, targets, B, T);
+}
+
+// ---------------------------------------------------------------------------------------
+// backward
+
+static void moe_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, k = M->k, dtd = dtd_on(M), alias = M->topo->ep == 1 && !dtd;
+    Exchange ex = exchange_of(M, x);
+    ex.Rs = 0; ex.Rr = x->exp_off[M->El];
+    for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
+    float *dtok = M->tok_buf, *dexp = alias ? M->tok_buf : M->exp_buf;
+    buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
+    combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
+    exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
+    Experts e = experts_of(M, b->et, M->El, M->fel);
+    // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
+    experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
+    if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
+    exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
+    buf_zero(M->dln, sizeof(float) * N * d);
+    dispatch_backward(M->dln, dtok, x->row, N, k, d);
+    routing_backward(M, l, N, lm_scale, aux_scale, z_scale);
+    if (b->sh[0] >= 0) shared_backward(M, l, N);
+}
+
+// Tells the optimizer that the gradients of registry params [i0, i1) are complete for this
+// micro-batch (ZeRO-2 reduces them while the backward goes on; nothing otherwise).
+static void grads_ready(Model *M, int i0, int i1) {
+    if (M->reg.grads_ready && i0 >= 0) M->reg.grads_ready(M->reg.grads_ctx, i0, i1);
+}
+
+// The head's backward (last chunk): the loss gradient through the cross-entropy, the tied LM head
+// (vocab shard: dlnf = dlogits·wte summed over TP, dwte += dlogitsᵀ·lnf) and ln_f, into dres.
+static void head_backward(Model *M, long N, float lm_scale) {
+    int d = M->d;
+    float *dlogits = M->logits;
+    watchdog_block(-1, 0, NULL);
+    crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
+    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
+    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->wte), d);
+    buf_zero(M->dres, sizeof(float) * N * d);
+    layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
+                       M->lnf_rstd, N, d);
+}
+
+// Block l's backward: dres holds the gradient of its output and then of its input.
+static void block_backward(Model *M, int l, float lm_scale, float aux_scale, float z_scale) {
+    int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
+    long N = (long)B * T;
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    stage_in(M, l + 1, 1);
+    if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
+    watchdog_block(l, b->moe, "backward");
+    pack_block(M, l, B, T, 1);
+    // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
+    if (b->moe) moe_backward(M, l, N, lm_scale, aux_scale, z_scale);
+    else {
+        matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
+        gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
+        matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
+        comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    }
+    layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
+                       N, d);
+    // attention
+    matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+    if (M->sl)
+        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
+    matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
+                       x->ln1_rstd, N, d);
+    stage_out(M, l + 1);
+    grads_ready(M, b->p0, b->p1);
+}
+
+void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale) {
+    use_view(M, i, slot);
+    watchdog_block(-1, 0, NULL);
+    long N = (long)M->B * M->Tc;
+    int head = first_chunk(M, i) || last_chunk(M, i);
+    if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero
+    if (last_chunk(M, i)) head_backward(M, N, lm_scale);
+    for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, lm_scale, aux_scale, z_scale);
+    if (first_chunk(M, i)) encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
+    if (head) stage_out(M, 0);
+    if (!head) return;   // the head's tensors (wte, wpe, ln_f) are complete only now
+    grads_ready(M, M->wte, M->wte + 1);
+    grads_ready(M, M->wpe, M->wpe + 1);
+    grads_ready(M, M->lnfw, M->lnfb + 1);
+}
+
+void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
+    model_backward_chunk(M, 0, 0, lm_scale, aux_scale, z_scale);
+}
+
+// ---------------------------------------------------------------------------------------
+// The matmul parameters a token meets in one MoE block: router (and noise), the experts it is
+// routed to (expert choice: capacity_factor of them on average), the shared expert.
+static double moe_active(const ModelConfig *m) {
+    const ExpertKind *k = expert_kind(m->expert_type);
+    double d = m->n_embd, fe = cfg_expert_inner(m);
+    double routed = m->router == ROUTER_EXPERT_CHOICE ? m->capacity_factor : m->top_k;
+    return d * m->num_experts * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + routed * k->macs(d, fe) +
+           (m->shared_experts > 0 ? k->macs(d, m->shared_experts * fe) : 0);
+}
+
+double model_flops_per_token(const ModelConfig *m, int T) {
+    double d = m->n_embd, f = cfg_ffn(m), active = (double)m->vocab_size * d;   // LM head
+    for (int l = 0; l < m->n_layer; l++) {
+        active += 4 * d * d;
+        active += cfg_is_moe(m, l) ? moe_active(m) : 2 * d * f;
+    }
+    return 6 * active + 12.0 * m->n_layer * T * d;
+}
+
+// Elements of one expert of kind k and hidden size f
+static long expert_numel(const ExpertKind *k, long d, long f) {
+    long n = 0;
+    for (int t = 0; t < k->ntensors; t++) n += expert_tensor_rows(&k->tensors[t], d, f) * expert_tensor_cols(&k->tensors[t], d, f);
+    return n;
+}
+
+long model_num_params(const ModelConfig *m) {
+    long d = m->n_embd, f = cfg_ffn(m), n = (long)m->vocab_size * d + (long)m->n_positions * d + 2 * d;
+    const ExpertKind *k = expert_kind(m->expert_type);
+    long fe = cfg_expert_inner(m), E = m->num_experts;
+    long moe = d * E * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + (m->bias_update_rate > 0 ? E : 0) +
+               E * expert_numel(k, d, fe) + (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) : 0);
+    for (int l = 0; l < m->n_layer; l++) {
+        n += 4 * d + 3 * d * d + 3 * d + d * d + d;
+        long ffn = d * f + f + f * d + d;
+        n += cfg_is_moe(m, l) ? moe : ffn;
+    }
+    return n;
+}

@@ -1,0 +1,33 @@
+// model.h — the GPT/MoE model of design §2 on one rank: parameters (registry), activations
+// (one flat buffer with per-layer views, on the run's device, plus a small host buffer for
+// what the host plans with), forward and backward of a micro-batch.
+#pragma once
+#include "config/config.h"
+#include "model/model_state.h"
+
+// Registers and allocates everything this rank runs (its pipeline stage's chunks, with as many
+// activation views per chunk as cfg's schedule keeps in flight); weights initialised from cfg->seed.
+void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
+void model_free(Model *M);
+// Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). Without targets the whole
+// rows of logits are left in M->full_logits [N,V].
+// Returns the sum of the token losses (0 without targets); router stats add into M->rstats.
+double model_forward(Model *M, const int *tokens, const int *targets, int B, int T);
+// Backward of the last forward. lm_scale multiplies each token's loss gradient (1/tokens of
+// the step), aux_scale each group's l_aux (aux_coef/groups of the step), z_scale each
+// token's z term (z_coef/tokens of the step). Gradients accumulate into the registry.
+void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale);
+void model_zero_grad(Model *M);
+// Pipeline pieces (one process: a single chunk that is first and last; model_forward/backward
+// are that chunk on view 0). Local chunk i, activation view `slot` of it:
+// forward — chunk 0 embeds `tokens`; another chunk reads its input from model_chunk_input; the
+// last chunk returns the sum of token losses (targets given) or fills full_logits (no targets);
+// backward — the last chunk starts from the loss; another from the output gradient in M->dres;
+// afterwards M->dres holds the gradient of the chunk's input (unless it is chunk 0).
+double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T);
+void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_scale, float z_scale);
+float *model_chunk_input(Model *M, int i, int slot);    // [B,T,d] the chunk's input
+float *model_chunk_output(Model *M, int i, int slot);   // [B,T,d] its output (not the last chunk)
+// Model FLOPs per token (design §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
+double model_flops_per_token(const ModelConfig *m, int T);
+long model_num_params(const ModelConfig *m);

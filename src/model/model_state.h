@@ -1,0 +1,98 @@
+// model_state.h — what a built model holds on one rank (the Model struct): its tensors in the
+// registry, the views of each block's activations, the pipeline chunks it runs, its scratch.
+// model.c builds and runs it; routing.c (the router's place in an MoE block) works on it too,
+// so the struct stands in a header of its own below both.
+#pragma once
+#include "config/config.h"
+#include "nn/params.h"
+#include "moe/router.h"
+#include "nn/sparse_layout.h"
+#include "parallel/topology.h"
+
+typedef struct {
+    int held;                                                // this rank runs the block (its pipeline stage)
+    int p0, p1;                                              // its tensors: registry indices [p0, p1)
+    int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;   // registry indices
+    int moe;
+    int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
+    int router, noise, bias;                                 // MoE: router, noise_weight, expert_bias (-1: none)
+    int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
+} BlockParams;
+
+typedef struct {   // views into the activation buffer; [N,·] rows are tokens
+    float *ln1, *ln1_mean, *ln1_rstd;   // [N,d] [N] [N]
+    float *qkv;                         // [N,3d/tp]
+    float *att;                         // [B,H/tp,T,T]; sparse: [B][present blocks][blk][blk]
+    float *atty;                        // [N,d/tp]
+    float *mid;                         // [N,d] residual after attention
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;                  // dense [N,f/tp]
+    float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
+    int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
+    long *start, *exp_rows;             // [G,E] first token-side row per (group, expert); [E] rows per expert
+    long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
+    float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,mult·fe/tp] [Rr,fe/tp]
+    float *sh_h, *sh_hg;                // shared expert [N,mult·fs/tp] [N,fs/tp]
+    float *ysend;                       // expert outputs back on the token side [Rs,d]
+    float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
+    uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
+} BlockActs;
+
+// One micro-batch's activations of one pipeline chunk: the model works on the view in use
+// (M->resid, M->ba, M->lnf, …); a stage holds as many views of a chunk as its schedule keeps
+// micro-batches in flight there.
+typedef struct {
+    float **resid;              // [L+1]: the inputs of the chunk's blocks, then its output
+    BlockActs *ba;              // [L]: the chunk's blocks
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *ce_max, *ce_sum, *ce_tl;   // the head (last chunk)
+    int *tok, *tgt;
+    int B, Tc;
+} ActView;
+
+#define MAX_CHUNKS 64   // chunks per rank (virtual stages)
+
+typedef struct {
+    Config cfg;
+    ModelConfig m;
+    const Topology *topo;
+    int T, Bmax;                // sequence length and micro-batch the buffers are sized for
+    int d, H, Hl, hd, f, fl, V, L, E, El, k;
+    int fe, fel, fs, fsl;       // expert hidden size and this rank's share; the shared expert's (0: none)
+    const struct ExpertKind *kind;
+    long rng_step, seq0;        // training step of the coming forwards (-1: not training) and the global
+                                // index (in the step's batch) of their first sequence: router randomness
+    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (routing.h)
+    int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
+    Registry reg;
+    int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage
+    // pipeline (design §6): the chunks this rank runs, in order — global index and blocks [l0, l1)
+    int nch, chunks;            // local chunks; chunks of the whole model (pp·v)
+    int ch_id[MAX_CHUNKS], ch_l0[MAX_CHUNKS], ch_l1[MAX_CHUNKS];
+    int ch_view[MAX_CHUNKS], ch_slots[MAX_CHUNKS];   // first view of the chunk, views it has
+    size_t ch_bytes[MAX_CHUNKS];                     // bytes of one view of the chunk
+    size_t shared_act_bytes;    // activation bytes shared by all views (compute buffers, scratch)
+    int has_embed, has_head;    // runs chunk 0 (wte, wpe) / the last chunk (ln_f, wte)
+    ActView *views; int nviews;
+    BlockParams *bp;
+    // activations
+    float *act;  size_t act_floats;
+    float **resid;              // [L+1][N,d]   (the view in use)
+    BlockActs *ba;              // [L]          (the view in use)
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
+    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
+    float *full_logits;                                    // [N,V] after a forward without targets (host)
+    int *h_choice, *h_slot, *h_row, *h_kept;               // host copies for the dispatch plan (GPU runs)
+    void *host_act;                                        // the host side of the activations: the above, the exchange plans
+    // backward scratch
+    float *grad; size_t grad_floats;
+    float *dres, *dln, *datty, *dqkv, *dbig, *dgate, *dlogits_r, *tmp, *att_scratch;
+    float *tok_buf, *exp_buf, *a2a_buf;   // MoE scratch: token side [Rs,d], expert side [Rr,d], all-to-all
+    long Rs, Rr;                // expert-buffer rows at most: token side, expert side
+    int uneven;                 // EP ranks may run different batch sizes (evaluation): counts travel
+    float *head_w, *head_g, *stage_w, *stage_g;   // 16-bit storage: fp32 working copies (see model.c)
+    RouterCfg rcfg;
+    SparseLayout *sl;           // [L] block-sparse attention layouts of this rank's heads (NULL: dense)
+    RouterStats rstats;         // accumulated over forwards since the last reset
+    int *tok, *tgt;             // the current micro-batch (copied)
+    int B, Tc;                  // its size
+} Model;

@@ -1,0 +1,207 @@
+// routing.c — the router in an MoE block: logits, jitter and noise, backward, loads, bias
+// balancing and the per-block log (see routing.h).
+#include "model/routing.h"
+#include "core/alloc.h"
+#include "parallel/comm.h"
+#include "nn/ops.h"
+#include "core/rng.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PW(i) (M->reg.p[i].w)
+#define PG(i) (M->reg.p[i].g)
+
+void routing_init(Model *M) {
+    RouteLog *r = ted_alloc(sizeof(RouteLog), MEM_TEMP);
+    memset(r, 0, sizeof *r);
+    M->rlog = r;
+    for (int l = 0; l < M->L; l++) r->nmoe += M->bp[l].moe;
+    int n = r->nmoe > 0 ? r->nmoe : 1, E = M->E, d = M->d;
+    long N = (long)M->Bmax * M->T;
+    r->layer = ted_alloc(sizeof(int) * n, MEM_TEMP);
+    for (int l = 0, i = 0; l < M->L; l++) if (M->bp[l].moe) r->layer[i++] = l;
+    r->kept = ted_alloc(sizeof(double) * n * (2 * E + 2), MEM_TEMP);   // kept | load | drops: one reduction
+    r->load = r->kept + n * E;
+    r->drops = r->load + n * E;
+    r->out = ted_alloc(sizeof(RouteBlockLog) * n, MEM_TEMP);
+    memset(r->out, 0, sizeof(RouteBlockLog) * n);
+    r->acc_step = -1;
+    if (!r->nmoe) return;
+    if (M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0) {
+        r->xr = ted_alloc_buf(sizeof(float) * N * d, MEM_ACTIVATIONS);
+        r->dxr = ted_alloc_buf(sizeof(float) * N * d, MEM_ACTIVATIONS);
+    }
+    if (M->m.router == ROUTER_NOISY_TOPK) {
+        r->noise = ted_alloc(sizeof(float *) * r->nmoe, MEM_TEMP);
+        r->hval = ted_alloc(sizeof(float *) * r->nmoe, MEM_TEMP);
+        for (int i = 0; i < r->nmoe; i++) {
+            r->noise[i] = ted_alloc_buf(sizeof(float) * N * E, MEM_ACTIVATIONS);
+            r->hval[i] = ted_alloc_buf(sizeof(float) * N * E, MEM_ACTIVATIONS);
+        }
+        r->dnoise = ted_alloc_buf(sizeof(float) * N * E, MEM_ACTIVATIONS);
+    }
+}
+
+void routing_free(Model *M) {
+    RouteLog *r = M->rlog;
+    if (!r) return;
+    if (r->noise)
+        for (int i = 0; i < r->nmoe; i++) { ted_free_buf(r->noise[i]); ted_free_buf(r->hval[i]); }
+    ted_free(r->noise); ted_free(r->hval); ted_free_buf(r->dnoise);
+    ted_free_buf(r->xr); ted_free_buf(r->dxr);
+    ted_free(r->layer); ted_free(r->kept); ted_free(r->out);
+    ted_free(r);
+    M->rlog = NULL;
+}
+
+static int moe_index(const Model *M, int l) {
+    for (int i = 0; i < M->rlog->nmoe; i++) if (M->rlog->layer[i] == l) return i;
+    return -1;
+}
+
+// Switch's jitter: out = x ⊙ u (mul_into: out ⊙= u), u ~ U(1−ε, 1+ε) per (token, channel) of the router input
+static void jitter(const Model *M, float *out, const float *x, long N, int mul_into) {
+    int d = M->d;
+    #pragma omp parallel for schedule(static)
+    for (long t = 0; t < N; t++)
+        for (int i = 0; i < d; i++) {
+            float u = router_jitter(&M->rcfg, M->m.jitter_eps, t, i);
+            out[t * d + i] = (mul_into ? out[t * d + i] : x[t * d + i]) * u;
+        }
+}
+
+static int jitter_on(const Model *M) { return M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0 && M->rng_step >= 0; }
+
+// The router configuration of block l for this forward
+static void set_cfg(Model *M, int l, int generate) {
+    RouterCfg *c = &M->rcfg;
+    const BlockParams *b = &M->bp[l];
+    int i = moe_index(M, l);
+    c->train = M->rng_step >= 0;
+    c->generate = generate;
+    c->step = M->rng_step; c->seq0 = M->seq0; c->layer = l; c->T = M->Tc; c->seed = M->cfg.seed;
+    c->bias = b->bias >= 0 ? PW(b->bias) : NULL;
+    c->noise = M->rlog->noise ? M->rlog->noise[i] : NULL;
+    c->hval = M->rlog->hval ? M->rlog->hval[i] : NULL;
+    c->dnoise = M->rlog->dnoise;
+}
+
+// This forward's loads into the step's sums (a new step starts them again)
+static void accumulate(Model *M, int l, long N, const RouterStats *st0, const RouterStats *st1) {
+    RouteLog *r = M->rlog;
+    if (r->acc_step != M->rng_step) {
+        memset(r->kept, 0, sizeof(double) * r->nmoe * (2 * M->E + 2));
+        r->acc_step = M->rng_step;
+    }
+    int i = moe_index(M, l), E = M->E, k = M->rcfg.k, G = router_ngroups(N, M->rcfg.group_tokens);
+    const BlockActs *x = &M->ba[l];
+    // on a GPU run the router's counts are device buffers: read through host copies
+    int *hk = ted_alloc(sizeof(int) * G * E, MEM_TEMP);
+    float *hf = ted_alloc(sizeof(float) * G * E, MEM_TEMP);
+    const int *kept = buf_to_host(hk, x->kept, sizeof(int) * G * E);
+    const float *fcount = buf_to_host(hf, x->fcount, sizeof(float) * G * E);
+    for (long g = 0; g < G; g++) {
+        long t0 = g * M->rcfg.group_tokens, S = N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens;
+        for (int e = 0; e < E; e++) {
+            r->kept[i * E + e] += kept[g * E + e];
+            r->load[i * E + e] += (double)fcount[g * E + e] * k * S;
+        }
+    }
+    ted_free(hk); ted_free(hf);
+    r->drops[2 * i] += (double)(st1->dropped - st0->dropped);
+    r->drops[2 * i + 1] += (double)(st1->choices - st0->choices);
+}
+
+void routing_forward(Model *M, int l, long N, int recompute, int generate) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    RouterStats scratch = {0}, *st = recompute ? &scratch : &M->rstats, before = *st;
+    int d = M->d, E = M->E;
+    set_cfg(M, l, generate);
+    const float *in = x->ln2;
+    if (jitter_on(M)) { jitter(M, M->rlog->xr, x->ln2, N, 0); in = M->rlog->xr; }
+    matmul_forward(x->probs, in, PW(b->router), NULL, N, d, E, 0);      // router logits, fp32
+    if (b->noise >= 0) matmul_forward(M->rcfg.noise, x->ln2, PW(b->noise), NULL, N, d, E, 0);
+    router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, st);
+    if (!recompute && M->rng_step >= 0) accumulate(M, l, N, &before, st);
+}
+
+void routing_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, E = M->E;
+    set_cfg(M, l, 0);
+    M->rcfg.cv_scale = lm_scale * M->rcfg.group_tokens;   // 1/(groups of the step), times the loss scale
+    router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg,
+                    M->rcfg.kind == ROUTER_EXPERT_CHOICE ? 0 : aux_scale, z_scale);
+    if (jitter_on(M)) {   // logits = (x ⊙ u)·W: dW += (x ⊙ u)ᵀ·dlogits, dx += (dlogits·Wᵀ) ⊙ u
+        RouteLog *r = M->rlog;
+        jitter(M, r->xr, x->ln2, N, 0);
+        matmul_backward(r->dxr, PG(b->router), NULL, M->dlogits_r, r->xr, PW(b->router), N, d, E, 0);
+        jitter(M, r->dxr, NULL, N, 1);
+        residual_forward(M->dln, M->dln, r->dxr, N * d);
+    } else
+        matmul_backward(M->dln, PG(b->router), NULL, M->dlogits_r, x->ln2, PW(b->router), N, d, E, 1);
+    if (b->noise >= 0)
+        matmul_backward(M->dln, PG(b->noise), NULL, M->rcfg.dnoise, x->ln2, PW(b->noise), N, d, E, 1);
+}
+
+// Writes b[E] into the bias tensor: the weights (16-bit storage: rounded) and this rank's
+// shard of the fp32 master, so the optimizer's gather keeps it.
+static void set_bias(Model *M, Zero *z, int idx, const float *b) {
+    Param *p = &M->reg.p[idx];
+    if (M->reg.half) convert_from_f32(p->w16, b, p->numel, M->reg.half);
+    else memcpy(p->w, b, sizeof(float) * p->numel);
+    const Shard *s = &z->sh[idx];
+    for (long j = 0; j < s->len; j++) z->master[s->base + j] = b[s->off + j];
+}
+
+static void bias_step(Model *M, Zero *z, int i, const double *load) {
+    int E = M->E, idx = M->bp[M->rlog->layer[i]].bias;
+    float b[E];
+    const Param *p = &M->reg.p[idx];
+    if (M->reg.half) convert_to_f32(b, p->w16, E, M->reg.half);
+    else memcpy(b, p->w, sizeof b);
+    double mean = 0, norm = 0;
+    for (int e = 0; e < E; e++) mean += load[e] / E;
+    for (int e = 0; e < E; e++) {
+        b[e] += M->m.bias_update_rate * (float)((mean > load[e]) - (mean < load[e]));
+        norm += (double)b[e] * b[e];
+    }
+    set_bias(M, z, idx, b);
+    M->rlog->out[i].bias_norm = sqrt(norm);
+}
+
+void routing_step_end(Model *M, Zero *z) {
+    RouteLog *r = M->rlog;
+    int E = M->E, n = r->nmoe;
+    M->rng_step = -1;
+    if (!n) return;
+    if (r->acc_step < 0) memset(r->kept, 0, sizeof(double) * n * (2 * E + 2));   // no training forward since the last step
+    comm_allreduce((Group *)&M->topo->g[GROUP_DP], r->kept, (long)n * (2 * E + 2), DT_F64);
+    for (int i = 0; i < n; i++) {
+        double mx = 0, mean = 0;
+        for (int e = 0; e < E; e++) { mean += r->kept[i * E + e] / E; if (r->kept[i * E + e] > mx) mx = r->kept[i * E + e]; }
+        r->out[i].max_mean = mean > 0 ? mx / mean : 0;
+        r->out[i].dropped = r->drops[2 * i + 1] > 0 ? r->drops[2 * i] / r->drops[2 * i + 1] : 0;
+        if (M->bp[r->layer[i]].bias >= 0) bias_step(M, z, i, r->load + (long)i * E);
+    }
+    r->acc_step = -1;
+}
+
+double routing_worst_max_mean(const Model *M) {
+    double w = 0;
+    for (int i = 0; M->rlog && i < M->rlog->nmoe; i++) if (M->rlog->out[i].max_mean > w) w = M->rlog->out[i].max_mean;
+    return w;
+}
+
+void routing_log_json(const Model *M, char *buf, size_t len) {
+    size_t u = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; M->rlog && i < M->rlog->nmoe && u < len; i++) {
+        const RouteBlockLog *o = &M->rlog->out[i];
+        u += (size_t)snprintf(buf + u, len - u, "%s{\"layer\": %d, \"max_mean\": %.4f, \"dropped\": %.4f, \"bias_norm\": %.6g}",
+                              i ? ", " : "", M->rlog->layer[i], o->max_mean, o->dropped, o->bias_norm);
+    }
+    if (u < len) snprintf(buf + u, len - u, "]");
+}

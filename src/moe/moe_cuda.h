@@ -1,0 +1,24 @@
+// moe_cuda.h — the CUDA twins of the dispatcher and the experts (src/cuda/moe.cu), with the
+// arguments and semantics of their CPU functions (dispatcher.h, experts.h); the router's are
+// in router.h.
+#pragma once
+#ifdef __cplusplus
+extern "C" {   // implemented in CUDA C++ (src/cuda)
+#endif
+
+void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d);
+void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);
+void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d);
+void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
+                         const int *row, long N, int k, int d);
+// Experts (experts.h) with the weights as one Experts struct of device pointers; off is host.
+void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
+                        const float *bproj, float *h, float *hg, float *y, const float *xin, const long *off,
+                        int proj_bias);
+void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc, float *gbfc,
+                         float *gwproj, float *gbproj, float *dxin, float *dhg, const float *dy, const float *xin,
+                         const float *h, const float *hg, const long *off, int proj_bias);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,317 @@
+// ops.c — forward/backward pairs (see ops.h).
+#include "core/backend.h"
+#include "nn/ops.h"
+#include "nn/ops_cuda.h"
+#include "core/half.h"
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+void encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B, int T,
+                     int d) {
+    ON_GPU(cu_encoder_forward(out, tok, wte, v0, Vl, wpe, B, T, d));
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)B * T; i++) {
+        int v = tok[i] - v0;
+        const float *e = v >= 0 && v < Vl ? wte + (long)v * d : NULL, *p = wpe ? wpe + (long)(i % T) * d : NULL;
+        float *o = out + i * d;
+        for (int c = 0; c < d; c++) o[c] = (e ? e[c] : 0.0f) + (p ? p[c] : 0.0f);
+    }
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B, int T,
+                      int d) {
+    ON_GPU(cu_encoder_backward(dwte, dwpe, dout, tok, v0, Vl, B, T, d));
+    // positions: each thread owns whole rows of dwpe, summed over b in order
+    if (dwpe) {
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++)
+            for (int b = 0; b < B; b++) {
+                const float *g = dout + ((long)b * T + t) * d;
+                float *w = dwpe + (long)t * d;
+                for (int c = 0; c < d; c++) w[c] += g[c];
+            }
+    }
+    // tokens: each thread owns a range of vocabulary rows and scans the tokens in order,
+    // so the sum order is fixed whatever the thread count
+    long N = (long)B * T;
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int r0 = (int)((long)Vl * id / nt), r1 = (int)((long)Vl * (id + 1) / nt);
+        for (long i = 0; i < N; i++) {
+            int v = tok[i] - v0;
+            if (v < r0 || v >= r1) continue;
+            const float *g = dout + i * d;
+            float *w = dwte + (long)v * d;
+            for (int c = 0; c < d; c++) w[c] += g[c];
+        }
+    }
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, long N, int d) {
+    ON_GPU(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, d));
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        const float *x = inp + i * d;
+        float m = 0, v = 0;
+        for (int c = 0; c < d; c++) m += x[c];
+        m /= d;
+        for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
+        float s = 1.0f / sqrtf(v / d + 1e-5f);
+        float *o = out + i * d;
+        for (int c = 0; c < d; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m; rstd[i] = s;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, long N, int d) {
+    ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d));
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        const float *g = dout + i * d, *x = inp + i * d;
+        float m = mean[i], s = rstd[i], a = 0, bsum = 0;
+        for (int c = 0; c < d; c++) {
+            float gw = g[c] * w[c];
+            a += gw; bsum += gw * (x[c] - m) * s;
+        }
+        a /= d; bsum /= d;
+        float *dx = dinp + i * d;
+        for (int c = 0; c < d; c++) {
+            float xh = (x[c] - m) * s;
+            dx[c] += (g[c] * w[c] - a - xh * bsum) * s;
+        }
+    }
+    // parameter gradients: threads split the columns, rows summed in order
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = d * id / nt, c1 = d * (id + 1) / nt;
+        for (long i = 0; i < N; i++) {
+            const float *g = dout + i * d, *x = inp + i * d;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) { dw[c] += g[c] * (x[c] - m) * s; db[c] += g[c]; }
+        }
+    }
+}
+
+void matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
+                    int OC, int accumulate) {
+    ON_GPU(cu_matmul_forward(out, inp, w, bias, N, C, OC, accumulate));
+    if (N == 0) return;
+    if (bias) {
+        if (accumulate) {
+            #pragma omp parallel for schedule(static)
+            for (long i = 0; i < N; i++) for (int o = 0; o < OC; o++) out[i * OC + o] += bias[o];
+        } else {
+            #pragma omp parallel for schedule(static)
+            for (long i = 0; i < N; i++) memcpy(out + i * OC, bias, sizeof(float) * OC);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, OC, C, 1.0f, inp, C, w, OC,
+                (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+}
+
+void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                     const float *w, long N, int C, int OC, int accumulate) {
+    ON_GPU(cu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate));
+    if (N == 0) return;
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, C, OC, 1.0f, dout, OC, w, OC,
+                    accumulate ? 1.0f : 0.0f, dinp, C);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+    if (dbias) {
+        #pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            int o0 = OC * id / nt, o1 = OC * (id + 1) / nt;
+            for (long i = 0; i < N; i++) {
+                const float *g = dout + i * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += g[o];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// attention: per (batch, head) two small sgemms, run single-threaded inside the parallel loop
+
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    ON_GPU(cu_attention_forward(out, att, qkv, B, T, H, hd));
+    int D = H * hd, ld = 3 * D;
+    float scale = 1.0f / sqrtf((float)hd);
+    #pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+        float *a = att + (long)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {
+            float *row = a + (long)t * T, mx = -INFINITY, s = 0;
+            for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+            for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); s += row[u]; }
+            float inv = 1.0f / s;
+            for (int u = 0; u <= t; u++) row[u] *= inv;
+            for (int u = t + 1; u < T; u++) row[u] = 0;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, v, ld, 0.0f,
+                    out + (long)b * T * D + h * hd, D);
+    }
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
+                        int H, int hd, float *scratch) {
+    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
+    int D = H * hd, ld = 3 * D;
+    float scale = 1.0f / sqrtf((float)hd);
+    #pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+        const float *a = att + (long)bh * T * T, *dO = dout + (long)b * T * D + h * hd;
+        float *dq = dqkv + (long)b * T * ld + h * hd, *dk = dq + D, *dv = dq + 2 * D;
+        float *dA = scratch + (long)omp_get_thread_num() * T * T;
+        // dV = Aᵀ·dO ; dA = dO·Vᵀ
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, dO, D, 0.0f, dv, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, D, v, ld, 0.0f, dA, T);
+        // softmax backward: dS = A ⊙ (dA − Σ A⊙dA), times the 1/√hd of the scores
+        for (int t = 0; t < T; t++) {
+            const float *ar = a + (long)t * T;
+            float *g = dA + (long)t * T, s = 0;
+            for (int u = 0; u <= t; u++) s += ar[u] * g[u];
+            for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
+            for (int u = t + 1; u < T; u++) g[u] = 0;
+        }
+        // dQ = dS·K ; dK = dSᵀ·Q
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, k, ld, 0.0f, dq, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, q, ld, 0.0f, dk, ld);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+#define GELU_K 0.7978845608028654f   // sqrt(2/pi)
+// glibc's libmvec has vector tanhf; math.h declares it only under -ffast-math, so say it here
+// (without fast-math's other licences) to let the GELU loops vectorize.
+#if defined(__x86_64__) && defined(__GLIBC__)
+extern float tanhf(float) __attribute__((__simd__("notinbranch")));
+#endif
+
+void gelu_forward(float *out, const float *inp, long n) {
+    ON_GPU(cu_gelu_forward(out, inp, n));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+    ON_GPU(cu_gelu_backward(dinp, inp, dout, n));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// columns of this shard that are real vocabulary entries
+static inline int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 : n > Vl ? Vl : n; }
+
+void crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl, int V) {
+    ON_GPU(cu_crossentropy_max(mx, tl, logits, targets, N, v0, Vl, V));
+    int nr = real_cols(v0, Vl, V);
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        const float *r = logits + i * Vl;
+        float m = -INFINITY;
+        for (int c = 0; c < nr; c++) m = r[c] > m ? r[c] : m;
+        mx[i] = m;
+        int t = targets[i] - v0;
+        tl[i] = t >= 0 && t < Vl ? r[t] : 0.0f;
+    }
+}
+
+void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
+    ON_GPU(cu_crossentropy_exp(sum, logits, mx, N, v0, Vl, V));
+    int nr = real_cols(v0, Vl, V);
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = logits + i * Vl;
+        double s = 0;
+        for (int c = 0; c < nr; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
+        for (int c = nr; c < Vl; c++) r[c] = 0;          // padded columns never win
+        sum[i] = (float)s;
+    }
+}
+
+void crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
+                         int Vl) {
+    ON_GPU(cu_crossentropy_finish(losses, probs, mx, sum, tl, N, Vl));
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = probs + i * Vl, inv = 1.0f / sum[i];
+        for (int c = 0; c < Vl; c++) r[c] *= inv;
+        losses[i] = (float)(log((double)sum[i]) + (double)mx[i] - (double)tl[i]);   // logsumexp − target logit
+    }
+}
+
+void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale) {
+    ON_GPU(cu_crossentropy_backward(probs, targets, N, v0, Vl, scale));
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = probs + i * Vl;
+        for (int c = 0; c < Vl; c++) r[c] *= scale;
+        int t = targets[i] - v0;
+        if (t >= 0 && t < Vl) r[t] -= scale;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// plumbing: GEMM for the LM head, residual, 16-bit conversions, sum
+
+void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+          float beta, float *C, int ldc) {
+    ON_GPU(cu_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void residual_forward(float *out, const float *a, const float *b, long n) {
+    ON_GPU(cu_residual_forward(out, a, b, n));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void convert_to_f32(float *dst, const uint16_t *src, long n, int half) {
+    ON_GPU(cu_half_to_f32(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_to_f32(half, src[i]);
+}
+
+void convert_from_f32(uint16_t *dst, const float *src, long n, int half) {
+    ON_GPU(cu_f32_to_half(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, src[i]);
+}
+
+void accumulate_half(uint16_t *dst, const float *src, long n, int half) {
+    ON_GPU(cu_half_accumulate(dst, src, n, half));
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, half_to_f32(half, dst[i]) + src[i]);
+}
+
+double sum_forward(const float *x, long n) {
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) return cu_sum(x, n);
+#endif
+    double s = 0;
+    for (long i = 0; i < n; i++) s += x[i];
+    return s;
+}

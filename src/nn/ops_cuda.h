@@ -1,0 +1,61 @@
+// ops_cuda.h — the CUDA twins of the ops of ops.h and sparse_attention.h (src/cuda/kernels.cu,
+// attention.cu, sparse_attention.cu). Each cu_X has exactly the arguments and the semantics of
+// the CPU function X, on device buffers; X calls it first thing on a GPU run (backend.h).
+#pragma once
+#include <stdint.h>
+#include "nn/sparse_layout.h"
+#ifdef __cplusplus
+extern "C" {   // implemented in CUDA C++ (src/cuda)
+#endif
+
+// Row-major GEMM as cblas_sgemm: C[M,N] = alpha·op(A)·op(B) + beta·C (fp32 storage).
+void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc);
+// Row-major grouped GEMM, one cuBLAS call: for g < n, C_g[M_g,N_g] = op(A_g)·op(B_g) + beta·C_g,
+// with host arrays of the sizes. Groups with an empty size are skipped (their C_g untouched,
+// also with beta 0). Equal groups at equal strides run as one strided batched GEMM.
+void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const float *const *A,
+                     int lda, const float *const *B, int ldb, float beta, float *const *C, int ldc);
+
+// ---- element-wise, normalisation, embedding, loss (kernels.cu) ------------------------
+void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
+                        int T, int d);
+void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B,
+                         int T, int d);
+void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          long N, int d);
+void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, long N, int d);
+void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C, int OC,
+                       int accumulate);
+void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                        long N, int C, int OC, int accumulate);
+void cu_gelu_forward(float *out, const float *inp, long n);
+void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
+void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl,
+                         int V);
+void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V);
+void cu_crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
+                            int Vl);
+void cu_crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
+void cu_residual_forward(float *out, const float *a, const float *b, long n);          // out = a + b
+void cu_half_to_f32(float *dst, const uint16_t *src, long n, int half);               // half 1 bf16, 2 fp16
+void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half);               // round to nearest even
+void cu_half_accumulate(uint16_t *dst, const float *src, long n, int half);           // dst = half(dst + src)
+double cu_sum(const float *x, long n);   // returns Σ x (in double) to the host
+
+// ---- attention (attention.cu) -----------------------------------------------------------
+void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
+// scratch: B·H·T·T floats (device)
+void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
+                           int hd, float *scratch);
+
+// ---- block-sparse attention (sparse_attention.cu); L is host, its *_d arrays device
+void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
+                                 int H, int hd);
+void cu_sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv, const SparseLayout *L,
+                                  int B, int T, int H, int hd);
+
+#ifdef __cplusplus
+}
+#endif

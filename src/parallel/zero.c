@@ -1,0 +1,257 @@
+// zero.c — ZeRO AdamW, stages 0, 1, 2 (see zero.h).
+#include "parallel/zero.h"
+#include "parallel/adam_cuda.h"
+#include "parallel/zero_bucket.h"
+#include "parallel/onebit.h"
+#include "parallel/adam.h"
+#include "parallel/offload.h"
+#include "core/alloc.h"
+#include "core/backend.h"
+#include "nn/ops.h"
+#include "parallel/comm.h"
+#include "core/half.h"
+#include "core/util.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+// This rank's shard of each tensor: a 1/size chunk (stages 1, 2) or the whole tensor (stage 0).
+static void make_shards(Zero *z) {
+    const Registry *reg = z->reg;
+    z->sh = ted_alloc(sizeof(Shard) * reg->n, MEM_TEMP);
+    for (int i = 0; i < reg->n; i++) {
+        const Param *p = &reg->p[i];
+        Group *g = zero_group(z, p);
+        Shard *s = &z->sh[i];
+        int parts = z->stage == 0 ? 1 : g->size, part = z->stage == 0 ? 0 : g->rank;
+        s->chunk = (p->numel + parts - 1) / parts;
+        s->off = s->chunk * part;
+        s->len = p->numel - s->off < s->chunk ? p->numel - s->off : s->chunk;
+        if (s->len < 0) s->len = 0;
+        s->own = z->stage > 0 || g->rank == 0;
+        s->base = z->total;
+        z->total += s->len;
+    }
+}
+
+void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
+    memset(z, 0, sizeof *z);
+    z->reg = reg; z->topo = topo;
+    z->stage = c->zero_stage;
+    make_shards(z);
+    // the shard lives on the run's device (offloaded: on the host); a GPU run keeps a host copy
+    // for checkpoints
+    size_t bytes = sizeof(float) * z->total;
+    if (!offload_init(z, c)) {
+        z->dev[0] = z->master = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        z->dev[1] = z->m = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
+    }
+    zero_sync_master(z);
+    z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
+    z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
+    z->loss_scale = reg->half == 2 ? 65536.0f : 1.0f;   // DeepSpeed's initial_scale_power 16
+    z->window = 1000;
+    CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
+    if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size);
+    if (c->onebit) onebit_init(ted_alloc(sizeof(OneBit), MEM_TEMP), z, c);
+    if (z->stage == 2 && topo->rank == 0)
+        printf("ZeRO-2: gradient shard %ld elements, bucket %ld elements (%ld deferred: the tensors outside the "
+               "blocks), %d buckets\n", z->total, z->bucket_elems, z->deferred_elems, z->nbk);
+}
+
+void zero_sync_master(Zero *z) {
+    if (z->offload) { offload_sync_master(z); return; }
+    const Registry *r = z->reg;
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        const Shard *s = &z->sh[i];
+        if (r->half) convert_to_f32(z->master + s->base, p->w16 + s->off, s->len, r->half);
+        else buf_copy(z->master + s->base, p->w + s->off, sizeof(float) * s->len);
+    }
+}
+
+static void view(Zero *z, float **from, float **to, int copy) {
+    for (int i = 0; i < 3; i++) if (copy && to[i] != from[i]) buf_copy(to[i], from[i], sizeof(float) * z->total);
+    z->master = to[0]; z->m = to[1]; z->v = to[2];
+}
+void zero_host_view(Zero *z, int copy) { view(z, z->dev, z->host, copy); }
+void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
+
+void zero_free(Zero *z) {
+    for (int i = 0; i < 3; i++) {
+        if (z->host[i] != z->dev[i]) ted_free(z->host[i]);
+        if (z->offload) ted_free(z->dev[i]);
+        else ted_free_buf(z->dev[i]);
+    }
+    if (z->offload) offload_free(z);
+    if (z->stage != 2) { ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); }
+    ted_free(z->sh); ted_free_buf(z->tile);
+    ted_free_buf(z->sq); ted_free(z->sq_host);
+    if (z->stage == 2) bucket_free(z);
+    if (z->onebit) { onebit_free(z->onebit); ted_free(z->onebit); }
+    memset(z, 0, sizeof *z);
+}
+
+// The optimizer's buffers, made at the first step and kept (nothing is allocated per step):
+// the two communication buffers of the largest padded tensor, and the up-cast tile.
+static void plan_buffers(Zero *z, long tile) {
+    if (z->planned) return;
+    z->planned = 1;
+    // the up-cast tile (offloaded: the host stages its own tiles)
+    if (z->reg->half && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
+    if (z->stage == 0) return;   // all-reduced in place, nothing gathered
+    // stage 2: the bucket buffer is free in the optimizer step and holds every tensor's padded
+    // slot; recv holds the largest chunk. Both serve the gather (the bucket is zeroed after).
+    if (z->stage == 2) { z->comm[0] = z->bucket; z->comm[1] = z->recv; return; }
+    size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
+    for (int i = 0; i < z->reg->n; i++) {
+        const Shard *s = &z->sh[i];
+        int size = zero_group(z, &z->reg->p[i])->size;
+        if (size == 1) continue;   // nothing travels
+        size_t padded = (size_t)s->chunk * size;
+        if (padded > big) big = padded;
+        if ((size_t)s->chunk > chunk) chunk = s->chunk;
+    }
+    if (big) { z->comm[0] = ted_alloc_buf(es * big, MEM_COMM); z->comm[1] = ted_alloc_buf(es * chunk, MEM_COMM); }
+}
+
+float lr_at(const Config *c, long s) {
+    if (s < c->warmup) return c->lr * (float)(s + 1) / (float)c->warmup;
+    long span = c->steps - c->warmup;
+    double frac = span > 0 ? (double)(s - c->warmup) / (double)span : 1.0;
+    if (frac > 1) frac = 1;
+    return (float)(c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * frac)));
+}
+
+// Sum the gradient over the DP group into the owner's shard (in place at p->g + off; stage 0:
+// the whole tensor on every rank; stage 2 did it during the backward). Each rank's loss
+// gradient is already scaled by 1/(tokens of the whole step), so the sum is the
+// single-process gradient.
+// (16-bit storage: the gradients travel in 16 bits, each addition done in fp32.)
+static void reduce_grad(Zero *z, Param *p, const Shard *s) {
+    Group *g = zero_group(z, p);
+    int half = z->reg->half;
+    DType t = half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32;
+    if (g->size == 1 || z->stage == 2) return;
+    if (z->stage == 0) { comm_allreduce(g, half ? (void *)p->g16 : (void *)p->g, p->numel, t); return; }
+    // reduce-scatter needs equal chunks: pad the tensor to chunk·size
+    size_t es = half ? 2 : 4;
+    long padded = s->chunk * g->size;
+    char *buf = z->comm[0], *mine = z->comm[1];
+    char *grad = half ? (char *)p->g16 : (char *)p->g;
+    buf_copy(buf, grad, es * p->numel);
+    buf_zero(buf + es * p->numel, es * (padded - p->numel));
+    comm_reduce_scatter(g, buf, mine, s->chunk, t);
+    buf_copy(grad + es * s->off, mine, es * s->len);
+}
+
+static void gather_param(Zero *z, Param *p, const Shard *s) {
+    Group *g = zero_group(z, p);
+    if (g->size == 1 || z->stage == 0) return;
+    size_t es = z->reg->half ? 2 : 4;   // the parameters travel in their storage format
+    char *buf = z->comm[0], *mine = z->comm[1];
+    char *w = z->reg->half ? (char *)p->w16 : (char *)p->w;
+    buf_copy(mine, w + es * s->off, es * s->len);
+    comm_allgather(g, mine, buf, s->chunk * (long)es, DT_BYTE);
+    buf_copy(w, buf, es * p->numel);
+}
+
+// *out = Σ (s·x)² over a shard, in double. out is one of z->sq's slots: on the GPU a device
+// double, so that the norm of every tensor is computed without waiting, and read once.
+static void sumsq(double *out, const void *x, long n, int half, float s) {
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) {
+        if (half) cu_sumsq_half(out, x, n, half, s);
+        else cu_sumsq(out, x, n);   // s is 1 here: fp32 gradients are unscaled
+        return;
+    }
+#endif
+    double acc = 0;
+    if (half)
+        for (long j = 0; j < n; j++) { double g = half_to_f32(half, ((const uint16_t *)x)[j]) * s; acc += g * g; }
+    else
+        for (long j = 0; j < n; j++) acc += (double)((const float *)x)[j] * ((const float *)x)[j];
+    *out = acc;
+}
+
+// The shard's gradients of tensor i: in place in the registry, or (stage 2) in the shard buffer.
+static void *shard_grad(const Zero *z, int i) {
+    const Registry *r = z->reg;
+    const Shard *s = &z->sh[i];
+    if (z->stage == 2) return r->half ? (void *)((uint16_t *)z->gshard + s->base) : (void *)((float *)z->gshard + s->base);
+    return r->half ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
+}
+
+// Reduces the gradients to their owners and returns the global norm (unscaled): each
+// parameter counted once, whatever the layout.
+static double reduce_and_norm(Zero *z, float unscale) {
+    Registry *r = z->reg;
+    for (int i = 0; i < r->n; i++) {
+        reduce_grad(z, &r->p[i], &z->sh[i]);
+        sumsq(z->sq + i, shard_grad(z, i), z->sh[i].len, r->half, r->half ? unscale : 1.0f);
+    }
+    const double *part = buf_to_host(z->sq_host, z->sq, sizeof(double) * r->n);
+    double sq = 0;
+    for (int i = 0; i < r->n; i++) {
+        // a tensor replicated over TP has the same gradient on every TP rank: count it once
+        // replicated over TP: counted on one TP rank; the tied wte: on the first pipeline stage
+        if (z->sh[i].own && (r->p[i].split_dim >= 0 || z->topo->tp_idx == 0) && !r->p[i].tied_copy) sq += part[i];
+    }
+    comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], &sq, 1, DT_F64);
+    return sqrt(sq);
+}
+
+// AdamW on the shard of every tensor, the new weights written back (16-bit: rounded) and
+// gathered. 16-bit gradients are up-cast tile by tile into one fp32 buffer.
+static void update(Zero *z, const Config *c, float lr, float gscale, long tile) {
+    Registry *r = z->reg;
+    int half = r->half;
+    z->t++;
+    float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
+    for (int i = 0; i < r->n; i++) {
+        Param *p = &r->p[i];
+        Shard *s = &z->sh[i];
+        AdamHyper a = {lr, p->decay ? 1.0f - lr * c->weight_decay : 1.0f, c->beta1, c->beta2, c->eps, bc1, bc2};
+        if (z->offload) { offload_step(z, i, shard_grad(z, i), &a, gscale); gather_param(z, p, s); continue; }
+        long step = half ? tile : s->len;   // fp32 gradients need no up-cast: one pass
+        for (long j0 = 0; j0 < s->len; j0 += step) {
+            long n = s->len - j0 < step ? s->len - j0 : step, at = s->base + j0;
+            if (half)
+                adamw_half(z->master + at, z->m + at, z->v + at, (const uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
+                           p->w16 + s->off + j0, half, z->tile);
+            else
+                adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
+                          p->w + s->off + j0);
+        }
+        // every rank of the group gets the whole updated tensor
+        gather_param(z, p, s);
+    }
+}
+
+double zero_step(Zero *z, const Config *c, float lr) {
+    float unscale = 1.0f / z->loss_scale;
+    long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
+    plan_buffers(z, tile);
+    int compressed = onebit_active(z);   // 1-bit Adam after its warm-up
+    double norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
+    // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale
+    z->skipped = !isfinite(norm);
+    if (z->skipped) {
+        z->loss_scale = z->loss_scale > 2.0f ? z->loss_scale / 2 : 1.0f;
+        z->clean = 0;
+    } else {
+        if (z->reg->half == 2 && ++z->clean >= z->window) { z->loss_scale *= 2; z->clean = 0; }
+        float coef = 1.0f;
+        if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
+        if (compressed) onebit_update(z, c, lr, unscale);
+        else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
+    }
+    // stage 2: the shard's gradients and the bucket (it served the gather) start the next step at zero
+    if (z->stage == 2) {
+        buf_zero(z->gshard, (z->reg->half ? 2 : 4) * z->total);
+        buf_zero(z->bucket, (z->reg->half ? 2 : 4) * z->bucket_elems);
+    }
+    return norm;
+}

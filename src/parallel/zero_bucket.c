@@ -1,0 +1,108 @@
+// zero_bucket.c — ZeRO-2 gradient buckets (see zero_bucket.h).
+#include "parallel/zero_bucket.h"
+#include "core/alloc.h"
+#include "parallel/comm.h"
+#include "nn/ops.h"
+#include <string.h>
+
+static size_t elem_size(const Zero *z) { return z->reg->half ? 2 : 4; }
+static char *grad_of(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->g16 : (char *)p->g; }
+
+// A tensor's slot in a bucket: its size padded to a multiple of its group's size, so that the
+// reduce-scatter reads it in place (the padding stays zero).
+static long slot(const Zero *z, int i) { return z->sh[i].chunk * zero_group(z, &z->reg->p[i])->size; }
+
+// Slot elements of each block's tensors; returns the number of blocks (highest layer + 1).
+static int block_sizes(const Zero *z, long **out) {
+    const Registry *r = z->reg;
+    int L = 0;
+    for (int i = 0; i < r->n; i++) if (r->p[i].layer + 1 > L) L = r->p[i].layer + 1;
+    long *sz = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP);
+    for (int i = 0; i < r->n; i++) if (r->p[i].layer >= 0) sz[r->p[i].layer] += slot(z, i);
+    *out = sz;
+    return L;
+}
+
+// This rank's reduced part of one tensor, and (16-bit) its up-cast: the largest chunk.
+static void size_comm(Zero *z) {
+    long chunk = 1;
+    for (int i = 0; i < z->reg->n; i++) if (z->sh[i].chunk > chunk) chunk = z->sh[i].chunk;
+    z->recv = ted_alloc_buf(elem_size(z) * chunk, MEM_COMM);
+    if (z->reg->half) z->acc = ted_alloc_buf(sizeof(float) * chunk, MEM_COMM);
+}
+
+void bucket_plan(Zero *z, long bucket_size) {
+    Registry *r = z->reg;
+    long *lsz, big = 0;
+    int L = block_sizes(z, &lsz);
+    for (int l = 0; l < L; l++) if (lsz[l] > big) big = lsz[l];
+    long cap = bucket_size > big ? bucket_size : big;   // whole blocks: never less than the largest
+    // bucket 0 is the deferred region; blocks fill buckets 1, 2, … from the last block down
+    long *loff = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP), cur = cap, used = 0;
+    int *lbk = ted_alloc(sizeof(int) * (L + 1), MEM_TEMP), nbk = 1;
+    for (int l = L - 1; l >= 0; l--) {
+        if (!lsz[l]) continue;
+        if (cur + lsz[l] > cap) { nbk++; cur = 0; }
+        lbk[l] = nbk - 1; loff[l] = cur; cur += lsz[l];
+        if (cur > used) used = cur;
+    }
+    z->deferred_elems = 0;
+    for (int i = 0; i < r->n; i++) if (r->p[i].layer < 0) z->deferred_elems += slot(z, i);
+    z->bucket_elems = z->deferred_elems + used;
+    size_t es = elem_size(z);
+    z->bucket = ted_alloc_buf(es * (z->bucket_elems ? z->bucket_elems : 1), MEM_GRADS);
+    z->gshard = ted_alloc_buf(es * (z->total ? z->total : 1), MEM_GRADS);
+    z->nbk = nbk;
+    z->bk_of = ted_alloc(sizeof(int) * r->n, MEM_TEMP);
+    z->bk_need = ted_alloc(sizeof(int) * nbk, MEM_TEMP);
+    z->bk_ready = ted_alloc(sizeof(int) * nbk, MEM_TEMP);
+    long def = 0;
+    for (int i = 0; i < r->n; i++) {   // the gradient views: each tensor's place in its bucket
+        Param *p = &r->p[i];
+        long at;
+        if (p->layer < 0) { at = def; def += slot(z, i); z->bk_of[i] = 0; }
+        else { at = z->deferred_elems + loff[p->layer]; loff[p->layer] += slot(z, i); z->bk_of[i] = lbk[p->layer]; }
+        if (r->half) p->g16 = (uint16_t *)z->bucket + at;
+        else p->g = (float *)z->bucket + at;
+        z->bk_need[z->bk_of[i]]++;
+    }
+    ted_free(lsz); ted_free(loff); ted_free(lbk);
+    size_comm(z);
+    r->grads_ready = bucket_ready;
+    r->grads_ctx = z;
+}
+
+void bucket_free(Zero *z) {
+    if (z->reg) { z->reg->grads_ready = NULL; z->reg->grads_ctx = NULL; }
+    ted_free_buf(z->bucket); ted_free_buf(z->gshard); ted_free_buf(z->recv);
+    ted_free_buf(z->acc); ted_free(z->bk_of); ted_free(z->bk_need); ted_free(z->bk_ready);
+}
+
+// Each tensor of bucket b reduce-scattered over its group from its padded slot, this rank's
+// part added into the shard's gradients, and the slot zeroed for the next bucket.
+static void reduce_bucket(Zero *z, int b) {
+    const Registry *r = z->reg;
+    DType t = r->half == 1 ? DT_BF16 : r->half == 2 ? DT_F16 : DT_F32;
+    for (int i = 0; i < r->n; i++) {
+        if (z->bk_of[i] != b) continue;
+        const Param *p = &r->p[i];
+        const Shard *s = &z->sh[i];
+        comm_reduce_scatter(zero_group(z, p), grad_of(z, p), z->recv, s->chunk, t);
+        if (r->half) {
+            convert_to_f32(z->acc, z->recv, s->len, r->half);
+            accumulate_half((uint16_t *)z->gshard + s->base, z->acc, s->len, r->half);
+        } else {
+            float *dst = (float *)z->gshard + s->base;
+            residual_forward(dst, dst, z->recv, s->len);
+        }
+        buf_zero(grad_of(z, p), elem_size(z) * p->numel);
+    }
+}
+
+void bucket_ready(void *zero, int i0, int i1) {
+    Zero *z = zero;
+    for (int i = i0; i < i1; i++) {
+        int b = z->bk_of[i];
+        if (++z->bk_ready[b] == z->bk_need[b]) { reduce_bucket(z, b); z->bk_ready[b] = 0; }
+    }
+}

@@ -1,0 +1,15 @@
+// zero_bucket.h — ZeRO-2 gradient buckets (used by zero.c; see zero.h). Blocks are packed in
+// backward order (last block first) into buckets of at least reduce_bucket_size elements
+// (a bucket holds whole blocks: a block larger than that makes the bucket that large); the
+// tensors outside the blocks (wte, wpe, ln_f) sit in a deferred region that is reduced once
+// the embedding's backward is done. All buckets share one buffer: when the backward says
+// the last tensor of a bucket is complete, each tensor of the bucket is reduce-scattered over
+// its DP group straight from its slot (padded to the group size), this rank's part is added
+// into the shard, and the bucket is zeroed for the next.
+#pragma once
+#include "parallel/zero_state.h"
+
+void bucket_plan(Zero *z, long bucket_size);
+void bucket_free(Zero *z);
+// The backward's hook (Registry.grads_ready): params [i0, i1) are complete for this micro-batch.
+void bucket_ready(void *zero, int i0, int i1);
