@@ -135,7 +135,7 @@ static void test_router(const char *name, long N, RouterCfg c, float bias0, int 
     float *probs = xmalloc(sizeof(float) * NE), *lse = xmalloc(sizeof(float) * N);
     float *gate = xmalloc(sizeof(float) * Nk), *fcount = xmalloc(sizeof(float) * GE);
     int *choice = xmalloc(sizeof(int) * Nk), *slot = xmalloc(sizeof(int) * Nk), *kept = xmalloc(sizeof(int) * GE);
-    RouterStats st = {1.25, 3.5, 2, 40, 80, 7, 0}, gst = st;   // the statistics are added to
+    RouterStats st = {1.25, 3.5, 2, 40, 80, 7, 0, 0, 0}, gst = st;   // the statistics are added to
     memcpy(probs, logits, sizeof(float) * NE);
     router_forward(probs, lse, choice, gate, slot, fcount, kept, N, &c, &st);
 

@@ -84,7 +84,9 @@ rc=0; "$TED" compare "$W/one.jsonl" "$W/par.jsonl" >"$W/out" 2>"$W/err" || rc=$?
 [ "$rc" -eq 0 ] && grep -q "no divergence over 10 common steps" "$W/out" && ok "compare one vs tp2 ep2: $(cat "$W/out")" ||
   { cat "$W/out"; bad "compare one vs tp2 ep2: exit $rc"; }
 rc=0; "$TED" compare "$W/one.jsonl" "$W/bug.jsonl" >"$W/out" 2>"$W/err" || rc=$?
+# the bug is no near tie: the step where the logs part shows its routing margin, well clear of 1e-6
 [ "$rc" -eq 1 ] && grep -qE "^step 1: grad norm of transformer\.h\.0\.mlp\.experts\.0\.c_fc\.weight parts" "$W/out" &&
+  grep -qE "^step 1: smallest routing margin: A [0-9.e-]+, B [0-9.e-]+: no near tie" "$W/out" &&
   ok "compare finds the mis-scaled expert gradient: $(cat "$W/out")" || { cat "$W/out"; bad "compare with the bug: exit $rc"; }
 # tokens per expert are layout-free too: the same lines in both logs
 /usr/bin/python3 - "$W/one.jsonl" "$W/par.jsonl" <<'PY' && ok "tokens per expert equal in both layouts" || bad "tokens per expert"

@@ -117,6 +117,21 @@ static int compare_step(const StepLines *a, const StepLines *b, Tol t) {
     return 0;
 }
 
+// A near tie: the closest routing choice of a step came within this of the other way.
+#define NEAR_TIE 1e-6
+
+// After a parting at a step: its smallest routing margin in each log (--log-tensors), and whether
+// that is a near tie (a choice that the rounding of another layout may route the other way).
+static void say_margin(const StepLines *a, const StepLines *b) {
+    const cJSON *x = a->tensors ? cJSON_GetObjectItemCaseSensitive(a->tensors, "route_margin") : NULL;
+    const cJSON *y = b->tensors ? cJSON_GetObjectItemCaseSensitive(b->tensors, "route_margin") : NULL;
+    if (!cJSON_IsNumber(x) && !cJSON_IsNumber(y)) return;
+    double m = fmin(cJSON_IsNumber(x) ? x->valuedouble : INFINITY, cJSON_IsNumber(y) ? y->valuedouble : INFINITY);
+    printf("step %ld: smallest routing margin: A %.3g, B %.3g: %s\n", a->step, cJSON_IsNumber(x) ? x->valuedouble : NAN,
+           cJSON_IsNumber(y) ? y->valuedouble : NAN,
+           m < NEAR_TIE ? "a near tie (< 1e-6), which rounding may route either way" : "no near tie (>= 1e-6)");
+}
+
 static int parse_tol(const char *name, const char *s, double *out) {
     char *end;
     errno = 0;
@@ -138,7 +153,9 @@ int compare_main(int argc, char **argv) {
             printf("usage: ted compare A.jsonl B.jsonl [--rtol X] [--atol X]\n"
                    "  The first step and value where two training logs part: losses, tokens per expert and\n"
                    "  per-tensor gradient norms (runs with --log-tensors). |a-b| > atol + rtol*max(|a|,|b|)\n"
-                   "  parts (defaults rtol 1e-4, atol 1e-8). Exit 0: no divergence; 1: they part.\n");
+                   "  parts (defaults rtol 1e-4, atol 1e-8). Exit 0: no divergence; 1: they part.\n"
+                   "  With --log-tensors a parting step also shows its smallest routing margin in each log, and\n"
+                   "  whether it is a near tie (< 1e-6: a choice that rounding may route either way).\n");
             return 0;
         }
         if (!strcmp(argv[i], "--rtol")) { if (parse_tol("--rtol", i + 1 < argc ? argv[++i] : NULL, &t.rtol)) return TED_EXIT_USAGE; }
@@ -157,6 +174,7 @@ int compare_main(int argc, char **argv) {
         if (!sb) continue;
         common++;
         parted = compare_step(&a.s[i], sb, t);
+        if (parted) say_margin(&a.s[i], sb);
     }
     if (!parted && common == 0) { ted_error("compare: %s and %s share no step", files[0], files[1]); parted = 2; }
     else if (!parted) printf("no divergence over %ld common steps (rtol %g, atol %g)\n", common, t.rtol, t.atol);

@@ -48,7 +48,7 @@ void tensorlog_debug_scale(const Model *M, const Config *c) {
     }
 }
 
-static void write_line(const TensorLog *t, const Model *M, FILE *log, long step) {
+static void write_line(const TensorLog *t, const Model *M, FILE *log, long step, float margin) {
     const Registry *r = &M->reg;
     fprintf(log, "{\"tensors_step\": %ld, \"grad_norm\": {", step);
     int first = 1;
@@ -70,7 +70,9 @@ static void write_line(const TensorLog *t, const Model *M, FILE *log, long step)
         fprintf(log, "]");
         first = 0;
     }
-    fprintf(log, "}}\n");
+    fprintf(log, "}");
+    if (isfinite(margin)) fprintf(log, ", \"route_margin\": %.3g", (double)margin);
+    fprintf(log, "}\n");
     fflush(log);
 }
 
@@ -85,7 +87,10 @@ void tensorlog_write(TensorLog *t, const Model *M, const Zero *z, FILE *log, lon
     }
     long n = t->nslots + (long)M->L * M->E;
     comm_allreduce((Group *)&tp->g[GROUP_WORLD], t->sum, n, DT_F64);
-    if (log && tp->rank == 0) write_line(t, M, log, step);
+    // the step's closest routing choice over every rank (the max of its negation)
+    float neg = M->rstats.margins ? -(float)M->rstats.min_margin : -INFINITY;
+    comm_allreduce_max((Group *)&tp->g[GROUP_WORLD], &neg, 1);
+    if (log && tp->rank == 0) write_line(t, M, log, step, -neg);
     memset(t->sum, 0, sizeof(double) * n);
 }
 

@@ -1,7 +1,11 @@
 // tensorlog.h — --log-tensors: per step, each parameter's gradient norm before clipping, under
 // its full-tensor name (an expert by its global index), and each MoE block's tokens per expert
 // (choices kept, over the global batch), as one JSON line of the --log:
-//   {"tensors_step": S, "grad_norm": {"NAME": x, ...}, "tokens_per_expert": {"BLOCK": [n, ...], ...}}
+//   {"tensors_step": S, "grad_norm": {"NAME": x, ...}, "tokens_per_expert": {"BLOCK": [n, ...], ...},
+//    "route_margin": m}
+// where m is the step's smallest routing margin over every token and rank (the gap between a
+// chosen expert's score and the next, or a chosen group's and the next; absent when no
+// token-choice router ran on the CPU): below ~1e-6 a choice is a near tie that rounding may break.
 // The values do not depend on the layout: a one-process run and a tp × ep run of the same
 // model and data give the same line (up to rounding); `ted compare` finds where they part.
 #pragma once

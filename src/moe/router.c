@@ -57,7 +57,9 @@ static float softmax_token(float *p, int E) {
 
 // Group-limited routing: allowed[e] = 1 for the experts of the topk_groups groups whose two
 // largest scores sum highest (ties to the lower group); all experts without groups.
-static void allowed_experts(unsigned char *allowed, const float *sc, int E, int ng, int kg) {
+// *margin: the smallest gap between a chosen group's sum and a group left out (INFINITY: none).
+static void allowed_experts(unsigned char *allowed, const float *sc, int E, int ng, int kg, float *margin) {
+    *margin = INFINITY;
     if (ng <= 1) { for (int e = 0; e < E; e++) allowed[e] = 1; return; }
     int gs = E / ng;
     float gsc[ng];
@@ -76,26 +78,39 @@ static void allowed_experts(unsigned char *allowed, const float *sc, int E, int 
             if (!allowed[g * gs] && (best < 0 || gsc[g] > gsc[best])) best = g;
         memset(allowed + best * gs, 1, (size_t)gs);
     }
+    float lo = INFINITY, hi = -INFINITY;   // the weakest chosen group, the strongest left out
+    for (int g = 0; g < ng; g++) {
+        if (allowed[g * gs] && gsc[g] < lo) lo = gsc[g];
+        if (!allowed[g * gs] && gsc[g] > hi) hi = gsc[g];
+    }
+    if (hi > -INFINITY) *margin = lo - hi;
 }
 
-// ch[k]: the k largest scores among the allowed experts (strictly greater wins: ties to the lower index)
-static void choose_topk(int *ch, const float *sc, const unsigned char *allowed, int E, int k) {
-    for (int j = 0; j < k; j++) {
+// ch[k]: the k largest scores among the allowed experts (strictly greater wins: ties to the lower
+// index). Returns the choice's margin: the smallest gap between consecutive scores of the k chosen
+// and the best allowed expert left out (INFINITY: none); a gap near 0 is a near tie, which the
+// rounding of a different GEMM shape may decide the other way.
+static float choose_topk(int *ch, const float *sc, const unsigned char *allowed, int E, int k) {
+    float margin = INFINITY;
+    for (int j = 0; j <= k && j < E; j++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
             int taken = !allowed[e];
             for (int i = 0; i < j; i++) taken |= ch[i] == e;
             if (!taken && (best < 0 || sc[e] > sc[best])) best = e;
         }
-        ch[j] = best;
+        if (best >= 0 && j > 0 && ch[j - 1] >= 0 && sc[ch[j - 1]] - sc[best] < margin) margin = sc[ch[j - 1]] - sc[best];
+        if (j < k) ch[j] = best;
     }
+    return margin;
 }
 
 static float softplus(float x) { return x > 20 ? x : log1pf(expf(x)); }
 
 // One token of a token-choice router: p[E] probabilities (logits on entry), its choices ch[k]
-// and gates g[k]; skip[k] marks a choice GShard's random routing leaves out.
-static float route_token(const RouterCfg *c, long t, float *p, int *ch, float *g, int *skip) {
+// and gates g[k]; skip[k] marks a choice GShard's random routing leaves out; *margin the
+// smallest gap of the choice (choose_topk, allowed_experts).
+static float route_token(const RouterCfg *c, long t, float *p, int *ch, float *g, int *skip, float *margin) {
     int E = c->E, k = c->k;
     float sc[E];
     unsigned char allowed[E];
@@ -107,8 +122,10 @@ static float route_token(const RouterCfg *c, long t, float *p, int *ch, float *g
     float lse = softmax_token(p, E);
     const float *base = c->kind == ROUTER_NOISY_TOPK ? c->hval + t * E : p;
     for (int e = 0; e < E; e++) sc[e] = base[e] + (c->bias ? c->bias[e] : 0.0f);
-    allowed_experts(allowed, sc, E, c->num_groups, c->topk_groups);
-    choose_topk(ch, sc, allowed, E, k);
+    float gmargin;
+    allowed_experts(allowed, sc, E, c->num_groups, c->topk_groups, &gmargin);
+    float cmargin = choose_topk(ch, sc, allowed, E, k);
+    *margin = gmargin < cmargin ? gmargin : cmargin;
     float sum = 0, mx = base[ch[0]];
     for (int j = 0; j < k; j++) {
         if (c->kind == ROUTER_NOISY_TOPK) sum += g[j] = expf(base[ch[j]] - mx);   // softmax over the k chosen H
@@ -285,12 +302,17 @@ void router_forward(float *probs, float *lse, int *choice, float *gate, int *slo
     ON_GPU(cu_router_forward(probs, lse, choice, gate, slot, fcount, kept, N, c, st));
     if (c->kind == ROUTER_EXPERT_CHOICE) { expert_choice_forward(probs, lse, choice, gate, slot, fcount, kept, N, c, st); return; }
     int E = c->E, k = c->k;
-    #pragma omp parallel for schedule(static)
+    float margin = INFINITY;
+    #pragma omp parallel for schedule(static) reduction(min : margin)
     for (long t = 0; t < N; t++) {
         int skip[k];
-        lse[t] = route_token(c, t, probs + t * E, choice + t * k, gate + t * k, skip);
+        float m;
+        lse[t] = route_token(c, t, probs + t * E, choice + t * k, gate + t * k, skip, &m);
+        if (m < margin) margin = m;
         for (int j = 0; j < k; j++) slot[t * k + j] = skip[j] ? -2 : 0;
     }
+    if (N > 0 && (!st->margins || margin < st->min_margin)) st->min_margin = margin;
+    st->margins += N;
     // capacity per group, choice-major then token order (or RTS order)
     int G = router_ngroups(N, c->group_tokens);
     Prio *order = ted_alloc(sizeof(Prio) * (size_t)c->group_tokens, MEM_TEMP);

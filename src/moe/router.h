@@ -44,6 +44,8 @@ typedef struct {
     long groups, tokens;
     long choices, dropped;
     double cv_sum;       // Σ over groups of importance_coef·CV(importance)² + load_coef·CV(load)² (noisy_topk)
+    long margins;        // tokens whose choice margin was taken (token-choice routers on the CPU)
+    double min_margin;   // the smallest of those margins: the closest any choice came to a tie
 } RouterStats;
 
 // Choice columns per token: E for expert choice, else k.
