@@ -5,6 +5,7 @@
 #include "io/progress.h"
 #include "io/tokenizer.h"
 #include "cli/train.h"
+#include "cli/tune.h"
 #include "core/util.h"
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +19,8 @@ static void usage(FILE *f) {
             "  tokenize   text -> GPT-2 BPE token shards (llm.c format)\n"
             "  plan       model-state memory per GPU under TED, and the largest model that fits\n"
             "  bench      time training steps of the benchmark model\n"
-            "  compare    the first step and tensor where two training logs part\n");
+            "  compare    the first step and tensor where two training logs part\n"
+            "  tune       the fastest layouts of a model on a cluster, by the performance model\n");
 }
 
 static int wants_help(int argc, char **argv) {
@@ -45,6 +47,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc - 1, argv + 1);
     else if (!strcmp(cmd, "plan")) rc = plan_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "compare")) rc = compare_main(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "tune")) rc = tune_main(argc - 1, argv + 1);
     else { ted_error("unknown command \"%s\" (ted --help lists them)", cmd); rc = TED_EXIT_USAGE; }
     // every rank ends here together: failures were agreed (ted_agree) where they can happen
     ted_agree(rc != 0);

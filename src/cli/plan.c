@@ -8,6 +8,7 @@
 #include "nn/sparse_attention.h"
 #include "model/model.h"
 #include "core/util.h"
+#include "perf/perfmodel.h"
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #include <string.h>
 
 double plan_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes) {
-    return (2.0 * wbytes + 12.0 / dp) * np_nonexp_gpu + (2.0 * wbytes + 12.0 / edp) * np_exp_gpu;
+    return perf_state_bytes(np_nonexp_gpu, np_exp_gpu, dp, edp, wbytes, 1);   // ZeRO-1
 }
 
 // A number with an optional size suffix: K, M, B or G (1e9), T; "6.7B", "80GB", "1.3e9".

@@ -794,6 +794,12 @@ static long expert_numel(const ExpertKind *k, long d, long f) {
     return n;
 }
 
+long model_expert_params(const ModelConfig *m) {
+    long n = 0, e = (long)m->num_experts * expert_numel(expert_kind(m->expert_type), m->n_embd, cfg_expert_inner(m));
+    for (int l = 0; l < m->n_layer; l++) n += cfg_is_moe(m, l) ? e : 0;
+    return n;
+}
+
 long model_num_params(const ModelConfig *m) {
     long d = m->n_embd, f = cfg_ffn(m), n = (long)m->vocab_size * d + (long)m->n_positions * d + 2 * d;
     const ExpertKind *k = expert_kind(m->expert_type);

@@ -31,3 +31,5 @@ float *model_chunk_output(Model *M, int i, int slot);   // [B,T,d] its output (n
 // Model FLOPs per token (design §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
 double model_flops_per_token(const ModelConfig *m, int T);
 long model_num_params(const ModelConfig *m);
+// Of those, the routed experts' (synchronised over the expert-DP group; shared experts are not).
+long model_expert_params(const ModelConfig *m);

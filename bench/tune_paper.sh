@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# ted tune's performance model against the TED paper's Summit runs (seed 000 §7): the weak-scaling
+# table (16 experts; 1.3B/2.7B/6.7B/13B bases on 32/64/128/256 V100 at tp 1/2/4/8) and a Fig. 5
+# style breakdown (baseline, +DTD, +DTD+CAC), predicted with the summit preset.
+# Assumptions (the paper's Table 1 is not in our copy): GPT-3's shapes (Brown et al.), T 2048,
+# V 50257, an MoE FFN in every other block, top-1 routing with capacity factor 1, bf16, ZeRO-1,
+# activation checkpointing on (the paper always checkpoints), the global batch of GPT-3 for the
+# base (1.3B, 2.7B: 512 sequences; 6.7B, 13B: 1024), ep = 16 (one expert per EP rank).
+# Usage: bash bench/tune_paper.sh [build/ted]
+set -euo pipefail
+TED=${1:-build/ted}
+D=$(mktemp -d); trap 'rm -rf "$D"' EXIT
+model() {   # name L d heads
+  cat >"$D/$1.json" <<JSON
+{"model": {"vocab_size": 50257, "n_positions": 2048, "n_embd": $3, "n_layer": $2, "n_head": $4},
+ "moe": {"num_experts": 16, "top_k": 1, "moe_every": 2, "capacity_factor": 1.0},
+ "seq_len": 2048, "bf16": {"enabled": true}}
+JSON
+}
+model 1.3B 24 2048 16; model 2.7B 32 2560 32; model 6.7B 32 4096 32; model 13B 40 5120 40
+row() {   # name gpus tp batch
+  "$TED" tune --config "$D/$1.json" --cluster summit --gpus "$2" --tp "$3" --ep 16 --pp 1 --zero-stage 1 \
+    --activation-checkpointing --global-batch "$4" --json >"$D/$1.rows"
+  /usr/bin/python3 - "$D/$1.rows" "$1" "$2" "$3" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+fit = [r for r in rows if r["fits"]]
+def best(dtd, cac):
+    c = [r for r in fit if r["dtd"] == dtd and r["cac"] == cac]
+    return min(c, key=lambda r: r["step_ms"]) if c else None
+b, o = best(0, 0), best(1 if int(sys.argv[4]) > 1 else 0, 1)   # tp 1: DTD has nothing to drop
+if not b or not o:
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | no layout fits in 16 GB |"); sys.exit()
+a2a = lambda r: sum(v for k, v in r["comm"].items() if k.startswith("alltoall"))
+ar = lambda r: sum(v for k, v in r["comm"].items() if k.startswith("allreduce.tp"))
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | mb {o['micro_batch']} | {b['step_ms']/1e3:.2f} | {o['step_ms']/1e3:.2f} | "
+      f"{1 - o['step_ms']/b['step_ms']:.0%} | {a2a(b)/b['step_ms']:.0%} | {1 - a2a(o)/max(a2a(b),1e-9):.0%} | "
+      f"{'-' if ar(b) == 0 else format(1 - ar(o)/ar(b), '.0%')} | {o['compute_ms']/o['step_ms'] * 0.5:.1%} |")
+PY
+}
+echo "| base | GPUs | tp | batch split | baseline s/step | DTD+CAC s/step | gain | all-to-all share (baseline) | all-to-all saved | TP all-reduce saved | % of peak (DTD+CAC) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+row 1.3B 32 1 512; row 2.7B 64 2 512; row 6.7B 128 4 1024; row 13B 256 8 1024
+
+# Fig. 5's bars for the 6.7B base at tp 4 on 128 GPUs: baseline, +DTD, +CAC, +DTD+CAC
+"$TED" tune --config "$D/6.7B.json" --cluster summit --gpus 128 --tp 4 --ep 16 --pp 1 --zero-stage 1 \
+  --activation-checkpointing --global-batch 1024 --json >"$D/fig5.rows"
+echo
+echo "| 6.7B, tp 4, 128 GPUs | step s | all-to-all s | TP all-reduce s | all-gather + reduce-scatter (TP) s |"
+echo "|---|---|---|---|---|"
+/usr/bin/python3 - "$D/fig5.rows" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["fits"]]
+for name, dtd, cac in (("baseline", 0, 0), ("+DTD", 1, 0), ("+CAC", 0, 1), ("+DTD+CAC", 1, 1)):
+    r = min((r for r in rows if r["dtd"] == dtd and r["cac"] == cac), key=lambda r: r["step_ms"])
+    part = lambda p: sum(v for k, v in r["comm"].items() if k.startswith(p)) / 1e3
+    print(f"| {name} | {r['step_ms']/1e3:.2f} | {part('alltoall'):.2f} | {part('allreduce.tp'):.2f} | "
+          f"{part('allgather.tp') + part('reduce_scatter.tp'):.2f} |")
+PY

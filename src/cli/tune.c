@@ -1,0 +1,243 @@
+// tune.c — `ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]`:
+// every valid layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC, activation checkpointing, micro-batch
+// and accumulation for the global batch) costed by the performance model (perf/perfmodel.h); the
+// ten fastest that fit in memory, their split, and the mpirun line of the best. --json: every
+// evaluated layout as one JSON object per line.
+#include "cli/tune.h"
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/util.h"
+#include "perf/perfmodel.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { Layout y; Prediction p; } Option;
+typedef struct { Option *o; int n, cap; } Options;
+
+typedef struct {
+    const char *config, *cluster;
+    int gpus, json, traffic;
+    long global;
+    Layout want;   // a train flag given to tune fixes that field (-1: free)
+} TuneArgs;
+
+static int divides(long a, long b) { return a > 0 && b % a == 0; }
+
+// y agrees with every field the user fixed
+static int wanted(const Layout *y, const Layout *w) {
+    return (w->pp < 0 || y->pp == w->pp) && (w->tp < 0 || y->tp == w->tp) && (w->ep < 0 || y->ep == w->ep) &&
+           (w->zero < 0 || y->zero == w->zero) && (w->dtd < 0 || y->dtd == w->dtd) && (w->cac < 0 || y->cac == w->cac) &&
+           (w->ckpt < 0 || y->ckpt == w->ckpt) && (w->micro_batch < 0 || y->micro_batch == w->micro_batch) &&
+           (w->accum < 0 || y->accum == w->accum);
+}
+
+static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl) {
+    if (s->n == s->cap) { s->cap = s->cap ? 2 * s->cap : 256; s->o = ted_realloc(s->o, sizeof(Option) * s->cap, MEM_TEMP); }
+    s->o[s->n].y = *y;
+    perf_predict(&s->o[s->n].p, c, y, cl);
+    s->n++;
+}
+
+// The TED options of one parallel layout: ZeRO stage, DTD, checkpointing, CAC, batch split.
+static void each_option(Options *s, Layout y, const Config *c, const Cluster *cl, long global, const Layout *w) {
+    const ModelConfig *m = &c->model;
+    int moe = m->num_experts > 1;
+    for (y.zero = 0; y.zero <= (y.pp > 1 ? 1 : 2); y.zero++)
+        for (y.dtd = 0; y.dtd <= (moe && y.tp > 1); y.dtd++)
+            for (y.ckpt = 0; y.ckpt <= 1; y.ckpt++)
+                for (y.cac = 0; y.cac <= y.ckpt; y.cac++)
+                    for (y.micro_batch = 1; y.micro_batch <= global / y.dp; y.micro_batch++) {
+                        if (!divides((long)y.micro_batch * y.dp, global)) continue;
+                        y.accum = (int)(global / ((long)y.micro_batch * y.dp));
+                        if (wanted(&y, w)) keep(s, &y, c, cl);
+                    }
+}
+
+// Every (pp, tp, ep, dp) that design §4 allows for G ranks of this model on this cluster.
+static void enumerate(Options *s, const Config *c, const Cluster *cl, int G, long global, const Layout *w) {
+    const ModelConfig *m = &c->model;
+    Layout y = {.wbytes = c->bf16 || c->fp16 ? 2 : 4};
+    for (y.pp = 1; y.pp <= G && y.pp <= m->n_layer; y.pp++) {
+        if (G % y.pp) continue;
+        for (y.tp = 1; y.tp <= G / y.pp; y.tp++) {   // TP across nodes is allowed, and costed
+            if ((G / y.pp) % y.tp || m->n_head % y.tp || cfg_ffn(m) % y.tp || cfg_expert_inner(m) % y.tp) continue;
+            y.dp = G / (y.pp * y.tp);
+            for (y.ep = 1; y.ep <= y.dp; y.ep++)
+                if (y.dp % y.ep == 0 && m->num_experts % y.ep == 0 && (m->num_experts > 1 || y.ep == 1) &&
+                    global % y.dp == 0)
+                    each_option(s, y, c, cl, global, w);
+        }
+    }
+}
+
+static int by_time(const void *a, const void *b) {
+    const Option *x = a, *y = b;
+    if (x->p.fits != y->p.fits) return y->p.fits - x->p.fits;
+    return (x->p.step_ms > y->p.step_ms) - (x->p.step_ms < y->p.step_ms);
+}
+
+static void print_json(const Option *o) {
+    const Layout *y = &o->y;
+    const Prediction *p = &o->p;
+    printf("{\"pp\": %d, \"tp\": %d, \"ep\": %d, \"dp\": %d, \"zero_stage\": %d, \"dtd\": %d, \"cac\": %d, "
+           "\"activation_checkpointing\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"step_ms\": %.4g, "
+           "\"compute_ms\": %.4g, \"comm_ms\": %.4g, \"bubble_ms\": %.4g, \"mem_bytes\": %.0f, \"fits\": %s, \"comm\": {",
+           y->pp, y->tp, y->ep, y->dp, y->zero, y->dtd, y->cac, y->ckpt, y->micro_batch, y->accum, p->step_ms,
+           p->compute_ms, p->comm_ms, p->bubble_ms, p->mem_bytes, p->fits ? "true" : "false");
+    int first = 1;
+    for (int c = 0; c < COLL_N; c++)
+        for (int g = 0; g < GROUP_N; g++)
+            if (p->coll_ms[c][g] > 0) {
+                printf("%s\"%s.%s\": %.4g", first ? "" : ", ", comm_coll_name(c), comm_group_name(g), p->coll_ms[c][g]);
+                first = 0;
+            }
+    printf("}}\n");
+}
+
+// The two largest collectives of a prediction, as "name ms, name ms".
+static void top_colls(const Prediction *p, char *out, size_t n) {
+    int bc[2] = {-1, -1}, bg[2] = {-1, -1};
+    for (int c = 0; c < COLL_N; c++)
+        for (int g = 0; g < GROUP_N; g++)
+            for (int i = 0; i < 2; i++)
+                if (bc[i] < 0 || p->coll_ms[c][g] > p->coll_ms[bc[i]][bg[i]]) {
+                    if (i == 0) { bc[1] = bc[0]; bg[1] = bg[0]; }
+                    bc[i] = c; bg[i] = g;
+                    break;
+                }
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < 2 && bc[i] >= 0 && p->coll_ms[bc[i]][bg[i]] > 0; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%s.%s %.1f", i ? ", " : "", comm_coll_name(bc[i]),
+                              comm_group_name(bg[i]), p->coll_ms[bc[i]][bg[i]]);
+}
+
+static void print_table(const Options *s, const Cluster *cl, int G) {
+    printf("%-4s %3s %3s %3s %4s %4s %3s %3s %4s %3s %5s %10s %10s %9s %8s %8s  %s\n", "rank", "pp", "tp", "ep", "dp",
+           "zero", "dtd", "cac", "ckpt", "mb", "accum", "step ms", "compute", "comm", "bubble", "mem GB", "largest collectives (ms)");
+    int shown = 0;
+    for (int i = 0; i < s->n && shown < 10; i++) {
+        const Option *o = &s->o[i];
+        if (!o->p.fits) break;
+        char top[160];
+        top_colls(&o->p, top, sizeof top);
+        printf("%-4d %3d %3d %3d %4d %4d %3d %3d %4d %3d %5d %10.1f %10.1f %9.1f %8.1f %8.2f  %s\n", ++shown, o->y.pp,
+               o->y.tp, o->y.ep, o->y.dp, o->y.zero, o->y.dtd, o->y.cac, o->y.ckpt, o->y.micro_batch, o->y.accum,
+               o->p.step_ms, o->p.compute_ms, o->p.comm_ms, o->p.bubble_ms, o->p.mem_bytes / 1e9, top);
+    }
+    if (!shown) printf("no layout fits in %.3g GB per device\n", cl->mem / 1e9);
+    (void)G;
+}
+
+static void print_best(const Option *o, const TuneArgs *a, const Cluster *cl, int G) {
+    const Layout *y = &o->y;
+    printf("\nbest: mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node ted train --config %s --tp %d --ep %d --pp %d "
+           "--zero-stage %d%s%s%s --micro-batch %d --grad-accum %d\n", G, cl->per_node < G ? cl->per_node : G, a->config,
+           y->tp, y->ep, y->pp, y->zero, y->dtd ? " --dtd" : "", y->ckpt ? " --activation-checkpointing" : "",
+           y->cac ? " --cac" : "", y->micro_batch, y->accum);
+}
+
+// The train flags that fix a field of the layout: ints, then switches.
+static int *layout_field(Layout *w, const char *f) {
+    static const char *const names[] = {"--pp", "--tp", "--ep", "--zero-stage", "--micro-batch", "--grad-accum",
+                                        "--dtd", "--cac", "--activation-checkpointing"};
+    int *fields[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->dtd, &w->cac, &w->ckpt};
+    for (int i = 0; i < 9; i++) if (!strcmp(f, names[i])) return fields[i];
+    return NULL;
+}
+
+static int parse_args(TuneArgs *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    memset(&a->want, -1, sizeof a->want);
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        int *field = layout_field(&a->want, f);
+        if (!strcmp(f, "--json")) { a->json = 1; continue; }
+        if (!strcmp(f, "--traffic")) { a->traffic = 1; continue; }
+        if (field && (!strcmp(f, "--dtd") || !strcmp(f, "--cac") || !strcmp(f, "--activation-checkpointing"))) { *field = 1; continue; }
+        if (!v) { ted_error("tune: %s needs a value (ted tune --help)", f); return -1; }
+        i++;
+        if (field) {
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 0 || n > 1000000) { ted_error("tune: %s must be an integer in [0, 1000000], got \"%s\"", f, v); return -1; }
+            *field = (int)n;
+        } else if (!strcmp(f, "--config")) a->config = v;
+        else if (!strcmp(f, "--cluster")) a->cluster = v;
+        else if (!strcmp(f, "--gpus") || !strcmp(f, "--global-batch")) {
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > 1000000) { ted_error("tune: %s must be an integer in [1, 1000000], got \"%s\"", f, v); return -1; }
+            if (f[2] == 'g' && f[3] == 'p') a->gpus = (int)n; else a->global = n;
+        } else { ted_error("tune: unknown option \"%s\" (ted tune --help)", f); return -1; }
+    }
+    if (!a->config || !a->cluster) { ted_error("tune: needs --config FILE and --cluster NAME|FILE (ted tune --help)"); return -1; }
+    return 0;
+}
+
+// --traffic: the one layout `ted train` would run with these flags (what is not given: the config's
+// value, or 1 for a parallel degree).
+static void train_defaults(Layout *w, const Config *c) {
+    int given[] = {c->pp, c->tp, c->ep, c->zero_stage, c->micro_batch, c->grad_accum, c->dtd, c->cac, c->activation_checkpointing};
+    int *f[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->dtd, &w->cac, &w->ckpt};
+    for (int i = 0; i < 9; i++) if (*f[i] < 0) *f[i] = given[i] > 0 ? given[i] : i < 3 ? 1 : given[i];
+}
+
+// The predicted traffic of a layout's first stage, in the log's `comm` form.
+static void print_traffic(const Option *o, const Config *c) {
+    Traffic t;
+    int T = c->seq_len > 0 ? c->seq_len : c->model.n_positions;
+    traffic_of(&t, &c->model, T, &o->y, 0);
+    printf("{");
+    int first = 1;
+    for (int k = 0; k < COLL_N; k++)
+        for (int g = 0; g < GROUP_N; g++)
+            if (t.f[k][g].calls > 0) {
+                printf("%s\"%s.%s\": {\"calls\": %.0f, \"bytes\": %.0f}", first ? "" : ", ", comm_coll_name(k),
+                       comm_group_name(g), t.f[k][g].calls, t.f[k][g].bytes);
+                first = 0;
+            }
+    printf("}\n");
+}
+
+static void help(void) {
+    printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]\n"
+           "  Predicts the step time and memory of every layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC,\n"
+           "  activation checkpointing, micro-batch and accumulation) of the model on the cluster and prints\n"
+           "  the ten fastest that fit, with the mpirun line of the best. --cluster: a JSON file or a preset of\n"
+           "  configs/clusters/ (this-machine, namespace, dgx-a100, dgx-h100, summit). --gpus: devices to use\n"
+           "  (default: all of the cluster). --global-batch: sequences per step (default the config's\n"
+           "  train_batch_size, else micro-batch x accumulation). --json: every layout, one object per line.\n"
+           "  ted train's --tp --ep --pp --zero-stage --micro-batch --grad-accum --dtd --cac\n"
+           "  --activation-checkpointing fix that part of the layout. --traffic: the first stage's predicted\n"
+           "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n");
+}
+
+int tune_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
+    TuneArgs a;
+    Config c;
+    Cluster cl;
+    config_defaults(&c);
+    if (parse_args(&a, argc, argv) || config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster))
+        return TED_EXIT_USAGE;
+    if (a.traffic) train_defaults(&a.want, &c);
+    int G = a.gpus ? a.gpus : cluster_devices(&cl);
+    long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : (long)c.micro_batch * c.grad_accum;
+    if (a.traffic) global = (long)a.want.micro_batch * a.want.accum * (G / (a.want.pp * a.want.tp));   // as ted train runs it
+    if (G > cluster_devices(&cl)) { ted_error("tune: --gpus %d exceeds the cluster's %d devices", G, cluster_devices(&cl)); return TED_EXIT_USAGE; }
+    Options s = {0};
+    enumerate(&s, &c, &cl, G, global, &a.want);
+    qsort(s.o, (size_t)s.n, sizeof *s.o, by_time);
+    if (!s.n) { ted_error("tune: no layout of %d devices matches the options given", G); ted_free(s.o); return TED_EXIT_USAGE; }
+    if (a.traffic) print_traffic(&s.o[0], &c);
+    else if (a.json) for (int i = 0; i < s.n; i++) print_json(&s.o[i]);
+    else {
+        printf("ted tune: %s on %s (%d of %d devices, %.4g TFLOP/s x %.2f, %.3g GB each), global batch %ld: %d layouts\n",
+               a.config, cl.name, G, cluster_devices(&cl), cl.peak / 1e12, cl.gemm_eff, cl.mem / 1e9, global, s.n);
+        print_table(&s, &cl, G);
+        if (s.n && s.o[0].p.fits) print_best(&s.o[0], &a, &cl, G);
+    }
+    ted_free(s.o);
+    return 0;
+}

@@ -1,0 +1,125 @@
+// perfmodel.c — the performance model (see perfmodel.h).
+#include "perf/perfmodel.h"
+#include "model/mfu.h"
+#include "model/model.h"
+#include <math.h>
+#include <string.h>
+
+static double per_param(int n, int wbytes, int zero) {
+    if (zero == 0) n = 1;
+    return wbytes + (zero == 2 ? (double)wbytes / n : wbytes) + 12.0 / n;
+}
+
+double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero) {
+    return per_param(dp, wbytes, zero) * np_nonexp_gpu + per_param(edp, wbytes, zero) * np_exp_gpu;
+}
+
+double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far) {
+    if (n <= 1) return 0;
+    const Link *ring = n_far > 0 ? far : near;   // a ring that leaves the node runs at the slower link
+    double s;
+    switch (coll) {
+    case COLL_ALLREDUCE: s = 2 * (n - 1) * ring->lat + 2.0 * (n - 1) / n * bytes / ring->bw; break;
+    case COLL_REDUCE_SCATTER: s = (n - 1) * ring->lat + (n - 1.0) / n * bytes / ring->bw; break;
+    case COLL_ALLGATHER: s = (n - 1) * ring->lat + (n - 1.0) * bytes / ring->bw; break;
+    case COLL_ALLTOALL: {   // one message of bytes/n to each peer, at that peer's level
+        double part = bytes / n;
+        s = (n - 1 - n_far) * (near->lat + part / near->bw) + n_far * (far->lat + part / far->bw);
+        break;
+    }
+    default: s = (n_far ? far : near)->lat + bytes / (n_far ? far : near)->bw;   // point to point
+    }
+    return s * 1e3;
+}
+
+// Members of rank (stage s, dp 0, tp 0)'s group g, and how many sit on another node than it.
+static int members(const Layout *y, int g, int s, const Cluster *cl, int *far) {
+    int edp = y->dp / y->ep, r0 = layout_rank(y, s, 0, 0), n = 0;
+    *far = 0;
+    for (int i = 0; i < y->pp * y->dp * y->tp; i++) {
+        int st = i / (y->dp * y->tp), dpi = i / y->tp % y->dp, tpi = i % y->tp, in;
+        switch (g) {
+        case GROUP_TP: in = st == s && dpi == 0; break;
+        case GROUP_DP: in = st == s && tpi == 0; break;
+        case GROUP_EP: in = st == s && tpi == 0 && dpi / y->ep == 0; break;
+        case GROUP_EDP: in = st == s && tpi == 0 && dpi % y->ep == 0; break;
+        case GROUP_PP: in = dpi == 0 && tpi == 0 && (st == s - 1 || st == s + 1); break;
+        default: in = 1;
+        }
+        if (!in) continue;
+        n++;
+        *far += i / cl->per_node != r0 / cl->per_node;
+    }
+    (void)edp;
+    return g == GROUP_PP ? n + 1 : n;
+}
+
+static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl) {
+    double total = 0;
+    for (int g = 0; g < GROUP_N; g++) {
+        int far, n = members(y, g, s, cl, &far);
+        for (int c = 0; c < COLL_N; c++) {
+            const Flow *f = &t->f[c][g];
+            if (f->calls <= 0) continue;
+            double ms = f->calls * perf_call_ms(c, g == GROUP_PP ? 2 : n, f->bytes / f->calls, &cl->intra, &cl->inter,
+                                                 g == GROUP_PP ? far > 0 : far);
+            p->coll_ms[c][g] = ms;
+            total += ms;
+        }
+    }
+    return total;
+}
+
+// FLOPs a rank of stage s does in one step (forward and backward; recompute adds a forward).
+static double stage_flops(const ModelConfig *m, int T, const Layout *y, int s) {
+    int l0, l1;
+    traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
+    double all = mfu_flops_per_token(m, T, 0), head = 6.0 * m->vocab_size * m->n_embd;
+    double per_token = (all - head) * (l1 - l0) / m->n_layer + (s == y->pp - 1 ? head : 0);
+    double tokens = (double)y->micro_batch * T * y->accum;
+    return per_token * tokens / y->tp * (y->ckpt ? 4.0 / 3 : 1);
+}
+
+// Activation bytes one micro-batch keeps on a rank per block (an estimate from the views of
+// model_state.h: inputs, attention, FFN or expert buffers), or only the block input with
+// checkpointing (plus one block's full set while it recomputes).
+static double act_bytes(const ModelConfig *m, int T, const Layout *y, int blocks, int inflight) {
+    double N = (double)y->micro_batch * T, d = m->n_embd, tp = y->tp, H = m->n_head, wb = y->wbytes;
+    double Rs, Rr, moe_every = m->num_experts > 1 ? m->moe_every : 0;
+    traffic_expert_rows(m, y, T, &Rs, &Rr);
+    double fe = cfg_expert_inner(m), mult = m->expert_type == EXPERT_SWIGLU ? 2 : 1;
+    double dense = N * (6 * d + 4 * d / tp + 2.0 * cfg_ffn(m) / tp) + N * H / tp * T;
+    double moe = N * (6 * d + 4 * d / tp) + N * H / tp * T + Rr * ((1 + mult) * fe / tp + 2 * d) + N * m->num_experts * 2;
+    double block = moe_every > 0 ? (moe + (moe_every - 1) * dense) / moe_every : dense;
+    double per_mb = y->ckpt ? blocks * N * d * 4 + block * wb : blocks * block * wb;
+    return per_mb * inflight;
+}
+
+void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
+    memset(p, 0, sizeof *p);
+    const ModelConfig *m = &c->model;
+    int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
+    double rate = cl->peak * cl->gemm_eff, worst = -1;
+    for (int s = 0; s < y->pp; s++) {
+        Traffic t;
+        Prediction q;
+        memset(&q, 0, sizeof q);
+        traffic_of(&t, m, T, y, s);
+        q.compute_ms = stage_flops(m, T, y, s) / rate * 1e3;
+        q.comm_ms = comm_of(&q, &t, y, s, cl);
+        int l0, l1;
+        traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
+        double total = model_num_params(m), ex = model_expert_params(m), share = (double)(l1 - l0) / m->n_layer;
+        q.state_bytes = perf_state_bytes((total - ex) * share / y->tp, ex * share / (y->tp * y->ep), y->dp,
+                                         y->dp / y->ep, y->wbytes, y->zero);
+        int inflight = y->pp > 1 ? (y->pp - s < y->accum ? y->pp - s : y->accum) : 1;
+        q.act_bytes = act_bytes(m, T, y, l1 - l0, inflight);
+        q.mem_bytes = q.state_bytes + q.act_bytes;
+        if (q.compute_ms + q.comm_ms > worst) { worst = q.compute_ms + q.comm_ms; *p = q; p->slowest = s; }
+        if (q.mem_bytes > p->mem_bytes) { p->mem_bytes = q.mem_bytes; p->state_bytes = q.state_bytes; p->act_bytes = q.act_bytes; }
+    }
+    double m_ = y->accum;
+    p->bubble_ms = y->pp > 1 ? worst * (y->pp - 1) / m_ : 0;
+    p->step_ms = worst + p->bubble_ms;
+    p->fits = p->mem_bytes <= cl->mem;
+}

@@ -1,0 +1,32 @@
+// perfmodel.h — predicted step time and memory of a layout on a cluster (design §8.3):
+//   compute: the model FLOPs ted counts for MFU (mfu_flops_per_token), a rank's share of its
+//            stage, at the device's peak × GEMM efficiency (activation checkpointing adds a forward);
+//   communication: traffic.h's calls and bytes per collective and group, each call costed over an
+//            alpha–beta model of the level it crosses (inside a node or between nodes) with its
+//            algorithm's steps: ring all-reduce 2(n−1), reduce-scatter and all-gather n−1, pairwise
+//            all-to-all one message per peer at that peer's level, pipeline messages one each;
+//   bubble:  the slowest stage's time × (m + pp − 1)/m for m micro-batches (PipeDream-Flush);
+//   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the activations the
+//            schedule keeps, an estimate from the activation views per token and block.
+// Nothing overlaps (ted's collectives are blocking).
+#pragma once
+#include "config/config.h"
+#include "perf/cluster.h"
+#include "perf/layout.h"
+#include "perf/traffic.h"
+
+typedef struct {
+    double step_ms, compute_ms, comm_ms, bubble_ms;   // of the slowest stage; bubble on top
+    double coll_ms[COLL_N][GROUP_N];                  // that stage's collectives
+    double state_bytes, act_bytes, mem_bytes;         // per device, the fullest stage
+    int fits;                                         // mem_bytes ≤ the device's memory
+    int slowest;                                      // the stage that sets the pace
+} Prediction;
+
+// Model-state bytes per device (design §5, M1): weights and gradients (wbytes each per held
+// parameter) plus fp32 master, m and v (12 bytes); ZeRO stage 1 shards the 12 bytes over the
+// parameter's DP group (dp or edp), stage 2 the gradients too, stage 0 nothing.
+double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero);
+// The time of one collective call of `bytes` (send buffer) on a group of n ranks.
+double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far);
+void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# ted tune (design §8.3): the performance model's traffic against ted's own log, its presets and
+# its bad input.
+#  - `ted tune --traffic` predicts, per collective and group, the calls and bytes one step sends on
+#    rank 0; for six layouts of 4 ranks (TP × EP, EP with ZeRO-2, the pipeline, DTD, checkpointing
+#    with and without CAC) it must equal the `comm` of the step ted logs: exact for the TP, EP and
+#    pipeline traffic, within 2 % for ZeRO's (the model does not pad each tensor to the group size);
+#  - every preset loads and the best layouts print, ranked, with an mpirun line; --json has the keys;
+#  - a bad cluster file or option gives one line and exit 2.
+set -euo pipefail
+: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
+cd "$TED_ROOT"
+source tests/mpi_env.sh
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+cat >"$TED_TMP/model.json" <<'JSON'
+{"model": {"vocab_size": 256, "n_positions": 32, "n_embd": 32, "n_layer": 4, "n_head": 4, "n_inner": 128},
+ "moe": {"num_experts": 4, "top_k": 2, "moe_every": 2, "capacity_factor": 1.0, "min_capacity": 4},
+ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "seq_len": 16}
+JSON
+layouts=("--tp 2 --ep 2" "--tp 1 --ep 4 --zero-stage 2" "--pp 2 --tp 1 --ep 2" "--tp 2 --ep 2 --dtd"
+         "--tp 2 --ep 2 --activation-checkpointing" "--tp 2 --ep 2 --activation-checkpointing --cac")
+for lay in "${layouts[@]}"; do
+  read -ra flags <<<"$lay"
+  log=$TED_TMP/$(echo "$lay" | tr -d ' -').jsonl
+  if ! "${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/model.json" --data data/moby-dick.txt --steps 1 \
+       "${flags[@]}" --log "$log" >"$log.out" 2>&1; then
+    bad "$lay: ted train"; tail -3 "$log.out"; continue
+  fi
+  "$TED" tune --config "$TED_TMP/model.json" --cluster namespace "${flags[@]}" --traffic >"$log.tune" 2>&1 ||
+    { bad "$lay: ted tune --traffic"; cat "$log.tune"; continue; }
+  if r=$(/usr/bin/python3 - "$log" "$log.tune" <<'PY'
+import json, sys
+step = next(o for o in map(json.loads, open(sys.argv[1])) if "step" in o)
+got = {k: v for k, v in step["comm"].items() if "." in k and v["calls"] > 0}
+want = json.load(open(sys.argv[2]))
+bad = []
+for key in sorted(set(got) | set(want)):
+    g, w = got.get(key, {"calls": 0, "bytes": 0}), want.get(key, {"calls": 0, "bytes": 0})
+    tol = 0.02 if key.endswith((".dp", ".edp")) else 0.0
+    if g["calls"] != w["calls"] or abs(g["bytes"] - w["bytes"]) > tol * max(g["bytes"], 1):
+        bad.append(f"{key}: logged {g['calls']} calls {g['bytes']} bytes, predicted {w['calls']} calls {w['bytes']} bytes")
+print("; ".join(bad) if bad else f"{len(got)} collectives equal")
+sys.exit(1 if bad else 0)
+PY
+  ); then ok "$lay: predicted traffic = the log's: $r"; else bad "$lay: $r"; fi
+done
+
+# presets: each loads and ranks layouts; the best first, with its mpirun line
+for preset in this-machine namespace dgx-a100 dgx-h100 summit; do
+  g=4; [ "$preset" = this-machine ] && g=2   # its two cores
+  out=$("$TED" tune --config configs/moby.json --cluster "$preset" --gpus $g 2>&1) && rc=0 || rc=$?
+  if [ $rc -eq 0 ] && grep -q "^1 " <<<"$out" && grep -q "^best: mpirun -np $g " <<<"$out" &&
+     /usr/bin/python3 -c "import sys; t=[float(l.split()[11]) for l in sys.stdin if l[:1].isdigit()]; sys.exit(t != sorted(t) or not t)" <<<"$out"; then
+    ok "preset $preset: $(grep '^1 ' <<<"$out" | tr -s ' ')"
+  else bad "preset $preset: exit $rc"; echo "$out" | head -5; fi
+done
+n=$("$TED" tune --config configs/moby.json --cluster namespace --json | /usr/bin/python3 -c '
+import json, sys
+need = "pp tp ep dp zero_stage dtd cac micro_batch grad_accum step_ms mem_bytes".split()
+rows = [json.loads(l) for l in sys.stdin]
+assert rows and all(all(k in r for k in need) for r in rows)
+print(len(rows))') && ok "--json: $n layouts, each with the keys" || bad "--json"
+
+# bad input: one line, exit 2
+expect() {   # name, the line's text, args...
+  local name=$1 text=$2; shift 2
+  local rc=0 err
+  err=$("$TED" tune "$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -qF -- "$text" <<<"$err"; then ok "$name: $err"
+  else bad "$name: exit $rc: $err"; fi
+}
+echo '{"name": "x", "nodes": 2, "devices_per_node": 4, "device": {"peak_tflops": 1, "gemm_efficiency": 1.5, "memory_gb": 8},
+ "intra": {"bandwidth_gbs": 1, "latency_us": 1}, "inter": {"bandwidth_gbs": 1, "latency_us": 1}}' >"$TED_TMP/eff.json"
+echo '{"name": "x", "nodes": 2, "devices_per_node": 4, "device": {"peak_tflops": 1, "gemm_efficiency": 0.5, "memory_gb": 8},
+ "intra": {"bandwidth_gbs": 1, "latency_us": 1}, "inter": {"bandwidth_gbs": 1}, "colour": 1}' >"$TED_TMP/key.json"
+expect "gemm_efficiency out of range" 'device.gemm_efficiency" must be a number in (0, 1]' --config configs/moby.json --cluster "$TED_TMP/eff.json"
+expect "an unknown cluster key" 'unknown key "colour"' --config configs/moby.json --cluster "$TED_TMP/key.json"
+expect "no such preset" "--cluster nowhere: cannot read" --config configs/moby.json --cluster nowhere
+expect "more GPUs than the cluster" "exceeds the cluster's 4 devices" --config configs/moby.json --cluster namespace --gpus 8
+expect "no layout matches" "no layout of 4 devices matches" --config configs/moby.json --cluster namespace --tp 3
+expect "no --cluster" "needs --config FILE and --cluster" --config configs/moby.json
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
