@@ -48,6 +48,19 @@ PY
   ); then ok "$lay: predicted traffic = the log's: $r"; else bad "$lay: $r"; fi
 done
 
+# pipeline.layers "auto": 8 blocks (MoE every other), pp 4, an LM head as costly as a block: the
+# split gives the last stage one block, and the run equals one process
+sed 's/"n_layer": 4/"n_layer": 8/; s/"vocab_size": 256/"vocab_size": 1024/' "$TED_TMP/model.json" |
+  sed 's/"seq_len": 16}/"seq_len": 16, "pipeline": {"layers": "auto"}}/' >"$TED_TMP/auto.json"
+OMP_NUM_THREADS=1 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 \
+  --grad-accum 4 --log "$TED_TMP/auto1.jsonl" >"$TED_TMP/auto1.out" 2>&1 || bad "auto: one process"
+"${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 \
+  --grad-accum 4 --pp 4 --log "$TED_TMP/auto4.jsonl" >"$TED_TMP/auto4.out" 2>&1 || bad "auto: pp 4"
+if grep -q "^pipeline.layers auto: \[2, 2, 3, 1\] blocks per chunk" "$TED_TMP/auto4.out" &&
+   l=$(compare_logs "$TED_TMP/auto1.jsonl" "$TED_TMP/auto4.jsonl" 1e-5); then
+  ok "pipeline.layers auto on pp 4: $(grep -o '\[2, 2, 3, 1\].*' "$TED_TMP/auto4.out"); losses = one process ($l)"
+else bad "pipeline.layers auto"; grep -i "auto\|ted:" "$TED_TMP/auto4.out" | head -3; fi
+
 # presets: each loads and ranks layouts; the best first, with its mpirun line
 for preset in this-machine namespace dgx-a100 dgx-h100 summit; do
   g=4; [ "$preset" = this-machine ] && g=2   # its two cores

@@ -1,6 +1,7 @@
 // train.c — the training loop and the commands built on the model: evaluation, sampling,
 // the benchmark. One process is the world of size one: the same code runs under mpirun.
 #include "cli/train.h"
+#include "perf/balance.h"
 #include "model/routing.h"
 #include "core/alloc.h"
 #include "core/backend.h"
@@ -143,6 +144,22 @@ static int find_flag(int argc, char **argv, const char *name, const char **val) 
 
 // Config from --config and flags; 0 or -1 (one line printed).
 // With --resume, the model comes from the checkpoint (resolved into ckdir).
+// pipeline.layers "auto": the split that balances the chunks' model FLOPs, said once (rank 0).
+static void auto_layers(Config *c) {
+    int nch = c->pp * (c->pp_virtual > 0 ? c->pp_virtual : 1);
+    double cost[256], lo = INFINITY, hi = 0;
+    perf_balance_layers(&c->model, seq_len_of(c), nch, c->pp_layers, cost);
+    c->pp_nlayers = nch;
+    if (comm_world_rank()) return;
+    printf("pipeline.layers auto: [");
+    for (int i = 0; i < nch; i++) {
+        printf("%s%d", i ? ", " : "", c->pp_layers[i]);
+        lo = fmin(lo, cost[i]); hi = fmax(hi, cost[i]);
+    }
+    printf("] blocks per chunk; chunk costs %.4g to %.4g GFLOP per token (the largest %.1f %% above the smallest)\n",
+           lo / 1e9, hi / 1e9, 100 * (hi / lo - 1));
+}
+
 static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t cklen) {
     config_defaults(c);
     const char *path;
@@ -151,8 +168,9 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
         if (config_load_json(c, path)) return -1;
     }
     if (config_apply_flags(c, argc, argv, 1)) return -1;
-    if (runinfo_resolve(c, argc, argv, ckdir, cklen)) return -1;
-    return config_validate(c);
+    if (runinfo_resolve(c, argc, argv, ckdir, cklen) || config_validate(c)) return -1;
+    if (c->pp_auto) auto_layers(c);
+    return 0;
 }
 
 // Everything that can be wrong with a run's inputs, checked before any allocation of the

@@ -328,8 +328,10 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return 0;
     case J_PP_LAYERS: {
         int n = cJSON_GetArraySize(j);
+        if (cJSON_IsString(j) && !strcmp(j->valuestring, "auto")) { c->pp_auto = 1; c->pp_nlayers = 0; return 0; }
         if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
-            return type_error(file, key, "an array of 1 to 256 block counts", j);
+            return type_error(file, key, "an array of 1 to 256 block counts, or \"auto\"", j);
+        c->pp_auto = 0;
         for (int i = 0; i < n; i++) {
             if ((rc = json_integer(cJSON_GetArrayItem(j, i), 1, INT_MAX, &d)) != 0)
                 return integer_error(file, key, rc, "[1, 2^31-1] for every entry", cJSON_GetArrayItem(j, i));

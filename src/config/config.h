@@ -72,6 +72,8 @@ typedef struct {
     int pp_schedule;      // PP_GPIPE, PP_1F1B (default), PP_INTERLEAVED
     int pp_virtual;       // chunks per stage (interleaved)
     int pp_nlayers;       // entries of pipeline.layers (0: split evenly)
+    int pp_auto;          // pipeline.layers "auto": the trainer sets pp_layers to the split that
+                          // balances the stages' model FLOPs (perf/balance.c)
     int pp_layers[256];   // blocks per chunk, in chunk order
     SparseConfig sparse;  // "sparse_attention" (design): block-sparse attention layouts
     // I/O

@@ -778,13 +778,15 @@ static double moe_active(const ModelConfig *m) {
            (m->shared_experts > 0 ? k->macs(d, m->shared_experts * fe) : 0);
 }
 
+double model_block_flops_per_token(const ModelConfig *m, int T, int l) {
+    double d = m->n_embd, f = cfg_ffn(m);
+    return 6 * (4 * d * d + (cfg_is_moe(m, l) ? moe_active(m) : 2 * d * f)) + 12.0 * T * d;
+}
+
 double model_flops_per_token(const ModelConfig *m, int T) {
-    double d = m->n_embd, f = cfg_ffn(m), active = (double)m->vocab_size * d;   // LM head
-    for (int l = 0; l < m->n_layer; l++) {
-        active += 4 * d * d;
-        active += cfg_is_moe(m, l) ? moe_active(m) : 2 * d * f;
-    }
-    return 6 * active + 12.0 * m->n_layer * T * d;
+    double flops = 6.0 * m->vocab_size * m->n_embd;   // LM head
+    for (int l = 0; l < m->n_layer; l++) flops += model_block_flops_per_token(m, T, l);
+    return flops;
 }
 
 // Elements of one expert of kind k and hidden size f

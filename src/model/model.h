@@ -30,6 +30,8 @@ float *model_chunk_input(Model *M, int i, int slot);    // [B,T,d] the chunk's i
 float *model_chunk_output(Model *M, int i, int slot);   // [B,T,d] its output (not the last chunk)
 // Model FLOPs per token (design §7): 6·(active matmul params incl. LM head) + 12·L·T·d.
 double model_flops_per_token(const ModelConfig *m, int T);
+// Of those, block l's (its matmuls and its attention); the rest is the LM head, 6·V·d.
+double model_block_flops_per_token(const ModelConfig *m, int T, int l);
 long model_num_params(const ModelConfig *m);
 // Of those, the routed experts' (synchronised over the expert-DP group; shared experts are not).
 long model_expert_params(const ModelConfig *m);
