@@ -77,6 +77,16 @@ rows = [json.loads(l) for l in sys.stdin]
 assert rows and all(all(k in r for k in need) for r in rows)
 print(len(rows))') && ok "--json: $n layouts, each with the keys" || bad "--json"
 
+# --calibrate on 2 ranks of this machine: a cluster file of 1 node x 2 that tune then reads
+if "${MPIRUN[@]}" -np 2 "$TED" tune --calibrate --out "$TED_TMP/cal.json" >"$TED_TMP/cal.out" 2>&1 &&
+   grep -q '"nodes": 1, "devices_per_node": 2' "$TED_TMP/cal.json" &&
+   "$TED" tune --config configs/moby.json --cluster "$TED_TMP/cal.json" | grep -q "^best: mpirun -np 2 "; then
+  ok "--calibrate: $(cat "$TED_TMP/cal.out")"
+else bad "--calibrate"; cat "$TED_TMP/cal.out"; fi
+rc=0; "$TED" tune --calibrate --out "$TED_TMP/cal.json" >/dev/null 2>"$TED_TMP/cal.err" || rc=$?
+[ $rc -eq 2 ] && grep -q "cal.json exists" "$TED_TMP/cal.err" && ok "--calibrate keeps an existing file: $(cat "$TED_TMP/cal.err")" ||
+  bad "--calibrate over an existing file: exit $rc"
+
 # bad input: one line, exit 2
 expect() {   # name, the line's text, args...
   local name=$1 text=$2; shift 2
@@ -94,6 +104,6 @@ expect "an unknown cluster key" 'unknown key "colour"' --config configs/moby.jso
 expect "no such preset" "--cluster nowhere: cannot read" --config configs/moby.json --cluster nowhere
 expect "more GPUs than the cluster" "exceeds the cluster's 4 devices" --config configs/moby.json --cluster namespace --gpus 8
 expect "no layout matches" "no layout of 4 devices matches" --config configs/moby.json --cluster namespace --tp 3
-expect "no --cluster" "needs --config FILE and --cluster" --config configs/moby.json
+expect "no --cluster" "needs --config FILE and --cluster NAME|FILE, or --calibrate" --config configs/moby.json
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -7,7 +7,11 @@
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/util.h"
+#include "parallel/comm.h"
+#include "perf/calibrate.h"
 #include "perf/perfmodel.h"
+#include <errno.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +21,8 @@ typedef struct { Option *o; int n, cap; } Options;
 
 typedef struct {
     const char *config, *cluster;
-    int gpus, json, traffic;
+    int gpus, json, traffic, calibrate;
+    const char *out;
     long global;
     Layout want;   // a train flag given to tune fixes that field (-1: free)
 } TuneArgs;
@@ -156,6 +161,7 @@ static int parse_args(TuneArgs *a, int argc, char **argv) {
         int *field = layout_field(&a->want, f);
         if (!strcmp(f, "--json")) { a->json = 1; continue; }
         if (!strcmp(f, "--traffic")) { a->traffic = 1; continue; }
+        if (!strcmp(f, "--calibrate")) { a->calibrate = 1; continue; }
         if (field && (!strcmp(f, "--dtd") || !strcmp(f, "--cac") || !strcmp(f, "--activation-checkpointing"))) { *field = 1; continue; }
         if (!v) { ted_error("tune: %s needs a value (ted tune --help)", f); return -1; }
         i++;
@@ -164,6 +170,7 @@ static int parse_args(TuneArgs *a, int argc, char **argv) {
             if (*end || end == v || n < 0 || n > 1000000) { ted_error("tune: %s must be an integer in [0, 1000000], got \"%s\"", f, v); return -1; }
             *field = (int)n;
         } else if (!strcmp(f, "--config")) a->config = v;
+        else if (!strcmp(f, "--out")) a->out = v;
         else if (!strcmp(f, "--cluster")) a->cluster = v;
         else if (!strcmp(f, "--gpus") || !strcmp(f, "--global-batch")) {
             long n = strtol(v, &end, 10);
@@ -171,7 +178,10 @@ static int parse_args(TuneArgs *a, int argc, char **argv) {
             if (f[2] == 'g' && f[3] == 'p') a->gpus = (int)n; else a->global = n;
         } else { ted_error("tune: unknown option \"%s\" (ted tune --help)", f); return -1; }
     }
-    if (!a->config || !a->cluster) { ted_error("tune: needs --config FILE and --cluster NAME|FILE (ted tune --help)"); return -1; }
+    if (!a->calibrate && (!a->config || !a->cluster)) {
+        ted_error("tune: needs --config FILE and --cluster NAME|FILE, or --calibrate (ted tune --help)");
+        return -1;
+    }
     return 0;
 }
 
@@ -200,6 +210,27 @@ static void print_traffic(const Option *o, const Config *c) {
     printf("}\n");
 }
 
+// --calibrate [--out FILE]: the measured cluster file, written by rank 0 (a new file only).
+static int calibrate(const TuneArgs *a) {
+    Cluster cl;
+    char note[512];
+    if (a->out && comm_world_rank() == 0 && access(a->out, F_OK) == 0) {
+        ted_error("tune --calibrate: --out %s exists (ted writes a new file only)", a->out);
+        return ted_agree(1) ? TED_EXIT_USAGE : 0;
+    }
+    if (ted_agree(0) || perf_calibrate(&cl, note, sizeof note)) return TED_EXIT_USAGE;
+    if (comm_world_rank()) return 0;
+    char *text = cluster_json(&cl, note);
+    FILE *f = a->out ? fopen(a->out, "wx") : stdout;
+    int rc = f && fputs(text, f) >= 0 && (f == stdout || fclose(f) == 0) ? 0 : 1;
+    if (rc) ted_error("tune --calibrate: cannot write %s: %s", a->out, strerror(errno));
+    else if (a->out) printf("ted tune: wrote %s (%d node(s) x %d, %.4g GFLOP/s, intra %.3g GB/s %.3g us, inter %.3g GB/s %.3g us)\n",
+                            a->out, cl.nodes, cl.per_node, cl.peak / 1e9, cl.intra.bw / 1e9, cl.intra.lat * 1e6,
+                            cl.inter.bw / 1e9, cl.inter.lat * 1e6);
+    ted_free(text);
+    return rc;
+}
+
 static void help(void) {
     printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]\n"
            "  Predicts the step time and memory of every layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC,\n"
@@ -210,7 +241,11 @@ static void help(void) {
            "  train_batch_size, else micro-batch x accumulation). --json: every layout, one object per line.\n"
            "  ted train's --tp --ep --pp --zero-stage --micro-batch --grad-accum --dtd --cac\n"
            "  --activation-checkpointing fix that part of the layout. --traffic: the first stage's predicted\n"
-           "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n");
+           "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n"
+           "usage: [mpirun -np R --hostfile H] ted tune --calibrate [--out FILE]\n"
+           "  Measures the machines it runs on (one rank per device) and writes a cluster file: nodes and\n"
+           "  ranks per node from the host names, the fp32 GEMM rate with every rank busy, memory per rank,\n"
+           "  latency and bandwidth inside a node and between nodes (ping-pong from rank 0).\n");
 }
 
 int tune_main(int argc, char **argv) {
@@ -219,8 +254,9 @@ int tune_main(int argc, char **argv) {
     Config c;
     Cluster cl;
     config_defaults(&c);
-    if (parse_args(&a, argc, argv) || config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster))
-        return TED_EXIT_USAGE;
+    if (parse_args(&a, argc, argv)) return TED_EXIT_USAGE;
+    if (a.calibrate) return calibrate(&a);
+    if (config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster)) return TED_EXIT_USAGE;
     if (a.traffic) train_defaults(&a.want, &c);
     int G = a.gpus ? a.gpus : cluster_devices(&cl);
     long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : (long)c.micro_batch * c.grad_accum;

@@ -1,0 +1,101 @@
+// calibrate.c — measuring a cluster (see calibrate.h).
+#include "perf/calibrate.h"
+#include "core/alloc.h"
+#include "core/util.h"
+#include "model/mfu.h"
+#include "parallel/comm.h"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HOSTLEN 64
+
+// Ranks per node and nodes, from every rank's host name; the first rank of rank 0's node that is
+// not rank 0 (near) and the first rank elsewhere (far), -1 when there is none.
+static int layout_of(Group *w, int *per, int *nodes, int *near, int *far) {
+    char mine[HOSTLEN] = {0}, *all = ted_alloc((size_t)HOSTLEN * w->size, MEM_TEMP);
+    gethostname(mine, HOSTLEN - 1);
+    comm_allgather(w, mine, all, HOSTLEN, DT_BYTE);
+    *near = *far = -1;
+    int on0 = 0, distinct = 0;
+    for (int r = 0; r < w->size; r++) {
+        int same = !strcmp(all + r * HOSTLEN, all), first = 1;
+        on0 += same;
+        for (int q = 0; q < r; q++) first &= strcmp(all + q * HOSTLEN, all + r * HOSTLEN) != 0;
+        distinct += first;
+        if (r && same && *near < 0) *near = r;
+        if (!same && *far < 0) *far = r;
+    }
+    ted_free(all);
+    *per = on0;
+    *nodes = distinct;
+    if (on0 * distinct != w->size) { ted_error("tune --calibrate: the nodes hold different numbers of ranks"); return -1; }
+    return 0;
+}
+
+// One-way time of an n-byte message between rank 0 and peer, in seconds (best of reps round trips).
+static double pingpong(Group *w, int peer, long n, int reps) {
+    char *buf = ted_alloc((size_t)n, MEM_COMM);
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        comm_barrier(w);
+        if (w->rank != 0 && w->rank != peer) continue;
+        MPI_Request req;
+        double t0 = now_ms();
+        if (w->rank == 0) { comm_isend(w, buf, n, DT_BYTE, peer, 7, &req); comm_wait(&req); comm_recv(w, buf, n, DT_BYTE, peer, 8); }
+        else { comm_recv(w, buf, n, DT_BYTE, 0, 7); comm_isend(w, buf, n, DT_BYTE, 0, 8, &req); comm_wait(&req); }
+        double t = (now_ms() - t0) / 2e3;
+        if (t < best) best = t;
+    }
+    ted_free(buf);
+    return best;
+}
+
+// The link between rank 0 and peer (everyone calls; rank 0's figures are broadcast).
+static Link measure_link(Group *w, int peer) {
+    double v[2] = {0, 0};
+    double lat = pingpong(w, peer, 8, 200), big = pingpong(w, peer, 8 << 20, 5);
+    if (w->rank == 0) { v[0] = lat; v[1] = (8 << 20) / (big - lat > 0 ? big - lat : big); }
+    comm_broadcast(w, v, 2, DT_F64, 0);
+    return (Link){v[1], v[0]};
+}
+
+int perf_calibrate(Cluster *c, char *note, int notelen) {
+    Group w = comm_group(GROUP_WORLD, 0, comm_world_rank());
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "calibrated");
+    int near = -1, far = -1;
+    c->nodes = c->per_node = 1;
+    if (w.size > 1 && layout_of(&w, &c->per_node, &c->nodes, &near, &far)) return -1;
+    comm_barrier(&w);
+    float rate = (float)sgemm_peak_flops(1024, 5);   // every rank at once: shared cores show
+    float neg = -rate;
+    comm_allreduce_max(&w, &neg, 1);
+    c->peak = -neg;
+    c->gemm_eff = 0.55;
+    c->mem = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / c->per_node;
+    c->intra = c->inter = (Link){5e9, 2e-6};
+    if (near >= 0) c->intra = c->inter = measure_link(&w, near);
+    if (far >= 0) c->inter = measure_link(&w, far);
+    if (near < 0 && far >= 0) c->intra = c->inter;
+    snprintf(note, (size_t)notelen, "measured by ted tune --calibrate on %d node(s) of %d rank(s): peak = the slowest rank's "
+             "fp32 sgemm rate with every rank multiplying at once; links: %s; gemm_efficiency 0.55 is ted's bench "
+             "model MFU on CPUs, not measured", c->nodes, c->per_node,
+             near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
+                                 : far < 0 ? "8-byte and 8 MB ping-pong inside the node (inter = intra: one node)"
+                                           : "8-byte and 8 MB ping-pong inside a node and between nodes");
+    return 0;
+}
+
+char *cluster_json(const Cluster *c, const char *note) {
+    size_t cap = 2048 + strlen(note);
+    char *out = ted_alloc(cap, MEM_TEMP);
+    snprintf(out, cap,
+             "{\n  \"name\": \"%s\",\n  \"note\": \"%s\",\n  \"nodes\": %d, \"devices_per_node\": %d,\n"
+             "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g},\n"
+             "  \"intra\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g},\n"
+             "  \"inter\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g}\n}\n",
+             c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->intra.bw / 1e9,
+             c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6);
+    return out;
+}
