@@ -280,6 +280,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->T = seq_len_of(c);
     topo_init(&R->topo, c->tp, c->ep, c->pp);
     topo_print(&R->topo, c->model.num_experts);
+    topo_print_placement(&R->topo);
     model_build(&R->M, c, &R->topo, c->micro_batch, R->T);
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
