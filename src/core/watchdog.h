@@ -2,7 +2,9 @@
 // Every collective in parallel/comm.c says when it starts and ends; the training loop and the model
 // say where the rank is (step, micro-batch, block and pass). A thread checks once a second:
 // when a collective has not completed in time, the rank prints one line naming it (operation,
-// group, bytes, step, micro-batch, block) and exits, which ends the job under mpirun.
+// group, bytes, step, micro-batch, block) and exits, which ends the job under mpirun. When a
+// SIGINT/SIGTERM arrives while a collective has waited 2 s or more (mpirun ending a job whose node
+// it lost), the rank names that collective the same way at once, before mpirun's SIGKILL.
 #pragma once
 
 // Starts the watchdog thread (once; seconds <= 0: none).
@@ -12,5 +14,7 @@ void watchdog_enter(const char *op, const char *group, int gsize, long long byte
 void watchdog_leave(void);
 // Where the rank is: a training step and micro-batch (micro < 0: the optimizer), which
 // resets the block; a block (moe: an MoE block) and its pass ("forward", "backward", ...).
+// From a signal handler (async-signal-safe): SIGINT/SIGTERM received.
+void watchdog_signal(int sig);
 void watchdog_step(long step, int micro);
 void watchdog_block(int block, int moe, const char *pass);
