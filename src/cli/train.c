@@ -159,7 +159,7 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
-    watchdog_start(c->watchdog);   // from here every collective is watched
+    watchdog_start(c->watchdog, comm_launcher_keepalive_s());   // from here every collective is watched
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / (c->tp * c->pp);

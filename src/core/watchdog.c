@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int limit_s = 0;
+static int limit_s = 0, grace_s = 0;
 static int rank = 0, world = 1;      // read once by watchdog_start, on the main thread
 static _Atomic double started = 0;   // now_ms() of the collective in flight, 0 when none
 static volatile sig_atomic_t signalled = 0;   // SIGINT/SIGTERM received (set by watchdog_signal)
@@ -44,13 +44,15 @@ static void describe_place(char *buf, size_t n) {
 }
 
 static void say(int by_signal, double waited_ms) {
-    char place[160];
+    char place[160], end[160] = ": ending the job";
     describe_place(place, sizeof place);
+    if (by_signal) snprintf(end, sizeof end, ": a peer may be unreachable");
+    else if (grace_s)   // a rank that exits first would leave mpirun waiting on a lost node for minutes
+        snprintf(end, sizeof end, ": ending the job in %d s, unless mpirun's keepalive finds a lost node first", grace_s);
     int gsize = at.gsize > 0 ? at.gsize : world;
     fprintf(stderr, "ted: rank %d: watchdog: %s%s on group %s (%d ranks, %lld bytes) %s %.0f s (%s)%s\n", rank,
             by_signal ? "stopped by a signal in " : "", at.op, at.group, gsize, at.bytes,
-            by_signal ? "after waiting" : "not done after", by_signal ? waited_ms / 1e3 : (double)limit_s, place,
-            by_signal ? ": a peer may be unreachable" : ": ending the job");
+            by_signal ? "after waiting" : "not done after", by_signal ? waited_ms / 1e3 : (double)limit_s, place, end);
     fflush(stderr);
 }
 
@@ -67,7 +69,9 @@ static void *watch(void *arg) {
         double t0 = atomic_load(&started), waited = t0 > 0 ? now_ms() - t0 : 0;
         if (signalled && !told && waited >= 2e3) { say(1, waited); told = 1; }
         if (t0 <= 0 || waited < limit_s * 1e3) continue;
+        told = 1;
         say(0, waited);
+        for (int s = 0; s < grace_s; s++) sleep(1);
         _exit(3);   // mpirun takes the other ranks down
     }
     return NULL;
@@ -78,10 +82,11 @@ void watchdog_signal(int sig) {
     if (limit_s > 0) sem_post(&wake);   // async-signal-safe
 }
 
-void watchdog_start(int seconds) {
+void watchdog_start(int seconds, int grace) {
     static int running = 0;
     if (seconds <= 0 || running) return;
     limit_s = seconds;
+    grace_s = grace > 0 ? grace : 0;
     int init = 0;
     MPI_Initialized(&init);
     if (init) { MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world); }

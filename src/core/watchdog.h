@@ -7,8 +7,11 @@
 // it lost), the rank names that collective the same way at once, before mpirun's SIGKILL.
 #pragma once
 
-// Starts the watchdog thread (once; seconds <= 0: none).
-void watchdog_start(int seconds);
+// Starts the watchdog thread (once; seconds <= 0: none). grace > 0: after its line the rank waits
+// that long before exiting, so that mpirun, whose connections stay idle meanwhile, can notice a lost
+// node by its keepalive (once a rank exits, mpirun tells every node and waits for a dead one's TCP
+// retransmissions: minutes).
+void watchdog_start(int seconds, int grace);
 // A collective op on a group of gsize ranks, sending bytes, starts / ends.
 void watchdog_enter(const char *op, const char *group, int gsize, long long bytes);
 void watchdog_leave(void);
