@@ -10,7 +10,7 @@
 #   cluster.sh link NODE down|up     cuts / restores NODE's link (its switch port)
 #   cluster.sh run HOSTFILE NP ARGS  mpirun from node1 with configs/mpi_cluster.tune, the subnet, the agent
 #   cluster.sh down                  removes what up made (safe to call twice)
-#   cluster.sh stats                 bytes sent by each switch port (tc counters), one line per node
+#   cluster.sh stats                 bytes each switch port sent to its node, one line per node
 #
 # Every name starts with TED_CLUSTER_PREFIX (default "tedc"): namespaces PREFIX_sw and PREFIX_nodeK,
 # host files under /etc/netns/PREFIX_nodeK/. Two clusters need two prefixes.
@@ -136,12 +136,10 @@ run() {
     --hostfile "'$hf'" -np "$np" "$(printf "'%s' " "$@")"
 }
 
-# bytes each switch port sent to its node (tc counters of the port's qdisc)
+# bytes each switch port sent to its node (the port's kernel counter): the traffic between nodes
 stats() {
   local n; n=$(nodes)
-  for k in $(seq "$n"); do
-    echo "node$k $(tc -s -n "$SW" qdisc show dev "p$k" | awk '/Sent/ {print $2; exit}')"
-  done
+  for k in $(seq "$n"); do echo "node$k $(ip netns exec "$SW" cat "/sys/class/net/p$k/statistics/tx_bytes")"; done
 }
 
 cmd=${1:-}; [ $# -gt 0 ] && shift
