@@ -31,6 +31,7 @@ up() {
   local n=${1:-}
   [[ "$n" =~ ^[1-9][0-9]?$ ]] || die "up: N must be 1..99, got '${n}'"
   [ -f "$STATE" ] && die "a cluster '$P' is already up ($(cat "$STATE") nodes); cluster.sh down first"
+  ! ip netns list | grep -q "^${P}_" || die "namespaces named ${P}_* exist and are not this cluster's; set TED_CLUSTER_PREFIX"
   echo "$n" > "$STATE"   # first, so that down can clean up a partial up
   ip netns add "$SW"
   ip -n "$SW" link set lo up
