@@ -33,10 +33,10 @@ brun() {
   local name=$1; shift
   local mo=(); while [ "$1" != -- ]; do mo+=("$1"); shift; done; shift
   local b0 b1
-  b0=$($C stats | awk '{s += $2} END {print s}')
+  b0=$($C stats | awk '{s += $2} END {printf "%.0f\n", s}')
   $C run "$OUT/hosts" 4 "${mo[@]}" -x OMP_NUM_THREADS=1 "$TED" train "${model[@]}" "$@" \
     --log "$OUT/$name.jsonl" --overwrite >"$OUT/$name.out" 2>&1 || echo "run $name failed (see $OUT/$name.out)"
-  b1=$($C stats | awk '{s += $2} END {print s}')
+  b1=$($C stats | awk '{s += $2} END {printf "%.0f\n", s}')
   echo $((b1 - b0)) > "$OUT/$name.bytes"
 }
 layouts=("pp2|--|--pp 2 --micro-batch 4" "tp2ep2|--|--tp 2 --ep 2 --micro-batch 4"
