@@ -1,12 +1,13 @@
 // stop.c — the SIGINT/SIGTERM flag (see stop.h).
 #include "cli/stop.h"
 #include "parallel/comm.h"
+#include "core/watchdog.h"
 #include <signal.h>
 #include <string.h>
 
 static volatile sig_atomic_t caught = 0;
 
-static void on_signal(int sig) { if (!caught) caught = sig; }
+static void on_signal(int sig) { if (!caught) caught = sig; watchdog_signal(sig); }
 
 void stop_install(void) {
     struct sigaction sa;

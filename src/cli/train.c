@@ -177,7 +177,7 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
 // model: identical on every rank except file access, whose result the ranks then agree on.
 static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, size_t cklen, FILE **log) {
     if (load_config(c, argc, argv, ckdir, cklen)) return TED_EXIT_USAGE;
-    watchdog_start(c->watchdog);   // from here every collective is watched
+    watchdog_start(c->watchdog, comm_launcher_keepalive_s());   // from here every collective is watched
     char err[256];
     if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
     int T = seq_len_of(c), dp = comm_world_size() / (c->tp * c->pp);
@@ -298,6 +298,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->T = seq_len_of(c);
     topo_init(&R->topo, c->tp, c->ep, c->pp);
     topo_print(&R->topo, c->model.num_experts);
+    topo_print_placement(&R->topo);
     model_build(&R->M, c, &R->topo, c->micro_batch, R->T);
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);

@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "core/watchdog.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef TED_CUDA
@@ -59,6 +60,37 @@ void comm_init(int *argc, char ***argv) {
     mpi_on = 1;
     ted_defer_errors(world_size > 1);
 }
+// One OOB keepalive setting: the environment (mpirun --mca / -x), else the --tune files mpirun names
+// in OMPI_MCA_mca_base_envar_file_prefix ("-mca NAME VALUE" tokens); -1 when neither sets it.
+static int keepalive_param(const char *name) {
+    char var[96];
+    snprintf(var, sizeof var, "OMPI_MCA_oob_tcp_keepalive_%s", name);
+    if (getenv(var)) return atoi(getenv(var));
+    const char *files = getenv("OMPI_MCA_mca_base_envar_file_prefix");
+    char list[1024], tok[256], want[96];
+    snprintf(want, sizeof want, "oob_tcp_keepalive_%s", name);
+    snprintf(list, sizeof list, "%s", files ? files : "");
+    int v = -1;
+    for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
+        FILE *in = fopen(f, "r");
+        if (!in) continue;
+        int at = 0;   // 1: the previous token was -mca, 2: it was the wanted name
+        while (fscanf(in, "%255s", tok) == 1) {
+            if (at == 2) v = atoi(tok[0] == '"' ? tok + 1 : tok);
+            at = at == 1 && !strcmp(tok, want) ? 2 : (!strcmp(tok, "-mca") || !strcmp(tok, "--mca"));
+        }
+        fclose(in);
+    }
+    return v;
+}
+
+int comm_launcher_keepalive_s(void) {
+    if (!mpi_on || world_size == 1) return 0;
+    int t = keepalive_param("time"), i = keepalive_param("intvl"), p = keepalive_param("probes");
+    if (t <= 0) return 0;   // Open MPI's defaults (300 s, 20 s x 9): minutes, not worth waiting for
+    return t + (i > 0 ? i : 20) * ((p > 0 ? p : 9) + 1);
+}
+
 void comm_finalize(void) { if (mpi_on) { MPI_Finalize(); mpi_on = 0; } }
 int comm_world_size(void) { return world_size; }
 int comm_world_rank(void) { return world_rank; }

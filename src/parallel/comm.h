@@ -28,6 +28,9 @@ typedef struct { CommCount c[COLL_N][GROUP_N]; } CommStats;
 // process is a world of one and MPI is never initialised.
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
+// Under mpirun with OOB keepalive settings (configs/mpi_cluster.tune): about how many seconds mpirun
+// may take to notice that a node's link is gone (time + intvl x (probes + 1)); else 0.
+int comm_launcher_keepalive_s(void);
 int comm_world_size(void);
 int comm_world_rank(void);
 int comm_mpi_active(void);

@@ -15,3 +15,7 @@ int topo_check(int world, int tp, int ep, int pp, char *err, size_t errlen);
 // Fills t for this process and creates the groups (collective over the world).
 void topo_init(Topology *t, int tp, int ep, int pp);
 void topo_print(const Topology *t, int num_experts);
+// Multi-node runs (node = host name, gathered over the world; collective): rank 0 prints how many
+// groups of each kind (tp, ep, edp, dp, pp) hold ranks of more than one node, and warns when a TP
+// group does. Prints nothing on one node. Returns the number of nodes.
+int topo_print_placement(const Topology *t);
