@@ -3,17 +3,13 @@
 // fixed size, so that ranks given different argv never exchange messages of different sizes.
 #include "io/agree.h"
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "io/ckpt_meta.h"
 #include "parallel/comm.h"
 #include "core/util.h"
 #include <string.h>
 
-uint64_t agree_hash(const void *p, size_t n, uint64_t h) {
-    const unsigned char *b = p;
-    if (!h) h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
-    return h;
-}
+uint64_t agree_hash(const void *p, size_t n, uint64_t h) { return hash_fnv1a(p, n, h); }
 
 typedef enum { K_INT, K_FLOAT } FieldKind;
 typedef struct { const char *name; FieldKind kind; } FieldInfo;
