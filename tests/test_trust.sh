@@ -4,8 +4,9 @@
 # non-zero exit with nothing lost or overwritten:
 #  - a checkpoint config.json with n_head 0 / moe_every 0 / n_layer -3 / num_experts 2^31-1 /
 #    capacity_factor 1e30 / seq_len > n_positions: refused by ted generate, ted eval and --resume
-#  - flags or a JSON config whose sizes overflow (a tensor past 2^31 elements, num_experts near
-#    INT_MAX, a capacity factor that collapses capacity): refused before any allocation
+#  - flags or a JSON config whose sizes overflow (a tensor past 2^31 elements, num_experts,
+#    shared_experts or expert_inner near INT_MAX, a capacity factor that collapses capacity), or
+#    a model whose fp32 training state exceeds this node's memory: refused before any allocation
 #  - trainer_state.json: step past its run's steps, adam_t past step, a 2^60 step, a bad seed
 #  - NaN/Inf weights or a negative Adam second moment in a checkpoint: refused, naming the tensor
 #  - a run whose loss becomes NaN stops with one line naming step and loss, exit 1, and saves nothing
@@ -72,6 +73,14 @@ done
 
 # --- sizes from flags and JSON, checked in 64 bits before any allocation
 expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
+expect "shared_experts near INT_MAX" 2 "shared_experts (2147483647) x expert_inner" - train "${MODEL[@]}" \
+  --shared-experts 2147483647
+expect "expert_inner near INT_MAX" 2 "expert_inner (2147483647) must be in" - train "${MODEL[@]}" --expert-inner 2147483647
+expect "shared_experts 100000" 2 "shared_experts (100000) x expert_inner" - train "${MODEL[@]}" --shared-experts 100000
+expect "a shared-expert tensor past 2^31 elements" 2 "elements per shared-expert tensor" - train "${MODEL[@]}" \
+  --n-embd 1024 --shared-experts 1000
+expect "a model past this node's memory" 2 "predicted memory: the model has" - train "${MODEL[@]}" --n-embd 16384 \
+  --n-inner 65536 --n-layer 64 --num-experts 64
 expect "capacity_factor 1e30" 2 capacity_factor - train "${MODEL[@]}" --capacity-factor 1e30
 expect "tensor past 2^31 elements" 2 "2^31" - train "${MODEL[@]}" --vocab-size 65536 --n-embd 65536 --n-head 1
 expect "layers x experts" 2 "tensors" - train "${MODEL[@]}" --n-layer 4096 --num-experts 65536
@@ -157,13 +166,18 @@ for _ in $(seq 100); do [ -s "$W/int.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 [ "$rc" -eq 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $rc"
 # an unwritable --save folder is found before step 1 (root writes anywhere: run as nobody then)
-mkdir -p "$W/ro" && chmod 555 "$W/ro" && chmod 755 "$W"
+# nobody may not enter the clone's folders (a clone under /root, a mode-700 folder): the binary,
+# the data and the folder go to a folder of their own under /tmp that anyone can enter
+RO=$(mktemp -d /tmp/ted-ro.XXXXXX) && chmod 755 "$RO" && cp "$TED" "$BOOK" "$RO/" && chmod 755 "$RO/$(basename "$TED")"
+mkdir -p "$RO/ro" && chmod 555 "$RO/ro" && chmod 644 "$RO/$(basename "$BOOK")"
 as=()
 [ "$(id -u)" -eq 0 ] && as=(setpriv --reuid 65534 --regid 65534 --clear-groups)
 rc=0
-"${as[@]}" "$TED" train "${MODEL[@]}" --steps 2 --save "$W/ro" >"$W/ro.out" 2>"$W/ro.err" || rc=$?
-[ "$rc" -eq 2 ] && grep -q -- "--save $W/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
+"${as[@]}" "$RO/$(basename "$TED")" train "${MODEL[@]}" --data "$RO/$(basename "$BOOK")" --steps 2 --save "$RO/ro" \
+  >"$W/ro.out" 2>"$W/ro.err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--save $RO/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
   ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
+rm -rf "$RO"
 
 # --- ted compare and the debug switch refuse what they cannot do
 echo 'not json' >"$W/notjson.jsonl"
