@@ -10,6 +10,9 @@
 #  - trainer_state.json: step past its run's steps, adam_t past step, a 2^60 step, a bad seed
 #  - NaN/Inf weights or a negative Adam second moment in a checkpoint: refused, naming the tensor
 #  - a run whose loss becomes NaN stops with one line naming step and loss, exit 1, and saves nothing
+#  - fp16: 40 skipped steps in a row stop the run with a line saying which steps were skipped and
+#    which checkpoints were saved meanwhile (with the last trained weights); skipped steps print
+#    "loss skipped", not NaN
 #  - a second run on a --save folder in use: exit 2 before training; the first run is intact
 #  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise
 #  - a --save folder that cannot be written: refused before step 1
@@ -124,8 +127,13 @@ expect "NaN loss stops, fp32" 1 "step 2: lm_loss is" - train "${MODEL[@]}" --ste
   ok "NaN loss: only the finite step 1 is saved, the log ends at the NaN step 2" ||
   fail "NaN loss: checkpoints $(ls "$W/nan/ck" | tr '\n' ' ')"
 expect "NaN loss stops, bf16" 1 "lm_loss is" - train "${MODEL[@]}" --steps 20 --lr 1e30 --warmup 0 --clip 0 --bf16
-expect "fp16: overflow skipped until the bound" 1 "fp16 steps in a row overflowed" - train "${MODEL[@]}" --steps 100 \
-  --lr 1e30 --warmup 0 --clip 0 --fp16
+rm -rf "$W/f16"
+expect "fp16: overflow skipped until the bound" 1 "steps 2 to 41 were skipped and this one is not saved; step_00000002 to step_00000040 (every 1) were saved during them, each with the unchanged weights of step 1" \
+  - train "${MODEL[@]}" --steps 100 --lr 1e30 --warmup 0 --clip 0 --fp16 --save "$W/f16" --save-every 1 --log-every 1
+# steps 2..40 have progress lines (step 41 stops before its line)
+[ "$(grep -c '^step .*| loss skipped (fp16 overflow, loss scale [0-9.e+]*) |.*norm overflow' "$W/out")" -eq 39 ] &&
+  ! grep -qi "nan" "$W/out" && ok "fp16: the skipped steps show their loss as skipped, no NaN printed" ||
+  fail "fp16: skipped steps printed as $(grep -m1 '^step     2' "$W/out")"
 
 # --- the --save folder: one run at a time, its own run, writable, cleaned
 S=$W/save
