@@ -529,6 +529,37 @@ def make_optimizer(P, lr, weight_decay, foreach=None):
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
 
 
+class OneBitAdamExact:
+    """1-bit Adam of design §6.3 on one process with compression "none" (the average of m over a
+    group of one is m itself), written out from the formulas: steps 1..freeze are AdamW; from then
+    on v is frozen and v_hat = v/(1-b2^freeze), while m keeps accumulating and m_hat = m/(1-b1^t)
+    with the step t. Weight decay as AdamW (decoupled, >= 2-D tensors only). The steps after the
+    freeze are not clipped (train() leaves their gradients as they are)."""
+
+    def __init__(self, P, lr, weight_decay, freeze, betas=(0.9, 0.95), eps=1e-8):
+        self.params = list(P.values())
+        self.param_groups = [{"lr": lr}]
+        self.wd, self.freeze, self.b1, self.b2, self.eps = weight_decay, freeze, betas[0], betas[1], eps
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        t, b1, b2, lr = self.t, self.b1, self.b2, self.param_groups[0]["lr"]
+        bc1 = 1 - b1 ** t
+        bc2 = 1 - b2 ** min(t, self.freeze)
+        for p, m, v in zip(self.params, self.m, self.v):
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            if t <= self.freeze:
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            if p.dim() >= 2:
+                p.mul_(1 - lr * self.wd)
+            p.sub_(lr * (m / bc1) / ((v / bc2).sqrt() + self.eps))
+
+
 def clip_grads(P, clip):
     """Global gradient norm over every parameter (wte once); scaled by clip/(norm+1e-6)
     when norm > clip (clip <= 0: off). Returns the norm before clipping."""
@@ -542,17 +573,18 @@ def clip_grads(P, clip):
 
 
 def train(P, cfg, data, steps, micro_batch, grad_accum, lr, min_lr, warmup, weight_decay, clip,
-          log=None):
+          log=None, onebit_freeze=0):
     for t in P.values():
         t.requires_grad_(True)
-    opt = make_optimizer(P, lr, weight_decay)
+    opt = OneBitAdamExact(P, lr, weight_decay, onebit_freeze) if onebit_freeze > 0 else make_optimizer(P, lr, weight_decay)
     hist = {k: [] for k in ("step", "loss", "lm_loss", "aux_loss", "grad_norm", "lr")}
     for s in range(steps):
         lr_s = lr_at(s, steps, lr, min_lr, warmup)
         for t in P.values():
             t.grad = None
         r = step_loss(P, cfg, data.micro_batches(s, micro_batch, grad_accum))
-        norm = clip_grads(P, clip)
+        # 1-bit Adam's compressed steps sum nothing global, so nothing is clipped (design §6.3)
+        norm = clip_grads(P, 0 if 0 < onebit_freeze <= s else clip)
         for g in opt.param_groups:
             g["lr"] = lr_s
         opt.step()
@@ -593,7 +625,7 @@ def cmd_train(a):
     data = SequentialData(a.data, T)
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     hist = train(P, cfg, data, a.steps, a.micro_batch, a.grad_accum, a.lr, a.min_lr, a.warmup,
-                 a.weight_decay, a.clip, log)
+                 a.weight_decay, a.clip, log, a.onebit_freeze)
     with open(a.out, "w") as f:
         json.dump(hist, f)
         f.write("\n")
@@ -659,6 +691,8 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="per-step metrics JSON")
     p.add_argument("--save", default="", help="write the final weights here")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--onebit-freeze", type=int, default=0,
+                   help="1-bit Adam (one process, compression none) with this freeze_step instead of AdamW")
 
     p = sub.add_parser("eval", help="mean loss over the first N windows of the whole file")
     common(p)

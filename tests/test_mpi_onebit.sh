@@ -8,6 +8,8 @@
 #    must equal; (tp 2, ep 2): against its own warm-up steps);
 #  - a run resumed from a checkpoint taken after freeze_step (step 5, the worker and server
 #    errors in it) gives the unbroken run's losses bit for bit;
+#  - a missing, truncated or corrupt per-rank error file of a checkpoint saved by this layout is
+#    refused in one line naming it (exit 2, checkpoint untouched); another layout starts from zero;
 #  - OneBitAdam with zero_optimization.stage 1 is refused with one line and exit 2.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
@@ -71,6 +73,30 @@ print(f"{'ok  ' if same and rows[0]['step'] == 6 else 'FAIL'} signs, tp 2 ep 2: 
       f"steps {rows[0]['step']}..{rows[-1]['step']} bit-identical to the unbroken run: {same}")
 sys.exit(0 if same and rows[0]["step"] == 6 else 1)
 PY
+# The per-rank error files of a checkpoint saved by this layout: one missing (rank 2's, rank 0's),
+# cut to 100 bytes, or with one byte changed is refused in one line naming it, exit 2, the
+# checkpoint untouched; the same checkpoint resumed on another layout (dp 4) starts the errors at zero.
+refused() {   # name, files to break, expected words
+  local d=$TED_TMP/bad-${1//[^a-z0-9]/_}; rm -rf "$d"; cp -r $TED_TMP/ck/step_00000005 "$d"; eval "$2"
+  local before; before=$(ls -l "$d" | md5sum)
+  set +e
+  run4 --micro-batch 4 --tp 2 --ep 2 --config $TED_TMP/sign-s0.json --resume "$d" 2>$TED_TMP/err; local rc=$?
+  set -e
+  local lines; lines=$(grep '^ted:' $TED_TMP/err || true)
+  if [ $rc -eq 2 ] && [ "$(printf '%s\n' "$lines" | wc -l)" -eq 1 ] && grep -q -- "$3" <<<"$lines" &&
+     [ "$(ls -l "$d" | md5sum)" = "$before" ]; then echo "ok   $1: $lines"; pass=$((pass + 1))
+  else echo "FAIL $1: rc $rc: $lines"; fail=$((fail + 1)); fi
+}
+refused "rank 2's error file deleted" 'rm $d/onebit.rank2.bin' "onebit.rank2.bin: missing"
+refused "rank 0's error file deleted" 'rm $d/onebit.rank0.bin' "onebit.rank0.bin: missing"
+refused "rank 1's error file cut to 100 bytes" 'truncate -s 100 $d/onebit.rank1.bin' "onebit.rank1.bin: 100 bytes"
+refused "rank 3's error file with one byte changed" \
+  'printf "\x55" | dd of=$d/onebit.rank3.bin bs=1 seek=5000 conv=notrunc 2>/dev/null' "onebit.rank3.bin: .*checksum"
+"${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 2 --config $TED_TMP/sign-s0.json \
+  --resume $TED_TMP/ck/step_00000005 >$TED_TMP/other.out
+if grep -q "no 1-bit Adam errors of this layout (world 4, tp 1, ep 1): they start from zero" $TED_TMP/other.out; then
+  echo "ok   resumed on dp 4 (saved by tp 2 ep 2): errors start from zero with a note"; pass=$((pass + 1))
+else echo "FAIL resumed on dp 4: no note"; fail=$((fail + 1)); fi
 set +e
 msg=$("$TED" train "${model[@]}" --config $TED_TMP/sign-s1.json 2>&1); rc=$?
 set -e

@@ -34,5 +34,13 @@ cd "${TED_ROOT:-.}"
 pred=$("$TED" train --config configs/moby.json --data data/moby-dick.txt --steps 0 --threads 1 2>&1 | sed -n 's|^model state per rank: M1 (docs/design.md §5) predicts \([0-9]*\) bytes.*|\1|p')
 out=$("$TED" plan --config configs/moby.json --gpus 1)
 expect "plan --config = ted train's own prediction ($pred bytes)" '[ -n "$pred" ] && grep -q "^  tp 1   ep 1    dp 1     edp 1  *$pred bytes  fits" <<<"$out"'
+# --config with --pp 2 on 2 GPUs: each stage holds half the model, dp 1 as above: half the bytes; the
+# pipeline rows follow, from the config's own shape; a --pp that does not divide --gpus is refused
+out=$("$TED" plan --config configs/moby.json --gpus 2 --pp 2)
+half=$(sed -n 's|^  pp 2    tp 1   ep 1    dp 1     edp 1  *\([0-9]*\) bytes.*|\1|p' <<<"$out")
+expect "plan --config --pp 2: a stage holds half ($half of $pred bytes)" \
+  '[ -n "$half" ] && [ $(( 2 * half - pred )) -ge -2 ] && [ $(( 2 * half - pred )) -le 2 ] && grep -q "^pipeline pp 2" <<<"$out"'
+set +e; err=$("$TED" plan --config configs/moby.json --gpus 4 --pp 3 2>&1 >/dev/null); rc=$?; set -e
+expect "plan --config --pp 3 of 4 GPUs refused: $err" '[ $rc -eq 2 ] && [ "$err" = "ted: plan: --pp 3 does not divide --gpus 4" ]'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -3,7 +3,8 @@
 #  - bad sections are refused with exit 2 and one stderr line naming the key or the rule, and no
 #    log or checkpoint written: unknown key, unknown mode, wrong type, seq_len not a multiple of
 #    block, bidirectional attention, horizontal global attention, num_local_blocks not a multiple of
-#    num_global_blocks, too many random blocks;
+#    num_global_blocks, too many random blocks, global_block_indices or global_block_end_indices past
+#    the last block;
 #  - a trained `variable` checkpoint keeps its section in config.json, and `ted generate` and
 #    `ted eval` (at a length that is not a multiple of block) run from it; eval at the training
 #    length gives a different loss once the section is taken out of config.json (the layout is used).
@@ -36,6 +37,9 @@ refuse bidirectional '{"mode": "bigbird", "attention": "bidirectional"}' 'bidire
 refuse horizontal '{"mode": "fixed", "horizontal_global_attention": true}' 'horizontal_global_attention'
 refuse local-global '{"mode": "fixed", "num_local_blocks": 3, "num_global_blocks": 2}' 'num_global_blocks'
 refuse random '{"mode": "bigbird", "num_random_blocks": 5}' 'num_random_blocks'
+refuse global-index '{"mode": "variable", "global_block_indices": [0, 9]}' 'global_block_indices\[1\] (9) is past the last block'
+refuse global-end '{"mode": "bslongformer", "global_block_indices": [0], "global_block_end_indices": [99]}' \
+  'global_block_end_indices\[0\] (99) is past the end'
 refuse recompute-cuda '{"mode": "fixed", "recompute": true}' 'recompute runs on the CPU only' --device cuda
 refuse recompute-type '{"mode": "fixed", "recompute": 1}' 'sparse_attention.recompute'
 

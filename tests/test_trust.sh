@@ -4,11 +4,15 @@
 # non-zero exit with nothing lost or overwritten:
 #  - a checkpoint config.json with n_head 0 / moe_every 0 / n_layer -3 / num_experts 2^31-1 /
 #    capacity_factor 1e30 / seq_len > n_positions: refused by ted generate, ted eval and --resume
-#  - flags or a JSON config whose sizes overflow (a tensor past 2^31 elements, num_experts near
-#    INT_MAX, a capacity factor that collapses capacity): refused before any allocation
+#  - flags or a JSON config whose sizes overflow (a tensor past 2^31 elements, num_experts,
+#    shared_experts or expert_inner near INT_MAX, a capacity factor that collapses capacity), or
+#    a model whose fp32 training state exceeds this node's memory: refused before any allocation
 #  - trainer_state.json: step past its run's steps, adam_t past step, a 2^60 step, a bad seed
 #  - NaN/Inf weights or a negative Adam second moment in a checkpoint: refused, naming the tensor
 #  - a run whose loss becomes NaN stops with one line naming step and loss, exit 1, and saves nothing
+#  - fp16: 40 skipped steps in a row stop the run with a line saying which steps were skipped and
+#    which checkpoints were saved meanwhile (with the last trained weights); skipped steps print
+#    "loss skipped", not NaN
 #  - a second run on a --save folder in use: exit 2 before training; the first run is intact
 #  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise
 #  - a --save folder that cannot be written: refused before step 1
@@ -72,6 +76,14 @@ done
 
 # --- sizes from flags and JSON, checked in 64 bits before any allocation
 expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
+expect "shared_experts near INT_MAX" 2 "shared_experts (2147483647) x expert_inner" - train "${MODEL[@]}" \
+  --shared-experts 2147483647
+expect "expert_inner near INT_MAX" 2 "expert_inner (2147483647) must be in" - train "${MODEL[@]}" --expert-inner 2147483647
+expect "shared_experts 100000" 2 "shared_experts (100000) x expert_inner" - train "${MODEL[@]}" --shared-experts 100000
+expect "a shared-expert tensor past 2^31 elements" 2 "elements per shared-expert tensor" - train "${MODEL[@]}" \
+  --n-embd 1024 --shared-experts 1000
+expect "a model past this node's memory" 2 "predicted memory: the model has" - train "${MODEL[@]}" --n-embd 16384 \
+  --n-inner 65536 --n-layer 64 --num-experts 64
 expect "capacity_factor 1e30" 2 capacity_factor - train "${MODEL[@]}" --capacity-factor 1e30
 expect "tensor past 2^31 elements" 2 "2^31" - train "${MODEL[@]}" --vocab-size 65536 --n-embd 65536 --n-head 1
 expect "layers x experts" 2 "tensors" - train "${MODEL[@]}" --n-layer 4096 --num-experts 65536
@@ -115,8 +127,13 @@ expect "NaN loss stops, fp32" 1 "step 2: lm_loss is" - train "${MODEL[@]}" --ste
   ok "NaN loss: only the finite step 1 is saved, the log ends at the NaN step 2" ||
   fail "NaN loss: checkpoints $(ls "$W/nan/ck" | tr '\n' ' ')"
 expect "NaN loss stops, bf16" 1 "lm_loss is" - train "${MODEL[@]}" --steps 20 --lr 1e30 --warmup 0 --clip 0 --bf16
-expect "fp16: overflow skipped until the bound" 1 "fp16 steps in a row overflowed" - train "${MODEL[@]}" --steps 100 \
-  --lr 1e30 --warmup 0 --clip 0 --fp16
+rm -rf "$W/f16"
+expect "fp16: overflow skipped until the bound" 1 "steps 2 to 41 were skipped and this one is not saved; step_00000002 to step_00000040 (every 1) were saved during them, each with the unchanged weights of step 1" \
+  - train "${MODEL[@]}" --steps 100 --lr 1e30 --warmup 0 --clip 0 --fp16 --save "$W/f16" --save-every 1 --log-every 1
+# steps 2..40 have progress lines (step 41 stops before its line)
+[ "$(grep -c '^step .*| loss skipped (fp16 overflow, loss scale [0-9.e+]*) |.*norm overflow' "$W/out")" -eq 39 ] &&
+  ! grep -qi "nan" "$W/out" && ok "fp16: the skipped steps show their loss as skipped, no NaN printed" ||
+  fail "fp16: skipped steps printed as $(grep -m1 '^step     2' "$W/out")"
 
 # --- the --save folder: one run at a time, its own run, writable, cleaned
 S=$W/save
@@ -157,13 +174,18 @@ for _ in $(seq 100); do [ -s "$W/int.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 [ "$rc" -eq 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $rc"
 # an unwritable --save folder is found before step 1 (root writes anywhere: run as nobody then)
-mkdir -p "$W/ro" && chmod 555 "$W/ro" && chmod 755 "$W"
+# nobody may not enter the clone's folders (a clone under /root, a mode-700 folder): the binary,
+# the data and the folder go to a folder of their own under /tmp that anyone can enter
+RO=$(mktemp -d /tmp/ted-ro.XXXXXX) && chmod 755 "$RO" && cp "$TED" "$BOOK" "$RO/" && chmod 755 "$RO/$(basename "$TED")"
+mkdir -p "$RO/ro" && chmod 555 "$RO/ro" && chmod 644 "$RO/$(basename "$BOOK")"
 as=()
 [ "$(id -u)" -eq 0 ] && as=(setpriv --reuid 65534 --regid 65534 --clear-groups)
 rc=0
-"${as[@]}" "$TED" train "${MODEL[@]}" --steps 2 --save "$W/ro" >"$W/ro.out" 2>"$W/ro.err" || rc=$?
-[ "$rc" -eq 2 ] && grep -q -- "--save $W/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
+"${as[@]}" "$RO/$(basename "$TED")" train "${MODEL[@]}" --data "$RO/$(basename "$BOOK")" --steps 2 --save "$RO/ro" \
+  >"$W/ro.out" 2>"$W/ro.err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--save $RO/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
   ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
+rm -rf "$RO"
 
 # --- ted compare and the debug switch refuse what they cannot do
 echo 'not json' >"$W/notjson.jsonl"

@@ -81,19 +81,20 @@ static void pipeline_rows(int pp, int m, int v, const double *shape, int wbytes)
 }
 
 // A ted train config's own model: its exact non-expert and expert parameter counts.
-static void config_rows(const Config *c, int g, int T, int P, double mem, int wbytes) {
+static void config_rows(const Config *c, int g, int T, int P, int pp, double mem, int wbytes) {
     const ModelConfig *m = &c->model;
     double d = m->n_embd, f = cfg_ffn(m), exp_all = 0;
     for (int l = 0; l < m->n_layer; l++) if (cfg_is_moe(m, l)) exp_all += (double)m->num_experts * (2 * d * f + f + d);
     double nonexp = (double)model_num_params(m) - exp_all;
     printf("config model: %.4g params (%.4g non-expert, %.4g in experts), %d experts; %d GPUs of %.3g bytes\n",
            nonexp + exp_all, nonexp, exp_all, m->num_experts, g, mem);
-    for (int tp = 1; tp <= g; tp++) {
-        if (g % tp || (T && tp != T) || m->n_head % tp || (int)f % tp) continue;
+    for (int tp = 1; tp <= g; tp++) {   // a pipeline stage holds 1/pp of the model
+        if (g % (tp * pp) || (T && tp != T) || m->n_head % tp || (int)f % tp) continue;
         for (int ep = 1; ep <= m->num_experts; ep++) {
-            if (m->num_experts % ep || (g / tp) % ep || (P && ep != P)) continue;
-            int dp = g / tp, edp = dp / ep;
-            double bytes = plan_state_bytes(nonexp / tp, exp_all / (tp * ep), dp, edp, wbytes);
+            if (m->num_experts % ep || (g / (tp * pp)) % ep || (P && ep != P)) continue;
+            int dp = g / (tp * pp), edp = dp / ep;
+            double bytes = plan_state_bytes(nonexp / (tp * pp), exp_all / ((double)tp * ep * pp), dp, edp, wbytes);
+            if (pp > 1) printf("  pp %-3d", pp);
             printf("  tp %-3d ep %-4d dp %-5d edp %-5d %14.0f bytes  %-4s\n", tp, ep, dp, edp, bytes, bytes <= mem ? "fits" : "NO");
         }
     }
@@ -184,8 +185,15 @@ int plan_main(int argc, char **argv) {
         int precision_given = 0;
         for (int i = 1; i < argc; i++) precision_given |= !strcmp(argv[i], "--precision");
         if (!precision_given) wbytes = c.bf16 || c.fp16 ? 2 : 4;
-        config_rows(&c, (int)G, (int)T, (int)P, mem, wbytes);
+        int pp_given = 0;
+        for (int i = 1; i < argc; i++) pp_given |= !strcmp(argv[i], "--pp");
+        if (!pp_given) pp = c.pp;   // the config's own pipeline unless --pp says otherwise
+        if ((int)G % pp) { ted_error("plan: --pp %d does not divide --gpus %d", pp, (int)G); return TED_EXIT_USAGE; }
+        config_rows(&c, (int)G, (int)T, (int)P, pp, mem, wbytes);
         if (c.model.n_head % (T ? (int)T : 1) == 0) attention_rows(&c, T ? (int)T : 1);
+        double own[5] = {c.model.n_embd, c.model.n_layer, c.seq_len > 0 ? c.seq_len : c.model.n_positions, c.micro_batch,
+                         c.model.n_head};
+        if (pp > 1) pipeline_rows(pp, (int)pipe[1], (int)pipe[2], own, wbytes);
         return 0;
     }
     int e = (int)E, g = (int)G;

@@ -303,7 +303,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
     zero_init(&R->z, &R->M.reg, &R->topo, c);
-    R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
+    R->st = (TrainerState){.steps = c->steps, .seed = c->seed, .sequential = c->data_sequential};
     if (R->ckdir[0] && resume_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
     R->P.after_forward = count_tokens;

@@ -757,21 +757,71 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     return 's';
 }
 
+static int flag_has_json(const char *path) {
+    for (int i = 0; i < N_FLAGS; i++) if (flags[i].json && !strcmp(flags[i].json, path)) return 1;
+    return 0;
+}
+
+static void put_ints(char *buf, size_t n, const int *x, int count) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < count && len < n; i++) len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? ", " : "", x[i]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+// The value of a JSON key (not a section) as the run record prints it; 0 for keys that set nothing.
+static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) {
+    char b1[32], b2[32];
+    switch (k->kind) {
+    case J_INT: snprintf(buf, n, "%d", *FIELD(c, k->off, int)); return 'n';
+    case J_LONG: snprintf(buf, n, "%ld", *FIELD(c, k->off, long)); return 'n';
+    case J_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(c, k->off, uint64_t)); return 'n';
+    case J_FLOAT: case J_MIN_LR: format_float(buf, n, *FIELD(c, k->off, float)); return 'n';
+    case J_BOOL: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "true" : "false"); return 'b';
+    case J_ORDER: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sequential" : "shuffled"); return 's';
+    case J_OPTIMIZER_TYPE: snprintf(buf, n, "%s", c->onebit ? "OneBitAdam" : "AdamW"); return 's';
+    case J_SCHEDULER_TYPE: snprintf(buf, n, "WarmupCosine"); return 's';
+    case J_COMPRESSION: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sign" : "none"); return 's';
+    case J_OFFLOAD_DEVICE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "cpu" : "none"); return 's';
+    case J_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, k->off, int))); return 's';
+    case J_PP_LAYERS: put_ints(buf, n, c->pp_layers, c->pp_nlayers); return 'r';
+    case J_ROUTER: snprintf(buf, n, "%s", router_names[*FIELD(c, k->off, int)]); return 's';
+    case J_EXPERT_TYPE: snprintf(buf, n, "%s", expert_type_names[*FIELD(c, k->off, int)]); return 's';
+    case J_BETAS:
+        format_float(b1, sizeof b1, c->beta1);
+        format_float(b2, sizeof b2, c->beta2);
+        snprintf(buf, n, "[%s, %s]", b1, b2);
+        return 'r';
+    case J_SPARSE:
+        sparse_config_write(FIELD(c, k->off, SparseConfig), c->seed, buf, (int)n);
+        if (!buf[0]) snprintf(buf, n, "null");   // dense
+        return 'r';
+    case J_SECTION: case J_IGNORED_BOOL: case J_IGNORED_NUMBER: case J_IGNORED_INT: case J_COMMENT: break;
+    }   // every kind is listed: a new one is a -Wswitch warning here
+    return 0;
+}
+
+// Every JSON key that no flag sets, named by its dotted path: whatever the walker can set, the run
+// record prints (and the ranks agree on) without a list of its own.
+static void each_json_key(const Config *c, const JKey *keys, const char *prefix, SettingFn fn, void *ctx, char *v, size_t n) {
+    for (const JKey *k = keys; k->name; k++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->name);
+        if (k->kind == J_SECTION) { each_json_key(c, k->section, path, fn, ctx, v, n); continue; }
+        char type = flag_has_json(path) ? 0 : json_key_value(c, k, v, n);
+        if (type) fn(ctx, path, path, v, type);
+    }
+}
+
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
-    char v[1100], b1[32], b2[32];
+    enum { V = 8192 };
+    char *v = ted_alloc(V, MEM_TEMP);
     for (int i = 0; i < N_FLAGS; i++) {
         if (flags[i].kind == F_CONFIG) continue;
-        char type = format_value(&flags[i], c, v, sizeof v);
+        char type = format_value(&flags[i], c, v, V);
         fn(ctx, flags[i].flag + 2, flags[i].json, v, type);
     }
-    format_float(b1, sizeof b1, c->beta1);
-    format_float(b2, sizeof b2, c->beta2);
-    snprintf(v, sizeof v, "[%s, %s]", b1, b2);
-    fn(ctx, "betas", "optimizer.params.betas", v, 'r');
-    format_float(v, sizeof v, c->eps);
-    fn(ctx, "eps", "optimizer.params.eps", v, 'n');
-    snprintf(v, sizeof v, "%d", c->zero_stage);
-    fn(ctx, "zero_stage", "zero_optimization.stage", v, 'n');
+    each_json_key(c, top_keys, "", fn, ctx, v, V);
+    ted_free(v);
 }
 
 void config_print_train_help(void) {
@@ -827,10 +877,35 @@ static double mem_physical_bytes(void) {
     return pages > 0 && size > 0 ? (double)pages * size : 0;
 }
 
-// 64-bit size products: the largest tensor, the tensor count, the whole model in bytes.
+// Ranks of this job on this node and in all (Open MPI's environment; 1 and 1 without it).
+static void ranks_here(double *local, double *world) {
+    const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *w = getenv("OMPI_COMM_WORLD_SIZE");
+    *local = l && atoi(l) > 0 ? atoi(l) : 1;
+    *world = w && atoi(w) > 0 ? atoi(w) : 1;
+}
+
+// The widths that size the expert tensors, named: expert_inner, and the shared expert's
+// shared_experts × expert_inner hidden units, each (times n_embd) within an int tensor.
+static int validate_expert_sizes(const ModelConfig *m, int64_t d, int64_t fe) {
+    RULE(m->expert_inner < 0 || m->expert_inner > 4 * MAX_WIDTH, "expert_inner (%d) must be in [0, %d] (0 = n_inner)",
+         m->expert_inner, 4 * MAX_WIDTH);
+    RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
+    int64_t fs = (int64_t)m->shared_experts * fe;
+    RULE(fs > 4 * MAX_WIDTH, "shared_experts (%d) x expert_inner (%lld) = %lld hidden units of the shared expert, more "
+         "than %d", m->shared_experts, (long long)fe, (long long)fs, 4 * MAX_WIDTH);
+    RULE(d * fe > INT_MAX, "expert_inner (%lld) x n_embd (%lld) = %lld elements per expert tensor exceeds 2^31-1",
+         (long long)fe, (long long)d, (long long)(d * fe));
+    RULE(d * fs > INT_MAX, "shared_experts (%d) x expert_inner (%lld) x n_embd (%lld) = %lld elements per shared-expert "
+         "tensor exceeds 2^31-1", m->shared_experts, (long long)fe, (long long)d, (long long)(d * fs));
+    return 0;
+}
+
+// 64-bit size products of every key that sizes a tensor: the largest tensor, the tensor count,
+// the expert widths; then the model's fp32 training state against this node's memory.
 static int validate_sizes(const ModelConfig *m) {
     int64_t d = m->n_embd, f = m->n_inner > 0 ? m->n_inner : 4 * d, V = m->vocab_size, E = m->num_experts;
-    int64_t nmoe = m->num_experts > 1 ? m->n_layer / m->moe_every : 0;
+    int64_t fe = m->expert_inner > 0 ? m->expert_inner : f, moe = m->num_experts > 1;
+    int64_t nmoe = moe ? m->n_layer / m->moe_every : 0;
     int64_t tensors = 4 + (int64_t)m->n_layer * (11 + 4 * E);   // the parameter registry's room
     RULE(tensors > MAX_TENSORS, "n_layer %d with num_experts %lld needs room for %lld tensors (at most %ld)", m->n_layer,
          (long long)E, (long long)tensors, MAX_TENSORS);
@@ -838,11 +913,16 @@ static int validate_sizes(const ModelConfig *m) {
     if ((int64_t)m->n_positions * d > big) big = (int64_t)m->n_positions * d;
     RULE(big > INT_MAX, "a tensor of %lld elements (vocab_size, n_positions or n_inner times n_embd) exceeds 2^31-1",
          (long long)big);
+    if (validate_expert_sizes(m, d, fe)) return -1;
+    double mats = m->expert_type == EXPERT_SWIGLU ? 3 : 2, shared = moe ? (double)m->shared_experts * fe : 0;
     double params = (double)(V + m->n_positions) * d + (double)m->n_layer * (4 * d * d + 2 * d * f) +
-                    (double)nmoe * (E - 1) * 2 * d * f;
-    double bytes = params * 16, avail = mem_physical_bytes();   // weights, gradients, Adam m and v in fp32
-    RULE(avail > 0 && bytes > 64 * avail, "the model has %.3g parameters (%.3g bytes of fp32 training state), more than "
-         "this machine's memory (%.3g bytes) could hold even split over 64 ranks", params, bytes, avail);
+                    (double)nmoe * (mats * d * (E * fe + shared) - 2.0 * d * f);
+    double bytes = params * 16, avail = mem_physical_bytes(), local, world;   // fp32 weights, gradients, Adam m and v
+    ranks_here(&local, &world);
+    double here = bytes * local / world;   // at least this node's share, however the layout splits it
+    RULE(avail > 0 && here > avail, "predicted memory: the model has %.4g parameters, %.4g bytes of fp32 training state "
+         "(weights, gradients, Adam m and v); this node's %.0f of %.0f ranks hold at least %.4g bytes, more than its "
+         "%.4g bytes of memory", params, bytes, local, world, here, avail);
     return 0;
 }
 

@@ -144,6 +144,12 @@ int sparse_config_validate(const SparseConfig *s, int T) {
              s->num_sliding_window_blocks, nb);
     if (s->mode == SPARSE_VARIABLE)
         for (int i = 0; i < s->n_local_windows; i++) RULE(s->local_window_blocks[i] < 1, "local_window_blocks must be >= 1");
+    for (int i = 0; i < s->n_global; i++)   // blocks of a sequence are 0..nb-1; end indices are exclusive
+        RULE(s->global_block_indices[i] >= nb, "global_block_indices[%d] (%d) is past the last block (%d blocks of %d "
+             "tokens per sequence)", i, s->global_block_indices[i], nb, s->block);
+    for (int i = 0; i < s->n_global_end; i++)
+        RULE(s->global_block_end_indices[i] > nb, "global_block_end_indices[%d] (%d) is past the end (%d blocks of %d "
+             "tokens per sequence)", i, s->global_block_end_indices[i], nb, s->block);
     if (s->n_global_end) {
         RULE(s->n_global_end != s->n_global, "global_block_end_indices has %d entries, global_block_indices %d",
              s->n_global_end, s->n_global);

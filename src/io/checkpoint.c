@@ -150,10 +150,12 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
             rc = write_text(path, cfg);
             ted_free(cfg);
         }
-        char state[512];
+        char state[512], ob[96] = "";
+        if (z->onebit)   // the layout whose per-rank error files this checkpoint holds
+            snprintf(ob, sizeof ob, ", \"onebit_layout\": [%d, %d, %d]", M->topo->world, M->topo->tp, M->topo->ep);
         snprintf(state, sizeof state,
-                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"}\n",
-                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
+                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"%s}\n",
+                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled", ob);
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
         if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
@@ -285,6 +287,7 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     if (read_trainer_state(p, st)) return -1;
     z->t = st->adam_t;
-    if (z->onebit) onebit_load(z, dir);
-    return 0;
+    const int *l = st->onebit_layout;
+    int same = l[0] == M->topo->world && l[1] == M->topo->tp && l[2] == M->topo->ep;
+    return z->onebit ? onebit_load(z, dir, same) : 0;
 }

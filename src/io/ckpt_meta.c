@@ -72,6 +72,23 @@ static int state_int(const char *path, const cJSON *j, const char *key, long lo,
 
 // trainer_state.json: every number range-checked (a step no run of ted can reach, an Adam
 // count past the step, a seed that is not a 64-bit integer are refused, naming the key).
+// "onebit_layout": [world, tp, ep], present when 1-bit Adam's errors were saved. 0 or -1.
+static int onebit_layout(const char *path, const cJSON *j, int out[3]) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "onebit_layout");
+    memset(out, 0, 3 * sizeof(int));
+    if (!a) return 0;
+    for (int i = 0; i < 3; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3 || !cJSON_IsNumber(x) || x->valuedouble < 1 ||
+            x->valuedouble > 1 << 20 || x->valuedouble != (int)x->valuedouble) {
+            ted_error("%s: \"onebit_layout\" must be [world, tp, ep], three integers >= 1", path);
+            return -1;
+        }
+        out[i] = (int)x->valuedouble;
+    }
+    return 0;
+}
+
 int read_trainer_state(const char *path, TrainerState *st) {
     size_t len;
     char *text = read_file(path, &len);
@@ -94,6 +111,7 @@ int read_trainer_state(const char *path, TrainerState *st) {
         rc = -1;
     }
     if (!rc) st->sequential = !strcmp(o->valuestring, "sequential");
+    if (!rc) rc = onebit_layout(path, j, st->onebit_layout);
     cJSON_Delete(j);
     return rc ? -1 : 0;
 }

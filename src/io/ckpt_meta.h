@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include "config/config.h"
 
-typedef struct { long step, adam_t, steps; uint64_t seed; int sequential; } TrainerState;
+typedef struct {
+    long step, adam_t, steps; uint64_t seed; int sequential;
+    int onebit_layout[3];   // world, tp, ep that saved 1-bit Adam's per-rank errors (0s: none recorded)
+} TrainerState;
 
 // Resolves a checkpoint directory: path itself when it holds model.safetensors, else its
 // newest step_* child. Returns 0 or -1 after one line.

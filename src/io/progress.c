@@ -57,9 +57,14 @@ void progress_step(Progress *p, const StepMetrics *m, double peak_flops, int pri
     progress_duration(eta_ms(p, m->step), eta, sizeof eta);
     char load[32] = "";   // MoE: the worst block's max/mean tokens per expert
     if (m->max_mean > 0) snprintf(load, sizeof load, " | load %.2f", m->max_mean);
-    printf("step %5ld/%ld | loss %.4f (lm %.4f aux %.4f) | lr %.2e | norm %.3f | drop %.3f%s | %.0f ms | %s tok/s | "
-           "MFU %.1f%% | %s tokens | %s elapsed, ETA %s\n", m->step, p->steps, m->loss, m->lm_loss, m->aux_loss,
-           m->lr, m->grad_norm, m->dropped_frac, load, m->step_ms, tps, 100 * m->mfu, tok, el, eta);
+    char loss[96];   // an fp16 step skipped by loss scaling trained nothing: its loss is no number to show
+    if (m->skipped) snprintf(loss, sizeof loss, "skipped (fp16 overflow, loss scale %g)", m->loss_scale);
+    else snprintf(loss, sizeof loss, "%.4f (lm %.4f aux %.4f)", m->loss, m->lm_loss, m->aux_loss);
+    char norm[32] = "overflow";
+    if (!m->skipped) snprintf(norm, sizeof norm, "%.3f", m->grad_norm);
+    printf("step %5ld/%ld | loss %s | lr %.2e | norm %s | drop %.3f%s | %.0f ms | %s tok/s | "
+           "MFU %.1f%% | %s tokens | %s elapsed, ETA %s\n", m->step, p->steps, loss,
+           m->lr, norm, m->dropped_frac, load, m->step_ms, tps, 100 * m->mfu, tok, el, eta);
 }
 
 void progress_eval(Progress *p, long step, double loss, double lm, long windows) {

@@ -10,9 +10,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-enum { MAX_SETTINGS = 96, MAX_VALUE = 1100 };
-typedef struct { char name[40]; char json[48]; char value[MAX_VALUE]; char type, from; } Setting;
+enum { MAX_SETTINGS = 160, MAX_VALUE = 1100 };
+typedef struct { char name[64]; char json[64]; char value[MAX_VALUE]; char type, from; } Setting;
 typedef struct { Setting s[MAX_SETTINGS]; int n; } Settings;
 
 static char sources[MAX_SETTINGS];   // 'd' default, 'j' JSON, 'f' flag, 'c' checkpoint; by setting index
@@ -270,7 +271,7 @@ int runinfo_write(const char *dir) {
     snprintf(path, sizeof path, "%s/run.json", dir);
     char *text = cJSON_Print(record);
     FILE *f = fopen(path, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (f && fclose(f)) ok = 0;
     cJSON_free(text);
     if (!ok) { ted_error("%s: cannot write: %s", path, strerror(errno)); return -1; }

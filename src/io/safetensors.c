@@ -139,11 +139,12 @@ typedef struct {
     int ndim;
     int64_t shape[4];
     uint64_t begin, end;   // byte offsets in the data section
+    uint64_t at;           // where its first float is in f->data (4-byte aligned)
 } Entry;
 
 struct StFile {
     char *file;            // the whole file (read_file)
-    char *aligned;         // a 4-byte aligned copy of the data section when the file's is not
+    char *aligned;         // a copy with every tensor 4-byte aligned when the file's are not
     const char *data;      // the data section
     uint64_t data_len;
     Entry *entries;        // in header order
@@ -274,12 +275,26 @@ static const char *parse_header(StFile *f, const char *json, size_t len, char *m
     return why;
 }
 
-// Points f->data at the data section, copying it when it is not 4-byte aligned.
+// Points f->data at the data section when every tensor in it starts 4-byte aligned; else copies
+// the tensors into a buffer where each does (offsets need not be multiples of 4 in the format,
+// and a float is never read through a misaligned pointer).
 static void place_data(StFile *f, uint64_t start) {
     const char *d = f->file + start;
-    if (((uintptr_t)d & 3) == 0) { f->data = d; return; }
-    f->aligned = ted_alloc((size_t)f->data_len, MEM_TEMP);
-    memcpy(f->aligned, d, (size_t)f->data_len);
+    int aligned = ((uintptr_t)d & 3) == 0;
+    for (int i = 0; i < f->n; i++) {
+        f->entries[i].at = f->entries[i].begin;
+        aligned &= (f->entries[i].begin & 3) == 0;
+    }
+    if (aligned) { f->data = d; return; }
+    uint64_t total = 0;
+    for (int i = 0; i < f->n; i++) total += f->entries[i].end - f->entries[i].begin;   // multiples of 4 (F32)
+    f->aligned = ted_alloc((size_t)(total ? total : 4), MEM_TEMP);
+    for (uint64_t i = 0, at = 0; i < (uint64_t)f->n; i++) {
+        Entry *e = &f->entries[i];
+        memcpy(f->aligned + at, d + e->begin, (size_t)(e->end - e->begin));
+        e->at = at;
+        at += e->end - e->begin;
+    }
     f->data = f->aligned;
 }
 
@@ -332,7 +347,7 @@ const float *st_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
     if (shape) {
         for (int d = 0; d < 4; d++) shape[d] = d < e->ndim ? e->shape[d] : 0;
     }
-    return (const float *)(f->data + e->begin);
+    return (const float *)(f->data + e->at);
 }
 
 int st_count(const StFile *f) { return f ? f->n : 0; }

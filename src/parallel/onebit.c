@@ -2,12 +2,15 @@
 // by the config check.
 #include "parallel/onebit.h"
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "core/half.h"
 #include "core/util.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 // Four flat vectors: (DP, expert-DP group) × (replicated over TP, split over TP). The replicated
 // tensors have the same gradient on every TP rank; compressed apart from the split ones, their
@@ -146,9 +149,11 @@ double onebit_norm(Zero *z, float unscale) {
 
 void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
     Registry *r = z->reg;
-    float b1 = c->beta1, f = (float)z->onebit->freeze_step;
-    float bc1 = 1.0f - powf(c->beta1, f), bc2 = 1.0f - powf(c->beta2, f);   // frozen with v
     z->t++;
+    // SPEC §6.3: v̂ = v/(1−β2^freeze_step) stays frozen with v; m keeps accumulating, so
+    // m̂ = m/(1−β1^t) goes on with the step t (this step's count, as Adam's)
+    float b1 = c->beta1;
+    float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->onebit->freeze_step);
     for (int i = 0; i < r->n; i++) {   // m = β1·m + (1−β1)·S·g_local: the group average is the full gradient's
         const Param *p = &r->p[i];
         float s = unscale * zero_group(z, p)->size, *m = z->m + z->sh[i].base;
@@ -171,25 +176,46 @@ void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
 }
 
 // ---------------------------------------------------------------------------------------
-// checkpoints: onebit.rank<R>.bin = header (magic, world, rank, tp, ep, and per group n, c),
-// then per group the worker and the server error
+// checkpoints: onebit.rank<R>.bin = header (magic, world, rank, tp, ep, per group n and c, the
+// FNV-1a checksum of what follows), then per group the worker and the server error
 
-typedef struct { char magic[8]; int32_t world, rank, tp, ep; int64_t n[4], c[4]; } ErrHeader;
+typedef struct { char magic[8]; int32_t world, rank, tp, ep; int64_t n[4], c[4]; uint64_t sum; } ErrHeader;
 
 static void header_of(const Zero *z, ErrHeader *h) {
     memset(h, 0, sizeof *h);
-    memcpy(h->magic, "TED1BIT", 8);
+    memcpy(h->magic, "TEDOB02", 8);
     h->world = z->topo->world; h->rank = z->topo->rank; h->tp = z->topo->tp; h->ep = z->topo->ep;
     for (int k = 0; k < 4; k++) { h->n[k] = z->onebit->g[k].n; h->c[k] = z->onebit->g[k].c; }
 }
 
+static uint64_t errors_sum(const Zero *z) {
+    uint64_t sum = 0;
+    for (int k = 0; k < 4; k++) {
+        const OneBitGroup *b = &z->onebit->g[k];
+        sum = hash_fnv1a(b->ew, sizeof(float) * group_of(z, k)->size * b->c, sum);
+        sum = hash_fnv1a(b->es, sizeof(float) * b->c, sum);
+    }
+    return sum;
+}
+
+static long file_bytes(const Zero *z) {
+    long bytes = sizeof(ErrHeader);
+    for (int k = 0; k < 4; k++) bytes += (long)sizeof(float) * (group_of(z, k)->size + 1) * z->onebit->g[k].c;
+    return bytes;
+}
+
+static void err_path(const Zero *z, const char *dir, char *path, size_t n) {
+    snprintf(path, n, "%s/onebit.rank%d.bin", dir, z->topo->rank);
+}
+
 int onebit_save(const Zero *z, const char *dir) {
     char path[1400];
-    snprintf(path, sizeof path, "%s/onebit.rank%d.bin", dir, z->topo->rank);
+    err_path(z, dir, path, sizeof path);
     FILE *f = fopen(path, "wb");
     if (!f) { ted_error("%s: cannot write: %s", path, strerror(errno)); return -1; }
     ErrHeader h;
     header_of(z, &h);
+    h.sum = errors_sum(z);
     int ok = fwrite(&h, sizeof h, 1, f) == 1;
     for (int k = 0; k < 4 && ok; k++) {
         const OneBitGroup *b = &z->onebit->g[k];
@@ -197,32 +223,63 @@ int onebit_save(const Zero *z, const char *dir) {
         ok = fwrite(b->ew, sizeof(float), S * b->c, f) == (size_t)(S * b->c) &&
              fwrite(b->es, sizeof(float), b->c, f) == (size_t)b->c;
     }
-    if (fclose(f) || !ok) { ted_error("%s: write failed", path); return -1; }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;   // on disk before the checkpoint is renamed in
+    if (fclose(f) || !ok) { ted_error("%s: write failed: %s", path, strerror(errno)); return -1; }
     return 0;
 }
 
-void onebit_load(Zero *z, const char *dir) {
-    char path[1400];
-    snprintf(path, sizeof path, "%s/onebit.rank%d.bin", dir, z->topo->rank);
-    FILE *f = fopen(path, "rb");
-    ErrHeader h, want;
-    header_of(z, &want);
-    int ok = f && fread(&h, sizeof h, 1, f) == 1 && !memcmp(&h, &want, sizeof h);
-    for (int k = 0; k < 4 && ok; k++) {
-        OneBitGroup *b = &z->onebit->g[k];
-        long S = group_of(z, k)->size;
-        ok = fread(b->ew, sizeof(float), S * b->c, f) == (size_t)(S * b->c) &&
-             fread(b->es, sizeof(float), b->c, f) == (size_t)b->c;
-    }
-    if (f) fclose(f);
-    if (ok) return;
+static void errors_zero(Zero *z) {
     for (int k = 0; k < 4; k++) {
         OneBitGroup *b = &z->onebit->g[k];
         memset(b->ew, 0, sizeof(float) * group_of(z, k)->size * b->c);
         memset(b->es, 0, sizeof(float) * b->c);
     }
+}
+
+// Reads the errors: 0 when read whole and checksummed, else -1 with why (after the path) in msg.
+static int errors_read(Zero *z, FILE *f, long size, char *msg, size_t n) {
+    ErrHeader h, want;
+    header_of(z, &want);
+    int r = z->topo->rank;
+    if (size != file_bytes(z)) {
+        snprintf(msg, n, "%ld bytes, 1-bit Adam's errors of rank %d need %ld (truncated or corrupt)", size, r, file_bytes(z));
+        return -1;
+    }
+    int ok = fread(&h, sizeof h, 1, f) == 1;
+    uint64_t sum = h.sum;
+    h.sum = 0;
+    if (!ok || memcmp(&h, &want, sizeof h)) {
+        snprintf(msg, n, "not 1-bit Adam's errors of rank %d of this layout (its header differs)", r);
+        return -1;
+    }
+    for (int k = 0; k < 4 && ok; k++) {
+        OneBitGroup *b = &z->onebit->g[k];
+        long S = group_of(z, k)->size;
+        ok = fread(b->ew, sizeof(float), S * b->c, f) == (size_t)(S * b->c) && fread(b->es, sizeof(float), b->c, f) == (size_t)b->c;
+    }
+    if (ok && errors_sum(z) == sum) return 0;
+    snprintf(msg, n, "1-bit Adam's errors of rank %d fail their checksum (corrupt)", r);
+    return -1;
+}
+
+int onebit_load(Zero *z, const char *dir, int same_layout) {
+    char path[1400], why[200];
+    err_path(z, dir, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    long size = f && !fstat(fileno(f), &sb) ? (long)sb.st_size : -1;
+    if (!f) snprintf(why, sizeof why, "missing: the checkpoint was saved by this layout (world %d, tp %d, ep %d) and "
+                     "needs 1-bit Adam's errors of every rank", z->topo->world, z->topo->tp, z->topo->ep);
+    int rc = f ? errors_read(z, f, size, why, sizeof why) : -1;
+    if (f) fclose(f);
+    if (!rc) return 0;
+    errors_zero(z);
+    if (same_layout) {   // saved by this very layout: every rank's file must be there, whole
+        ted_error("%s: %s", path, why);
+        return -1;
+    }
     if (z->t > z->onebit->freeze_step && z->topo->rank == 0)
         printf("note: %s: no 1-bit Adam errors of this layout (world %d, tp %d, ep %d): they start from zero\n", dir,
                z->topo->world, z->topo->tp, z->topo->ep);
+    return 0;
 }
-

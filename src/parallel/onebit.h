@@ -7,7 +7,8 @@
 //      what the compression lost as its new worker error, and sends chunk q to rank q (all-to-all);
 //   2. each rank averages the S versions of its own chunk, adds its server error, compresses
 //      again (keeping the new server error), and every rank gathers every chunk (all-gather).
-// The averaged m updates the weights with the v and the bias correction of freeze_step.
+// The averaged m updates the weights with the v (and v's bias correction) of freeze_step and m's
+// bias correction of the current step.
 // compression "none" (a check) sends the fp32 chunks through the same two phases: an exact average.
 // The worker and server errors are optimizer state: they are saved per rank with checkpoints.
 #pragma once
@@ -41,7 +42,10 @@ int onebit_active(const Zero *z);
 double onebit_norm(Zero *z, float unscale);
 // One compressed step: momentum from the local gradients (times unscale), averaged, weights updated.
 void onebit_update(Zero *z, const Config *c, float lr, float unscale);
-// The errors of this rank in a checkpoint directory (one file per rank; collective-free).
-// Load: a missing file or another layout starts the errors at zero (with a note past freeze_step).
+// The errors of this rank in a checkpoint directory (one file per rank, checksummed and fsynced;
+// collective-free). 0 or -1 after one line.
 int onebit_save(const Zero *z, const char *dir);
-void onebit_load(Zero *z, const char *dir);
+// Load: when the checkpoint was saved by this layout (same_layout), the file must be present, of
+// the right size and checksum, else -1 after one line naming it; saved by another layout (or
+// unknown), the errors start at zero (with a note past freeze_step). 0 or -1.
+int onebit_load(Zero *z, const char *dir, int same_layout);
