@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -392,6 +393,28 @@ static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefi
     return 0;
 }
 
+static int cmp_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+// The first key that appears twice in one object anywhere under j (cJSON keeps both), or NULL.
+static const char *duplicate_key(const cJSON *j) {
+    int n = 0;
+    for (const cJSON *e = j->child; e; e = e->next) n++;
+    const char *dup = NULL;
+    if (cJSON_IsObject(j) && n > 1) {
+        const cJSON **v = ted_alloc(sizeof *v * (size_t)n, MEM_TEMP);
+        n = 0;
+        for (const cJSON *e = j->child; e; e = e->next) v[n++] = e;
+        qsort(v, (size_t)n, sizeof *v, cmp_key);
+        for (int i = 1; i < n && !dup; i++)
+            if (strcmp(v[i - 1]->string, v[i]->string) == 0) dup = v[i]->string;
+        ted_free(v);
+    }
+    for (const cJSON *e = j->child; e && !dup; e = e->next) dup = duplicate_key(e);
+    return dup;
+}
+
 // Reads and parses a JSON file whose top level is an object; NULL after one error line.
 static cJSON *parse_json_file(const char *path) {
     size_t len = 0;
@@ -408,6 +431,10 @@ static cJSON *parse_json_file(const char *path) {
         else ted_error("%s: malformed JSON near line %d, column %d", path, line, col);
     } else if (!cJSON_IsObject(root)) {
         ted_error("%s: the top level must be a JSON object", path);
+        cJSON_Delete(root);
+        root = NULL;
+    } else if (duplicate_key(root)) {
+        ted_error("%s: key \"%.100s\" appears twice in one object", path, duplicate_key(root));
         cJSON_Delete(root);
         root = NULL;
     }
@@ -436,9 +463,29 @@ static void hf_config_strip(cJSON *root) {
     for (int i = 0; hf_keys[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(root, hf_keys[i]);
 }
 
+// Moves the members of the CONFIG_TED_SECTION object to the top level (a config.json written
+// before the section has them there already); -1 after one line on a clash or a wrong type.
+static int unnest_ted_section(cJSON *root, const char *path) {
+    cJSON *ted = cJSON_DetachItemFromObjectCaseSensitive(root, CONFIG_TED_SECTION);
+    if (!ted) return 0;
+    int rc = 0;
+    if (!cJSON_IsObject(ted)) rc = type_error(path, CONFIG_TED_SECTION, "an object", ted);
+    while (rc == 0 && ted->child) {
+        cJSON *j = cJSON_DetachItemViaPointer(ted, ted->child);
+        if (cJSON_GetObjectItemCaseSensitive(root, j->string)) {
+            ted_error("%s: key \"%s\" is both in \"%s\" and at the top level", path, j->string, CONFIG_TED_SECTION);
+            rc = -1;
+        }
+        cJSON_AddItemToObject(root, j->string, j);
+    }
+    cJSON_Delete(ted);
+    return rc;
+}
+
 int config_load_model_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
+    if (unnest_ted_section(root, path) != 0) { cJSON_Delete(root); return -1; }
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense

@@ -108,7 +108,11 @@ int config_apply_flags(Config *c, int argc, char **argv, int first);
 int config_validate(const Config *c);
 // Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json.
 char *config_model_json(const Config *c);
-// Reads a checkpoint's config.json (flat model and moe keys) into c->model and c->seq_len.
+// The object of a checkpoint's config.json that holds ted's keys other than GPT-2's shape keys
+// (io/hfconfig.c); a config.json written before it has every key at the top level.
+#define CONFIG_TED_SECTION "ted"
+// Reads a checkpoint's config.json (flat model and moe keys, or the same split between the
+// top level and CONFIG_TED_SECTION) into c->model and c->seq_len.
 int config_load_model_json(Config *c, const char *path);
 // "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
 int config_pp_schedule(const char *name);
