@@ -31,6 +31,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void openblas_set_num_threads(int);
 
@@ -217,6 +218,19 @@ typedef struct {
     TensorLog tlog;    // --log-tensors
 } Run;
 
+// A resumed run on another global batch: a warning (the tokens per step and the data each step
+// reads change from here). The tokens seen carry on; a checkpoint from before they were kept
+// counts its steps at this run's batch.
+static void resume_batch(Run *R) {
+    TrainerState *st = &R->st;
+    if (st->gbatch > 0 && st->gbatch != R->gbatch && R->topo.rank == 0)
+        printf("warning: the checkpoint's run had a global batch of %ld sequences, this run has %ld (micro_batch %d x "
+               "gradient_accumulation_steps %d x dp %d): the tokens per step and the data order change from step %ld\n",
+               st->gbatch, R->gbatch, R->c.micro_batch, R->c.grad_accum, R->topo.dp, st->step);
+    if (st->tokens < 0) st->tokens = (double)st->step * R->ntok_step;
+    st->gbatch = R->gbatch;
+}
+
 // The checkpoint's weights and optimizer state, and its trainer state checked against this run.
 static int resume_from(Run *R) {
     Model *M = &R->M;
@@ -241,8 +255,9 @@ static int resume_from(Run *R) {
     if (st->step > 0 && st->steps != c->steps && R->topo.rank == 0)
         printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
                st->steps, c->steps);
+    resume_batch(R);
     st->steps = c->steps; st->seed = c->seed; st->sequential = c->data_sequential;
-    if (R->topo.rank == 0) printf("resumed from %s at step %ld\n", R->ckdir, st->step);
+    if (R->topo.rank == 0) printf("resumed from %s at step %ld (%.0f tokens trained on)\n", R->ckdir, st->step, st->tokens);
     return 0;
 }
 
@@ -270,6 +285,15 @@ static void count_tokens(void *ctx) {
     tensorlog_count(&R->tlog, &R->M);
 }
 
+// The checkpoint resumed from is --save's step_N of its step (one folder, however named).
+static int resumed_in_save(const Run *R) {
+    if (!R->ckdir[0] || !R->c.save[0]) return 0;
+    char p[1300];
+    snprintf(p, sizeof p, "%s/step_%08ld", R->c.save, R->st.step);
+    struct stat a, b;
+    return stat(p, &a) == 0 && stat(R->ckdir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 // Everything before the first step: inputs checked, layout, model, optimizer, resume.
 static int run_setup(Run *R, int argc, char **argv) {
     Config *c = &R->c;
@@ -284,15 +308,15 @@ static int run_setup(Run *R, int argc, char **argv) {
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
     zero_init(&R->z, &R->M.reg, &R->topo, c);
-    R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential};
+    R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
+    R->ntok_step = (double)R->gbatch * R->T;
+    R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential, 0, R->gbatch};
     if (R->ckdir[0] && resume_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
     R->P.after_forward = count_tokens;
     R->P.hook_ctx = R;
     R->peak = mfu_peak_flops(c, &R->topo, &R->peak_kind);
     R->flops_tok = model_flops_per_token(&c->model, R->T);
-    R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
-    R->ntok_step = (double)R->gbatch * R->T;
     R->ngroups_step = (double)R->gbatch / c->model.group_size;
     R->nmoe = n_moe_layers(&c->model);
     if (R->topo.rank == 0)
@@ -304,7 +328,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     print_model_state(R);
     R->nval = data_nwindows(&R->ds.val, R->T);
     if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
-    R->saved = -1;
+    R->saved = resumed_in_save(R) ? R->st.step : -1;   // resumed from --save's own step: not saved again
     return 0;
 }
 
@@ -397,6 +421,7 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
         ted_free(pr);
     }
     R->st.step = s + 1;
+    R->st.tokens += R->ntok_step;
     int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
     if (c->save[0] && ((c->save_every > 0 && (s + 1) % c->save_every == 0) || last || stop) && save_now(R)) return -1;
     if (stop) {
@@ -422,7 +447,7 @@ int cmd_train(int argc, char **argv) {
     memset(&R, 0, sizeof R);
     if (run_setup(&R, argc, argv)) return TED_EXIT_USAGE;
     long first_step = R.st.step;
-    progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.topo.rank == 0);
+    progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.st.tokens, R.topo.rank == 0);
     R.prog.peak_kind = R.peak_kind;
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = train_step(&R, s);

@@ -152,8 +152,10 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
         }
         char state[512];
         snprintf(state, sizeof state,
-                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\"}\n",
-                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled");
+                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\", "
+                 "\"tokens\": %.0f, \"global_batch\": %ld}\n",
+                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
+                 st->tokens, st->gbatch);
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
         if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)

@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include "config/config.h"
 
-typedef struct { long step, adam_t, steps; uint64_t seed; int sequential; } TrainerState;
+// tokens: the tokens trained on since step 0, over every layout the run has had; gbatch: the
+// global batch (sequences per step) of the run that saved it. Both -1 when a checkpoint written
+// before them lacks them.
+typedef struct { long step, adam_t, steps; uint64_t seed; int sequential; double tokens; long gbatch; } TrainerState;
 
 // Resolves a checkpoint directory: path itself when it holds model.safetensors, else its
 // newest step_* child. Returns 0 or -1 after one line.
