@@ -170,7 +170,7 @@ static void test_json_errors(void) {
     expect_json_error("{\"optimizer\": {\"kind\": \"AdamW\"}}", "unknown key \"optimizer.kind\"");
     expect_json_error("{\"optimizer\": {\"params\": {\"momentum\": 0.9}}}", "unknown key \"optimizer.params.momentum\"");
     expect_json_error("{\"scheduler\": {\"x\": 1}}", "unknown key \"scheduler.x\"");
-    expect_json_error("{\"scheduler\": {\"params\": {\"total_num_steps\": 1}}}", "unknown key \"scheduler.params.total_num_steps\"");
+    expect_json_error("{\"scheduler\": {\"params\": {\"cycle_min_lr\": 1}}}", "unknown key \"scheduler.params.cycle_min_lr\"");
     expect_json_error("{\"bf16\": {\"enable\": true}}", "unknown key \"bf16.enable\"");
     expect_json_error("{\"fp16\": {\"auto_scale\": true}}", "unknown key \"fp16.auto_scale\"");
     expect_json_error("{\"zero_optimization\": {\"offload\": true}}", "unknown key \"zero_optimization.offload\"");

@@ -21,11 +21,13 @@
 #include "io/savedir.h"
 #include "cli/stop.h"
 #include "io/tensorlog.h"
+#include "io/wallclock.h"
 #include "io/tokenizer.h"
 #include "core/watchdog.h"
 #include "core/util.h"
 #include "parallel/zero.h"
 #include "parallel/adam.h"
+#include "parallel/lr_schedule.h"
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -216,6 +218,7 @@ typedef struct {
     Guard guard;       // non-finite losses stop the run
     char moe_log[4096];   // the step's per-block routing record
     TensorLog tlog;    // --log-tensors
+    WallClock wall;    // wall_clock_breakdown
 } Run;
 
 // A resumed run on another global batch: a warning (the tokens per step and the data each step
@@ -359,11 +362,13 @@ static StepMetrics train_step(Run *R, long s) {
     double lm = pipe_train_step(&R->P, step_batch, R, (float)(S / R->ntok_step),
                                 (float)(S * c->model.aux_coef / R->ngroups_step), (float)(S * c->model.z_coef / R->ntok_step));
     pipe_sum_tied(&R->P);
+    double t_fb = now_ms();
     mem_set_phase(PHASE_OPTIMIZER);
     watchdog_step(s + 1, -1);
     float lr = lr_at(c, s);
     tensorlog_debug_scale(M, c);
     double norm = zero_step(&R->z, c, lr);
+    double t_opt = now_ms();
     routing_step_end(M, &R->z);   // per-block loads, the balancing bias
     tensorlog_write(&R->tlog, M, &R->z, R->log, s + 1);
     buf_sync();
@@ -374,6 +379,7 @@ static StepMetrics train_step(Run *R, long s) {
     comm_allreduce(&R->topo.g[GROUP_PP], sums, 6, DT_F64);
     routing_log_json(M, R->moe_log, sizeof R->moe_log);
     double ms = now_ms() - t0;
+    if (c->wall_clock_breakdown) wallclock_add(&R->wall, t_fb - t0, t_opt - t_fb, ms, comm_stats());
     R->train_ms += ms;
     R->wait_ms += R->P.wait_ms;
     comm_accumulate(&R->comm_total);
@@ -406,7 +412,9 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
     int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
     metrics_step(R->log, m);
     if (guard_step(&R->guard, c, m)) return -1;   // non-finite: stop, never save this state
-    progress_step(&R->prog, m, R->peak, c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step));
+    int print = c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step);
+    progress_step(&R->prog, m, R->peak, print);
+    if (c->wall_clock_breakdown && print) wallclock_print(&R->wall, s + 1, rank0 ? stdout : NULL);
     if (R->nval > 0 && ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last)) {
         EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T, NULL);
         metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
@@ -454,7 +462,8 @@ int cmd_train(int argc, char **argv) {
         int rc = after_step(&R, s, first_step, &m);
         if (rc) return rc < 0 ? 1 : rc;
     }
-    if (R.topo.rank == 0 && R.topo.world > 1) {
+    if (R.c.wall_clock_breakdown) wallclock_summary(&R.wall, R.topo.rank == 0 ? stdout : NULL);
+    if (R.topo.rank == 0 && (R.topo.world > 1 || R.c.wall_clock_breakdown)) {
         comm_summary(stdout, &R.comm_total, R.train_ms, R.c.steps - first_step);
         if (R.topo.pp > 1 && R.c.steps > first_step)
             printf("  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n",

@@ -21,6 +21,25 @@
 #define CF(field) offsetof(Config, field)
 #define FIELD(c, off, type) ((type *)((char *)(c) + (off)))
 
+// The JSON keys (full paths) and the flags' JSON keys given since config_defaults: the rules
+// that depend on whether a key was given (a scheduler parameter of another type, a key of a
+// switched-off feature) read them.
+#define MAX_GIVEN 256
+static char given_keys[MAX_GIVEN][256];
+static int n_given;
+
+static void mark_given(const char *path) {
+    for (int i = 0; i < n_given; i++)
+        if (!strcmp(given_keys[i], path)) return;
+    if (n_given < MAX_GIVEN) snprintf(given_keys[n_given++], sizeof given_keys[0], "%s", path);
+}
+
+static int given(const char *path) {
+    for (int i = 0; i < n_given; i++)
+        if (!strcmp(given_keys[i], path)) return 1;
+    return 0;
+}
+
 // The keys of the `model` and `moe` sections, each an int or a float field of ModelConfig.
 #define MODEL_FIELDS(X) X(vocab_size, J_INT) X(n_positions, J_INT) X(n_embd, J_INT) \
     X(n_layer, J_INT) X(n_head, J_INT) X(n_inner, J_INT)
@@ -34,6 +53,7 @@
 
 const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice"};
 const char *const expert_type_names[EXPERT_KINDS] = {"gelu", "swiglu"};
+const char *const sched_names[SCHED_KINDS] = {"WarmupCosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
 
 // The index of name in names[n], or -1.
 static int name_index(const char *const *names, int n, const char *name) {
@@ -74,6 +94,9 @@ void config_defaults(Config *c) {
     c->min_lr = c->lr / 10;
     c->min_lr_set = 0;
     c->warmup = 100;
+    c->sched = (SchedConfig){SCHED_WARMUP_COSINE, 0.0f, -1.0f, 0, 0, 0.0f, 0.0001f};   // DeepSpeed's defaults
+    c->scaler = (LossScaleConfig){0.0f, 16, 1000, 2, 0, 1.0f};                         // DeepSpeed's defaults
+    n_given = 0;
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
@@ -108,7 +131,7 @@ static void resolve_min_lr(Config *c) {
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
     J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
-    J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
+    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE
 } JKind;
 
 typedef struct JKey {
@@ -149,6 +172,12 @@ static const JKey optimizer_keys[] = {
 static const JKey scheduler_params[] = {
     {"warmup_num_steps", J_INT, CF(warmup), NULL},
     {"min_lr", J_MIN_LR, CF(min_lr), NULL},
+    {"warmup_min_lr", J_FLOAT, CF(sched.warmup_min_lr), NULL},
+    {"warmup_max_lr", J_FLOAT, CF(sched.warmup_max_lr), NULL},
+    {"warmup_type", J_WARMUP_TYPE, CF(sched.warmup_linear), NULL},
+    {"total_num_steps", J_INT, CF(sched.total_num_steps), NULL},
+    {"warmup_min_ratio", J_FLOAT, CF(sched.warmup_min_ratio), NULL},
+    {"cos_min_ratio", J_FLOAT, CF(sched.cos_min_ratio), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey scheduler_keys[] = {
@@ -159,11 +188,12 @@ static const JKey scheduler_keys[] = {
 static const JKey bf16_keys[] = { {"enabled", J_BOOL, CF(bf16), NULL}, {NULL, 0, 0, NULL} };
 static const JKey fp16_keys[] = {
     {"enabled", J_BOOL, CF(fp16), NULL},
-    {"loss_scale", J_IGNORED_NUMBER, 0, NULL},
-    {"initial_scale_power", J_IGNORED_INT, 0, NULL},
-    {"loss_scale_window", J_IGNORED_INT, 0, NULL},
-    {"hysteresis", J_IGNORED_INT, 0, NULL},
-    {"min_loss_scale", J_IGNORED_NUMBER, 0, NULL},
+    {"loss_scale", J_FLOAT, CF(scaler.loss_scale), NULL},
+    {"initial_scale_power", J_INT, CF(scaler.initial_scale_power), NULL},
+    {"loss_scale_window", J_INT, CF(scaler.window), NULL},
+    {"hysteresis", J_INT, CF(scaler.hysteresis), NULL},
+    {"consecutive_hysteresis", J_BOOL, CF(scaler.consecutive_hysteresis), NULL},
+    {"min_loss_scale", J_FLOAT, CF(scaler.min_scale), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), NULL}, {NULL, 0, 0, NULL} };
@@ -175,9 +205,9 @@ static const JKey zero_keys[] = {
 };
 static const JKey checkpointing_keys[] = {
     {"enabled", J_BOOL, CF(activation_checkpointing), NULL},
-    {"partition_activations", J_IGNORED_BOOL, 0, NULL},
-    {"contiguous_memory_optimization", J_IGNORED_BOOL, 0, NULL},
-    {"cpu_checkpointing", J_IGNORED_BOOL, 0, NULL},
+    {"partition_activations", J_OFF_ONLY, 0, NULL},
+    {"contiguous_memory_optimization", J_OFF_ONLY, 0, NULL},
+    {"cpu_checkpointing", J_OFF_ONLY, 0, NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey pipeline_keys[] = {
@@ -199,6 +229,8 @@ static const JKey top_keys[] = {
     {"eval_windows", J_INT, CF(eval_windows), NULL},
     {"save_every", J_INT, CF(save_every), NULL},
     {"log_every", J_INT, CF(log_every), NULL},
+    {"steps_per_print", J_INT, CF(log_every), NULL},
+    {"wall_clock_breakdown", J_BOOL, CF(wall_clock_breakdown), NULL},
     {"sample_every", J_INT, CF(sample_every), NULL},
     {"threads", J_INT, CF(threads), NULL},
     {"tp", J_INT, CF(tp), NULL},
@@ -262,6 +294,54 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+
+// The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
+static struct { char text[1536]; int n; } key_problems;
+
+static void key_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void key_problem(const char *fmt, ...) {
+    char one[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(one, sizeof one, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(key_problems.text);
+    if (len + strlen(one) + 16 < sizeof key_problems.text)
+        snprintf(key_problems.text + len, sizeof key_problems.text - len, "%s%s", key_problems.n ? "; " : "", one);
+    else if (!strstr(key_problems.text, "; ..."))
+        snprintf(key_problems.text + len, sizeof key_problems.text - len, "; ...");
+    key_problems.n++;
+}
+
+// DeepSpeed keys that ted knows and does not do: why, instead of "unknown".
+static const char *const not_honoured[][2] = {
+    {"activation_checkpointing.partition_activations", "ted's checkpointing keeps each rank's activations whole"},
+    {"activation_checkpointing.contiguous_memory_optimization", "ted's checkpointed activations are not moved into one buffer"},
+    {"activation_checkpointing.cpu_checkpointing", "ted keeps checkpointed activations in device memory"},
+    {"zero_optimization.offload_param", "ted offloads the optimizer state only (offload_optimizer)"},
+    {"zero_optimization.overlap_comm", "ted reduces the gradients after the backward, not during it"},
+    {"zero_optimization.allgather_bucket_size", "ted gathers each parameter whole"},
+    {"zero_optimization.stage3_max_live_parameters", "ted has ZeRO stages 0, 1 and 2"},
+    {"fp16.auto_cast", "ted casts inside its own mixed-precision ops"},
+    {"amp", "ted has bf16 and fp16, not apex amp"},
+    {"communication_data_type", "ted's collectives carry the gradients' own type"},
+    {"prescale_gradients", "ted scales the gradients once, in the optimizer"},
+    {"gradient_predivide_factor", "ted scales the gradients once, in the optimizer"},
+    {"wandb", "ted logs to --log (JSON lines)"},
+    {"comet", "ted logs to --log (JSON lines)"},
+    {"flops_profiler", "ted reports MFU on its progress line and in --log"},
+};
+
+static const char *not_honoured_why(const char *key) {
+    for (size_t i = 0; i < sizeof not_honoured / sizeof not_honoured[0]; i++)
+        if (!strcmp(not_honoured[i][0], key)) return not_honoured[i][1];
+    return NULL;
+}
+
+static const char *off_only_why(const char *key) {
+    const char *why = not_honoured_why(key);
+    return why ? why : "not a feature of ted";
+}
 static const char *sched_name_of(int kind);
 static int validate_checkpoint_model(const Config *c, const char *path);
 
@@ -318,9 +398,13 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         *FIELD(c, k->off, int) = strcmp(j->valuestring, "cpu") == 0;
         return 0;
     case J_SCHEDULER_TYPE:
-        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "WarmupCosine") != 0 &&
-                                   strcasecmp(j->valuestring, "WarmupCosineLR") != 0))
-            return type_error(file, key, "\"WarmupCosine\", the only scheduler", j);
+        for (int i = 0; cJSON_IsString(j) && i < SCHED_KINDS; i++)
+            if (!strcasecmp(j->valuestring, sched_names[i])) { c->sched.type = i; return 0; }
+        return type_error(file, key, "\"WarmupCosine\", \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", j);
+    case J_WARMUP_TYPE:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "log") != 0 && strcmp(j->valuestring, "linear") != 0))
+            return type_error(file, key, "\"log\" or \"linear\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "linear") == 0;
         return 0;
     case J_PP_SCHEDULE:
         if (!cJSON_IsString(j) || config_pp_schedule(j->valuestring) < 0)
@@ -360,13 +444,10 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         c->beta2 = b2;
         return 0;
     }
-    case J_IGNORED_BOOL:
-        return cJSON_IsBool(j) ? 0 : type_error(file, key, "true or false", j);
-    case J_IGNORED_NUMBER:
-        return json_float(j, &f) == 0 ? 0 : type_error(file, key, "a number", j);
-    case J_IGNORED_INT:
-        rc = json_integer(j, INT_MIN, INT_MAX, &d);
-        return rc == 0 ? 0 : integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
+    case J_OFF_ONLY:   // a DeepSpeed feature ted does not have: false is what ted does
+        if (!cJSON_IsBool(j)) return type_error(file, key, "true or false", j);
+        if (cJSON_IsTrue(j)) key_problem("\"%s\" true (ted cannot honour it: %s)", key, off_only_why(key));
+        return 0;
     case J_COMMENT:
         return cJSON_IsString(j) ? 0 : type_error(file, key, "a string", j);
     case J_SPARSE:
@@ -381,16 +462,94 @@ static const JKey *find_key(const JKey *keys, const char *name) {
     return NULL;
 }
 
-// Applies every member of obj; an unknown member is an error naming its full path.
+// Levenshtein distance of two short names (longer ones count as far apart).
+static int edit_distance(const char *a, const char *b) {
+    int n = (int)strlen(a), m = (int)strlen(b), row[65];
+    if (n > 64 || m > 64) return 1000;
+    for (int j = 0; j <= m; j++) row[j] = j;
+    for (int i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= m; j++) {
+            int up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+// A near name: within one edit, or a quarter of the name's length.
+static int near_name(const char *typed, const char *name) {
+    int d = edit_distance(typed, name), len = (int)strlen(typed);
+    return d <= 1 || d <= len / 4;
+}
+
+static const JKey *walk_root;   // the key table of the file being read (for "did you mean" elsewhere)
+
+// The full path of a key of this name in another section of the table (prefix + ...), or 0.
+static int find_elsewhere(const JKey *keys, const char *name, const char *prefix, char *out, size_t n) {
+    for (const JKey *k = keys; k->name; k++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->name);
+        if (!strcmp(k->name, name)) { snprintf(out, n, "%s", path); return 1; }
+        if (k->kind == J_SECTION && find_elsewhere(k->section, name, path, out, n)) return 1;
+    }
+    return 0;
+}
+
+// " (did you mean \"x\"?)" for an unknown key: the nearest name of its section, else the same
+// name in another section; "" when there is none.
+static void did_you_mean(const JKey *keys, const char *name, const char *prefix, char *out, size_t n) {
+    const JKey *best = NULL;
+    int bd = 1000;
+    for (const JKey *k = keys; k->name; k++) {
+        int d = edit_distance(name, k->name);
+        if (d < bd && near_name(name, k->name)) { bd = d; best = k; }
+    }
+    char path[160];
+    out[0] = 0;
+    if (best) snprintf(out, n, " (did you mean \"%s%s%s\"?)", prefix, *prefix ? "." : "", best->name);
+    else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
+        snprintf(out, n, " (did you mean \"%s\"?)", path);
+}
+
+// Applies every member of obj. An unknown member is noted (key_problem) and the walk goes on, so
+// that one line can report them all; a bad value stops it at once.
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file) {
     for (const cJSON *j = obj->child; j; j = j->next) {
-        char key[256];
+        char key[256], hint[200];
         snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", j->string);
         const JKey *k = find_key(keys, j->string);
-        if (!k) { ted_error("%s: unknown key \"%s\"", file, key); return -1; }
+        if (!k) {
+            const char *why = not_honoured_why(key);
+            if (why) key_problem("\"%s\" (ted cannot honour it: %s)", key, why);
+            else {
+                did_you_mean(keys, j->string, prefix, hint, sizeof hint);
+                key_problem("unknown key \"%s\"%s", key, hint);
+            }
+            continue;
+        }
+        if (k->kind != J_SECTION) mark_given(key);
         if (apply_value(c, j, k, key, file) != 0) return -1;
     }
     return 0;
+}
+
+// Walks a whole file from its root table; the key problems, if any, in one line.
+static int walk_file(Config *c, const cJSON *root, const JKey *keys, const char *file) {
+    key_problems.n = 0;
+    key_problems.text[0] = 0;
+    walk_root = keys;
+    int rc = walk(c, root, keys, "", file);
+    walk_root = NULL;
+    if (rc == 0 && key_problems.n == 1) ted_error("%s: %s", file, key_problems.text);
+    else if (rc == 0 && key_problems.n > 1)
+        ted_error("%s: %d keys ted does not know or cannot honour: %s", file, key_problems.n, key_problems.text);
+    if (rc == 0 && key_problems.n) rc = -1;
+    return rc;
 }
 
 static int cmp_key(const void *a, const void *b) {
@@ -445,9 +604,11 @@ static cJSON *parse_json_file(const char *path) {
 int config_load_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
-    int rc = walk(c, root, top_keys, "", path);
+    int rc = walk_file(c, root, top_keys, path);
     cJSON_Delete(root);
     resolve_min_lr(c);
+    // DeepSpeed's schedulers warm up over 1000 steps unless told (ted's WarmupCosine: 100)
+    if (c->sched.type != SCHED_WARMUP_COSINE && !given("scheduler.params.warmup_num_steps")) c->warmup = 1000;
     return rc;
 }
 
@@ -489,7 +650,7 @@ int config_load_model_json(Config *c, const char *path) {
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
-    int rc = walk(&tmp, root, flat_model_keys, "", path);
+    int rc = walk_file(&tmp, root, flat_model_keys, path);
     for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
             ted_error("%s: missing key \"%s\"", path, k->name);
@@ -764,6 +925,7 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
             value = argv[++i];
         }
         if (apply_flag(c, f, value) != 0) return -1;
+        if (f->json) mark_given(f->json);
     }
     resolve_min_lr(c);
     if (c->seq_len == 0) c->seq_len = c->model.n_positions;
@@ -802,6 +964,38 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     return 's';
 }
 
+// The JSON-only keys of the scheduler, the fp16 loss scaler and wall_clock_breakdown.
+static void each_json_setting(const Config *c, SettingFn fn, void *ctx) {
+    char v[64];
+    const SchedConfig *s = &c->sched;
+    fn(ctx, "scheduler", "scheduler.type", sched_names[s->type], 's');
+    format_float(v, sizeof v, s->warmup_min_lr);   // every type's keys, whether it reads them or not
+    fn(ctx, "warmup_min_lr", "scheduler.params.warmup_min_lr", v, 'n');
+    float hi = s->warmup_max_lr >= 0 ? s->warmup_max_lr : s->type == SCHED_WARMUP_DECAY_LR ? 0.001f : c->lr;
+    format_float(v, sizeof v, hi);
+    fn(ctx, "warmup_max_lr", "scheduler.params.warmup_max_lr", v, 'n');
+    fn(ctx, "warmup_type", "scheduler.params.warmup_type", s->warmup_linear ? "linear" : "log", 's');
+    snprintf(v, sizeof v, "%d", s->total_num_steps);
+    fn(ctx, "total_num_steps", "scheduler.params.total_num_steps", v, 'n');
+    format_float(v, sizeof v, s->warmup_min_ratio);
+    fn(ctx, "warmup_min_ratio", "scheduler.params.warmup_min_ratio", v, 'n');
+    format_float(v, sizeof v, s->cos_min_ratio);
+    fn(ctx, "cos_min_ratio", "scheduler.params.cos_min_ratio", v, 'n');
+    const LossScaleConfig *l = &c->scaler;
+    format_float(v, sizeof v, l->loss_scale);
+    fn(ctx, "loss_scale", "fp16.loss_scale", v, 'n');
+    snprintf(v, sizeof v, "%d", l->initial_scale_power);
+    fn(ctx, "initial_scale_power", "fp16.initial_scale_power", v, 'n');
+    snprintf(v, sizeof v, "%d", l->window);
+    fn(ctx, "loss_scale_window", "fp16.loss_scale_window", v, 'n');
+    snprintf(v, sizeof v, "%d", l->hysteresis);
+    fn(ctx, "hysteresis", "fp16.hysteresis", v, 'n');
+    fn(ctx, "consecutive_hysteresis", "fp16.consecutive_hysteresis", l->consecutive_hysteresis ? "true" : "false", 'b');
+    format_float(v, sizeof v, l->min_scale);
+    fn(ctx, "min_loss_scale", "fp16.min_loss_scale", v, 'n');
+    fn(ctx, "wall_clock_breakdown", "wall_clock_breakdown", c->wall_clock_breakdown ? "true" : "false", 'b');
+}
+
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
     char v[1100], b1[32], b2[32];
     for (int i = 0; i < N_FLAGS; i++) {
@@ -817,6 +1011,7 @@ void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
     fn(ctx, "eps", "optimizer.params.eps", v, 'n');
     snprintf(v, sizeof v, "%d", c->zero_stage);
     fn(ctx, "zero_stage", "zero_optimization.stage", v, 'n');
+    each_json_setting(c, fn, ctx);
 }
 
 void config_print_train_help(void) {
@@ -1054,9 +1249,56 @@ static int validate_checkpoint_model(const Config *c, const char *path) {
     return rc;
 }
 
+// The parameters each scheduler takes (DeepSpeed refuses others: its schedulers are called with
+// scheduler.params as keyword arguments); "warmup_num_steps" is every type's.
+static const char *const sched_params[SCHED_KINDS] = {
+    "min_lr", "warmup_min_lr warmup_max_lr warmup_type", "warmup_min_lr warmup_max_lr warmup_type total_num_steps",
+    "warmup_min_ratio cos_min_ratio warmup_type total_num_steps"};
+
+static int validate_schedule(const Config *c) {
+    static const char *const all[] = {"min_lr", "warmup_min_lr", "warmup_max_lr", "warmup_type", "total_num_steps",
+                                      "warmup_min_ratio", "cos_min_ratio"};
+    const SchedConfig *s = &c->sched;
+    const char *name = sched_names[s->type];
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        char path[64], word[32];
+        snprintf(path, sizeof path, "scheduler.params.%s", all[i]);
+        snprintf(word, sizeof word, "%s", all[i]);
+        int takes = 0;
+        for (const char *p = sched_params[s->type]; (p = strstr(p, word)); p += strlen(word))
+            if ((p == sched_params[s->type] || p[-1] == ' ') && (p[strlen(word)] == ' ' || !p[strlen(word)])) takes = 1;
+        RULE(given(path) && !takes, "%s is not a parameter of scheduler %s (it takes warmup_num_steps %s)", path, name,
+             sched_params[s->type]);
+    }
+    if (s->type == SCHED_WARMUP_COSINE) return 0;
+    RULE(c->warmup < 1, "scheduler %s needs warmup_num_steps >= 1 (given %d)", name, c->warmup);
+    RULE(s->type != SCHED_WARMUP_LR && s->total_num_steps < 1, "scheduler %s needs scheduler.params.total_num_steps "
+         ">= 1 (given %d)", name, s->total_num_steps);
+    RULE(!(s->warmup_min_lr >= 0), "scheduler.params.warmup_min_lr (%g) must be >= 0", (double)s->warmup_min_lr);
+    RULE(given("scheduler.params.warmup_max_lr") && !(s->warmup_max_lr >= 0),
+         "scheduler.params.warmup_max_lr (%g) must be >= 0", (double)s->warmup_max_lr);
+    RULE(!(s->warmup_min_ratio >= 0), "scheduler.params.warmup_min_ratio (%g) must be >= 0", (double)s->warmup_min_ratio);
+    RULE(!(s->cos_min_ratio >= 0), "scheduler.params.cos_min_ratio (%g) must be >= 0", (double)s->cos_min_ratio);
+    return 0;
+}
+
+// fp16's loss scaler, DeepSpeed's keys and ranges.
+static int validate_scaler(const LossScaleConfig *s) {
+    RULE(!(s->loss_scale >= 0), "fp16.loss_scale (%g) must be >= 0 (0: dynamic)", (double)s->loss_scale);
+    RULE(s->initial_scale_power < 0 || s->initial_scale_power > 64, "fp16.initial_scale_power (%d) must be in [0, 64]",
+         s->initial_scale_power);
+    RULE(s->window < 1, "fp16.loss_scale_window (%d) must be >= 1", s->window);
+    RULE(s->hysteresis < 1, "fp16.hysteresis (%d) must be >= 1", s->hysteresis);
+    RULE(!(s->min_scale > 0), "fp16.min_loss_scale (%g) must be > 0", (double)s->min_scale);
+    RULE(s->loss_scale == 0 && s->min_scale > ldexp(1.0, s->initial_scale_power),
+         "fp16.min_loss_scale (%g) is above the initial scale 2^%d", (double)s->min_scale, s->initial_scale_power);
+    return 0;
+}
+
 int config_validate(const Config *c) {
     if (validate_model(&c->model) != 0) return -1;
     if (validate_training(c) != 0) return -1;
+    if (validate_schedule(c) != 0 || validate_scaler(&c->scaler) != 0) return -1;
     if (validate_layout(c) != 0) return -1;
     if (validate_pipeline(c) != 0) return -1;
     if (sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions) != 0) return -1;

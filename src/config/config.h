@@ -34,6 +34,33 @@ typedef struct {
 } ModelConfig;
 
 enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
+// scheduler.type: ted's WarmupCosine (linear warm-up, cosine to min_lr at train_steps), and
+// DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR with DeepSpeed's parameters and formulas.
+enum { SCHED_WARMUP_COSINE, SCHED_WARMUP_LR, SCHED_WARMUP_DECAY_LR, SCHED_WARMUP_COSINE_LR, SCHED_KINDS };
+extern const char *const sched_names[SCHED_KINDS];
+
+// scheduler.params of DeepSpeed's schedulers (parallel/lr_schedule.c); warmup_num_steps is
+// Config.warmup, shared with WarmupCosine.
+typedef struct {
+    int type;               // SCHED_*
+    float warmup_min_lr;    // WarmupLR, WarmupDecayLR (0)
+    float warmup_max_lr;    // WarmupLR (< 0: optimizer lr), WarmupDecayLR (0.001)
+    int warmup_linear;      // warmup_type "linear" (1) or "log" (0, DeepSpeed's default)
+    int total_num_steps;    // WarmupDecayLR, WarmupCosineLR (required; 0: not given)
+    float warmup_min_ratio; // WarmupCosineLR (0)
+    float cos_min_ratio;    // WarmupCosineLR (0.0001)
+} SchedConfig;
+
+// fp16 loss scaling, DeepSpeed's keys (parallel/zero.c): a static scale when loss_scale > 0,
+// else dynamic from 2^initial_scale_power.
+typedef struct {
+    float loss_scale;          // fp16.loss_scale (0: dynamic)
+    int initial_scale_power;   // 16
+    int window;                // loss_scale_window: clean steps before the scale doubles (1000)
+    int hysteresis;            // overflows absorbed before the scale halves (2)
+    int consecutive_hysteresis; // a clean step refills the hysteresis (false)
+    float min_scale;           // min_loss_scale (1)
+} LossScaleConfig;
 enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_KINDS };
 enum { EXPERT_GELU, EXPERT_SWIGLU, EXPERT_KINDS };
 extern const char *const router_names[ROUTER_KINDS];
@@ -50,6 +77,9 @@ typedef struct {
                           // unless given, kept up to date as lr changes)
     int min_lr_set;       // min_lr was given in the JSON or by --min-lr
     int warmup;           // scheduler.params.warmup_num_steps
+    SchedConfig sched;    // scheduler.type and DeepSpeed's scheduler.params
+    LossScaleConfig scaler; // fp16's loss-scaler keys
+    int wall_clock_breakdown; // "wall_clock_breakdown": the time split every log_every steps and at the end
     float beta1, beta2, eps, weight_decay; // optimizer.params
     float clip;           // "gradient_clipping" (<= 0: off)
     uint64_t seed;
@@ -82,7 +112,7 @@ typedef struct {
     char resume[1024];    // --resume DIR
     int eval_every;       // 0 = only at the end
     int eval_windows;     // windows of the validation split per evaluation; 0 = all
-    int log_every;        // progress line every N steps (terminal)
+    int log_every;        // progress line every N steps (terminal); DeepSpeed's "steps_per_print"
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
     int device;           // 0 cpu, 1 cuda (--device)

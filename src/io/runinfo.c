@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_SETTINGS = 96, MAX_VALUE = 1100 };
+enum { MAX_SETTINGS = 128, MAX_VALUE = 1100 };
 typedef struct { char name[40]; char json[48]; char value[MAX_VALUE]; char type, from; } Setting;
 typedef struct { Setting s[MAX_SETTINGS]; int n; } Settings;
 
