@@ -312,7 +312,14 @@ static void expect_flag_error(char **argv, int argc, const char *want) {
 }
 
 static void test_flag_errors(void) {
-    char *a1[] = {"--stepz", "3"};            expect_flag_error(a1, 2, "--stepz");
+    char *a1[] = {"--stepz", "3"};            expect_flag_error(a1, 2, "--stepz (did you mean --steps?");
+    // other trainers' names, mapped in the message; nanoGPT's "_" read as "-"
+    char *m1[] = {"--num-layers", "3"};       expect_flag_error(m1, 2, "--num-layers: Megatron's name; ted's is --n-layer");
+    char *m2[] = {"--hidden-size", "64"};     expect_flag_error(m2, 2, "Megatron's name; ted's is --n-embd");
+    char *m3[] = {"--tensor-model-parallel-size", "2"}; expect_flag_error(m3, 2, "Megatron's name; ted's is --tp");
+    char *m4[] = {"--n_layer=4"};             expect_flag_error(m4, 1, "--n_layer (did you mean --n-layer?");
+    char *m5[] = {"--learning_rate", "1"};    expect_flag_error(m5, 2, "nanoGPT's name; ted's is --lr");
+    char *m6[] = {"--frobnicate", "1"};       expect_flag_error(m6, 2, "unknown flag --frobnicate (see ted train --help)");
     char *a2[] = {"--steps"};                 expect_flag_error(a2, 1, "--steps: missing value");
     char *a3[] = {"--data", "--steps", "3"};  expect_flag_error(a3, 3, "--data: missing value");
     char *a4[] = {"--steps", "abc"};          expect_flag_error(a4, 2, "--steps");

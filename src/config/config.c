@@ -906,6 +906,50 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
     return -1;
 }
 
+// Megatron-LM's and nanoGPT's names for ted's flags (nanoGPT's with "_" also match by the rule
+// that "_" reads as "-").
+static const char *const foreign_flags[][3] = {
+    {"--num-layers", "--n-layer", "Megatron"}, {"--hidden-size", "--n-embd", "Megatron"},
+    {"--num-attention-heads", "--n-head", "Megatron"}, {"--ffn-hidden-size", "--n-inner", "Megatron"},
+    {"--seq-length", "--seq-len", "Megatron"}, {"--max-position-embeddings", "--n-positions", "Megatron"},
+    {"--tensor-model-parallel-size", "--tp", "Megatron"}, {"--pipeline-model-parallel-size", "--pp", "Megatron"},
+    {"--expert-model-parallel-size", "--ep", "Megatron"}, {"--virtual-pipeline-model-parallel-size", "--pp-virtual", "Megatron"},
+    {"--micro-batch-size", "--micro-batch", "Megatron"}, {"--global-batch-size", "--train-batch-size", "Megatron"},
+    {"--train-iters", "--steps", "Megatron"}, {"--lr-warmup-iters", "--warmup", "Megatron"},
+    {"--clip-grad", "--clip", "Megatron"}, {"--save-interval", "--save-every", "Megatron"},
+    {"--eval-interval", "--eval-every", "Megatron and nanoGPT"}, {"--log-interval", "--log-every", "Megatron and nanoGPT"},
+    {"--eval-iters", "--eval-windows", "Megatron and nanoGPT"},
+    {"--load", "--resume", "Megatron"}, {"--data-path", "--data", "Megatron"}, {"--moe-router-topk", "--top-k", "Megatron"},
+    {"--moe-aux-loss-coeff", "--aux-coef", "Megatron"}, {"--moe-z-loss-coeff", "--z-coef", "Megatron"},
+    {"--recompute-activations", "--activation-checkpointing", "Megatron"},
+    {"--block-size", "--seq-len", "nanoGPT"}, {"--batch-size", "--micro-batch", "nanoGPT"},
+    {"--gradient-accumulation-steps", "--grad-accum", "nanoGPT"}, {"--max-iters", "--steps", "nanoGPT"},
+    {"--learning-rate", "--lr", "nanoGPT"}, {"--warmup-iters", "--warmup", "nanoGPT"}, {"--grad-clip", "--clip", "nanoGPT"},
+    {"--out-dir", "--save", "nanoGPT"},
+};
+
+// The line for an unknown flag: another trainer's name mapped, "_" read as "-", or the nearest flag.
+static void unknown_flag(const char *arg, size_t len) {
+    char name[80];
+    snprintf(name, sizeof name, "%.*s", (int)(len < 79 ? len : 79), arg);
+    for (char *p = name + 2; *p; p++)
+        if (*p == '_') *p = '-';
+    for (size_t i = 0; i < sizeof foreign_flags / sizeof foreign_flags[0]; i++)
+        if (!strcmp(foreign_flags[i][0], name)) {
+            ted_error("unknown flag %.*s: %s's name; ted's is %s (see ted train --help)", (int)len, arg, foreign_flags[i][2],
+                      foreign_flags[i][1]);
+            return;
+        }
+    const Flag *best = find_flag(name, strlen(name));
+    int bd = best ? 0 : 1000;
+    for (int i = 0; !best && i < N_FLAGS; i++) {
+        int d = edit_distance(name + 2, flags[i].flag + 2);
+        if (d < bd && near_name(name + 2, flags[i].flag + 2)) { bd = d; best = &flags[i]; }
+    }
+    if (best) ted_error("unknown flag %.*s (did you mean %s? see ted train --help)", (int)len, arg, best->flag);
+    else ted_error("unknown flag %.*s (see ted train --help)", (int)len, arg);
+}
+
 int config_apply_flags(Config *c, int argc, char **argv, int first) {
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
@@ -913,7 +957,7 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
         const char *eq = strchr(arg, '=');
         size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
         const Flag *f = find_flag(arg, name_len);
-        if (!f) { ted_error("unknown flag %.*s (see ted train --help)", (int)name_len, arg); return -1; }
+        if (!f) { unknown_flag(arg, name_len); return -1; }
         const char *value;
         if (f->kind == F_SWITCH) {
             if (eq) { ted_error("%s takes no value", f->flag); return -1; }
