@@ -606,6 +606,42 @@ static void test_routing(void) {
     route_validate("--device cuda: expert_type swiglu", r_cuda_swiglu);
 }
 
+// Issue 25: duplicate keys anywhere; the wordings of array errors; keys of a switched-off feature
+// warned (one rule for every section), and --num-experts 1 switching an MoE config to dense.
+static void test_duplicates_and_switched_off(void) {
+    expect_json_error("{\"model\": {\"n_layer\": 2}, \"model\": {\"n_embd\": 64}}", "key \"model\" appears twice");
+    expect_json_error("{\"moe\": {\"top_k\": 1, \"router\": \"topk\", \"top_k\": 2}}", "key \"top_k\" appears twice");
+    expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 16, \"mode\": \"fixed\"}}", "\"mode\" appears twice");
+    expect_json_error("{\"pipeline\": {\"layers\": []}}", "pipeline.layers\" must be an array of 1 to 256 block counts (got an empty array)");
+    expect_json_error("{\"sparse_attention\": {\"local_window_blocks\": [-1]}}", "must be an array of integers >= 1 (entry 0 is -1)");
+    char big[60000] = "{\"sparse_attention\": {\"local_window_blocks\": [1";
+    for (int i = 1; i < 10000; i++) strcat(big, ",1");
+    strcat(big, "]}}");
+    expect_json_error(big, "must be an array of at most 64 entries (got 10000)");
+    expect_json_error("{\"sparse_attention\": {\"local_window_blocks\": []}}", "must be a non-empty array (got [])");
+    // an MoE config, then --num-experts 1: valid, and one warning names the MoE keys
+    Config c;
+    char *err;
+    EXPECT(load_text(&c, "{\"moe\": {\"num_experts\": 4, \"capacity_factor\": 1.25, \"shared_experts\": 2, "
+                         "\"num_groups\": 2}, \"optimizer\": {\"params\": {\"freeze_step\": -7}}, "
+                         "\"fp16\": {\"enabled\": false, \"hysteresis\": 4}}", &err) == 0, "moe config: %s", err);
+    free(err);
+    char *argv[] = {"--num-experts", "1"};
+    EXPECT(config_apply_flags(&c, 2, argv, 0) == 0 && config_validate(&c) == 0, "--num-experts 1 on an MoE config refused");
+    FILE *f = tmpfile();
+    config_warn_unused(&c, f);
+    char text[2048] = "";
+    rewind(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    EXPECT(strstr(text, "warning: moe.capacity_factor, moe.shared_experts, moe.num_groups have no effect: num_experts is 1"),
+           "no MoE warning: %s", text);
+    EXPECT(strstr(text, "warning: optimizer.params.freeze_step has no effect: optimizer.type is AdamW"), "freeze_step: %s", text);
+    EXPECT(strstr(text, "warning: fp16.hysteresis has no effect: fp16 is not enabled"), "fp16: %s", text);
+    EXPECT(count_lines(text) == 3, "%d warning lines: %s", count_lines(text), text);
+}
+
 int main(void) {
     strcpy(json_path, "/tmp/test_config_XXXXXX");
     int fd = mkstemp(json_path);
@@ -621,6 +657,7 @@ int main(void) {
     test_model_json();
     test_help();
     test_routing();
+    test_duplicates_and_switched_off();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
     if (failures) { fprintf(stderr, "test_config: %d failure(s)\n", failures); return 1; }

@@ -155,7 +155,9 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
     }
     if (config_apply_flags(c, argc, argv, 1)) return -1;
     if (runinfo_resolve(c, argc, argv, ckdir, cklen)) return -1;
-    return config_validate(c);
+    if (config_validate(c)) return -1;
+    config_warn_unused(c, comm_world_rank() == 0 ? stdout : NULL);
+    return 0;
 }
 
 // Everything that can be wrong with a run's inputs, checked before any allocation of the

@@ -259,7 +259,8 @@ static const char *describe(const cJSON *j, char *buf, size_t n) {
     else if (cJSON_IsNumber(j)) snprintf(buf, n, "%.10g", j->valuedouble);
     else if (cJSON_IsBool(j)) snprintf(buf, n, "%s", cJSON_IsTrue(j) ? "true" : "false");
     else if (cJSON_IsNull(j)) snprintf(buf, n, "null");
-    else if (cJSON_IsArray(j)) snprintf(buf, n, "an array");
+    else if (cJSON_IsArray(j) && !j->child) snprintf(buf, n, "an empty array");
+    else if (cJSON_IsArray(j)) snprintf(buf, n, "an array of %d entries", cJSON_GetArraySize(j));
     else if (cJSON_IsObject(j)) snprintf(buf, n, "an object");
     else snprintf(buf, n, "an unknown value");
     return buf;
@@ -1140,9 +1141,10 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner, 4 * MAX_WIDTH);
     RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts, MAX_EXPERTS);
     RULE(m->moe_every < 1, "moe_every (%d) must be >= 1", m->moe_every);
-    RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no token "
-         "is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
-    if (m->num_experts > 1) {
+    RULE(isnan(m->capacity_factor), "capacity_factor must be a number");
+    if (m->num_experts > 1) {   // a dense model has no experts: the MoE keys have no effect (config_warn_unused)
+        RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no "
+             "token is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
         RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
         RULE(m->top_k > m->num_experts, "top_k (%d) > num_experts (%d)", m->top_k, m->num_experts);
     }
@@ -1244,8 +1246,8 @@ static int validate_routing(const Config *c) {
          m->topk_groups, m->num_groups);
     RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
     RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
-    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     if (E <= 1) return 0;
+    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
     RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
     RULE(m->router == ROUTER_NOISY_TOPK && k >= E, "router noisy_topk needs top_k (%d) < num_experts (%d) for its load loss", k, E);
@@ -1347,4 +1349,45 @@ int config_validate(const Config *c) {
     if (validate_pipeline(c) != 0) return -1;
     if (sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions) != 0) return -1;
     return validate_routing(c);
+}
+
+// ---------------------------------------------------------------------------------------
+// Keys of a switched-off feature
+
+// One rule for every section: a key given (in the JSON or by its flag) whose feature is off is
+// accepted, and a warning names it and says why it has no effect — so that one flag can switch
+// a feature off (--num-experts 1 on an MoE config) without editing the file.
+typedef struct { const char *prefix; int off; const char *why; const char *except; } OffFeature;
+
+static void warn_group(const OffFeature *f, FILE *out) {
+    char names[1024] = "";
+    size_t n = 0, plen = strlen(f->prefix);
+    int count = 0;
+    for (int i = 0; i < n_given && n < sizeof names - 100; i++) {
+        const char *k = given_keys[i];
+        if (strncmp(k, f->prefix, plen) != 0 || (f->except && strstr(f->except, k + plen))) continue;
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", count ? ", " : "", k);
+        count++;
+    }
+    if (count) fprintf(out, "warning: %s %s no effect: %s\n", names, count > 1 ? "have" : "has", f->why);
+}
+
+void config_warn_unused(const Config *c, FILE *out) {
+    if (!out) return;
+    const ModelConfig *m = &c->model;
+    const OffFeature off[] = {
+        {"moe.", m->num_experts == 1, "num_experts is 1 (a dense model)", "num_experts"},
+        {"moe.jitter_eps", m->num_experts > 1 && m->router != ROUTER_SWITCH, "only router switch jitters its input", NULL},
+        {"moe.importance_coef", m->num_experts > 1 && m->router != ROUTER_NOISY_TOPK, "only router noisy_topk has that loss", NULL},
+        {"moe.load_coef", m->num_experts > 1 && m->router != ROUTER_NOISY_TOPK, "only router noisy_topk has that loss", NULL},
+        {"moe.topk_groups", m->num_experts > 1 && m->num_groups == 1, "num_groups is 1 (no group-limited routing)", NULL},
+        {"optimizer.params.freeze_step", !c->onebit, "optimizer.type is AdamW (freeze_step is OneBitAdam's)", NULL},
+        {"optimizer.params.compression", !c->onebit, "optimizer.type is AdamW (compression is OneBitAdam's)", NULL},
+        {"fp16.", !c->fp16, "fp16 is not enabled", "enabled"},
+        {"zero_optimization.reduce_bucket_size", c->zero_stage != 2, "the buckets are ZeRO stage 2's", NULL},
+        {"pipeline.virtual_stages", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+        {"pipeline.layers", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (off[i].off) warn_group(&off[i], out);
 }

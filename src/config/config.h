@@ -2,6 +2,7 @@
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 #include "config/sparse_config.h"
 
 typedef struct {
@@ -136,6 +137,10 @@ int config_load_json(Config *c, const char *path);
 int config_apply_flags(Config *c, int argc, char **argv, int first);
 // Checks every rule (k <= E, n_head | d, T <= n_positions, ...). Returns 0 or -1 after one line.
 int config_validate(const Config *c);
+// Writes one warning line per switched-off feature whose keys were given (JSON or flags since
+// config_defaults), naming them and why they have no effect (moe.* on a dense model,
+// freeze_step under AdamW, fp16.* with fp16 off, ...). out NULL: nothing.
+void config_warn_unused(const Config *c, FILE *out);
 // Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json.
 char *config_model_json(const Config *c);
 // The object of a checkpoint's config.json that holds ted's keys other than GPT-2's shape keys
