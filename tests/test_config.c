@@ -108,6 +108,7 @@ static void test_defaults(void) {
            m->min_capacity == 4 && m->group_size == 1 && feq(m->aux_coef, 0.01f) && m->z_coef == 0, "moe defaults");
     EXPECT(c.seq_len == 0 && c.micro_batch == 8 && c.grad_accum == 1 && c.steps == 1000, "batch defaults");
     EXPECT(feq(c.lr, 6e-4f) && feq(c.min_lr, 6e-5f) && !c.min_lr_set && c.warmup == 100, "lr defaults");
+    EXPECT(c.min_lr == 6e-5f, "min_lr is not lr/10 as written: %.9g", (double)c.min_lr);   // prints as 6e-05
     EXPECT(feq(c.beta1, 0.9f) && feq(c.beta2, 0.95f) && feq(c.eps, 1e-8f) && feq(c.weight_decay, 0.1f) &&
            feq(c.clip, 1), "optimizer defaults");
     EXPECT(c.seed == 1337 && !c.data_sequential && c.zero_stage == 1 && !c.bf16 && !c.fp16 &&

@@ -290,6 +290,30 @@ static void count_tokens(void *ctx) {
     tensorlog_count(&R->tlog, &R->M);
 }
 
+// The start-up line of the model: its size, dense or MoE (experts, top-k, router), the attention
+// (dense, or the sparse mode with the share of the causal blocks its layouts keep).
+static void print_model_line(const Run *R) {
+    const Config *c = &R->c;
+    const ModelConfig *m = &c->model;
+    char ffn[160], att[160];
+    if (R->nmoe == 0) snprintf(ffn, sizeof ffn, "dense, %d blocks", m->n_layer);
+    else snprintf(ffn, sizeof ffn, "MoE, %d blocks of which %d MoE with %d experts, top-%d, router %s%s", m->n_layer, R->nmoe,
+                  m->num_experts, m->top_k, router_names[m->router], m->shared_experts ? " + shared experts" : "");
+    if (!R->M.sl) snprintf(att, sizeof att, "dense attention");
+    else {
+        double nnz = 0, all = 0;
+        for (int l = 0; l < R->M.L; l++) {
+            const SparseLayout *L = &R->M.sl[l];
+            nnz += (double)L->nnz;
+            all += (double)L->H * L->nb * (L->nb + 1) / 2;
+        }
+        snprintf(att, sizeof att, "sparse attention %s (block %d, %.1f%% of the causal blocks)",
+                 sparse_mode_name(c->sparse.mode), c->sparse.block, all > 0 ? 100 * nnz / all : 100.0);
+    }
+    printf("model: %ld parameters, %s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
+           model_num_params(m), ffn, att, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+}
+
 // The checkpoint resumed from is --save's step_N of its step (one folder, however named).
 static int resumed_in_save(const Run *R) {
     if (!R->ckdir[0] || !R->c.save[0]) return 0;
@@ -324,15 +348,15 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->flops_tok = model_flops_per_token(&c->model, R->T);
     R->ngroups_step = (double)R->gbatch / c->model.group_size;
     R->nmoe = n_moe_layers(&c->model);
-    if (R->topo.rank == 0)
-        printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "MFU against %s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts,
-               c->model.top_k, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+    if (R->topo.rank == 0) print_model_line(R);
     runinfo_start(c, argc, argv, &R->ds, R->T, R->topo.world, R->topo.dp, R->topo.rank == 0);
     runinfo_log(R->log);
     print_model_state(R);
     R->nval = data_nwindows(&R->ds.val, R->T);
     if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
+    if (R->nval == 0 && R->topo.rank == 0)
+        printf("note: %s has no validation split (no *_val_* shard, or one shorter than a window of %d+1 tokens): "
+               "no evaluation runs; ted tokenize writes PREFIX_val_*.bin beside the training shards\n", c->data, R->T);
     R->saved = resumed_in_save(R) ? R->st.step : -1;   // resumed from --save's own step: not saved again
     return 0;
 }

@@ -62,6 +62,8 @@ static int name_index(const char *const *names, int n, const char *name) {
     return -1;
 }
 
+static void resolve_min_lr(Config *c);
+
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
     ModelConfig *m = &c->model;
@@ -91,8 +93,8 @@ void config_defaults(Config *c) {
     c->grad_accum = 1;
     c->steps = 1000;
     c->lr = 6e-4f;
-    c->min_lr = c->lr / 10;
     c->min_lr_set = 0;
+    resolve_min_lr(c);
     c->warmup = 100;
     c->sched = (SchedConfig){SCHED_WARMUP_COSINE, 0.0f, -1.0f, 0, 0, 0.0f, 0.0001f};   // DeepSpeed's defaults
     c->scaler = (LossScaleConfig){0.0f, 16, 1000, 2, 0, 1.0f};                         // DeepSpeed's defaults
@@ -120,9 +122,14 @@ void config_defaults(Config *c) {
     sparse_config_defaults(&c->sparse);
 }
 
-// min_lr follows lr (lr/10) until it is given explicitly.
+static void format_float(char *buf, size_t n, float v);
+
+// min_lr follows lr (lr/10) until it is given explicitly: a tenth of lr as written (6e-05 for
+// 0.0006, not the float quotient 6.0000002e-05).
 static void resolve_min_lr(Config *c) {
-    if (!c->min_lr_set) c->min_lr = c->lr / 10;
+    char lr[32];
+    format_float(lr, sizeof lr, c->lr);
+    if (!c->min_lr_set) c->min_lr = (float)(strtod(lr, NULL) / 10);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1039,6 +1046,9 @@ static void each_json_setting(const Config *c, SettingFn fn, void *ctx) {
     format_float(v, sizeof v, l->min_scale);
     fn(ctx, "min_loss_scale", "fp16.min_loss_scale", v, 'n');
     fn(ctx, "wall_clock_breakdown", "wall_clock_breakdown", c->wall_clock_breakdown ? "true" : "false", 'b');
+    char sparse[1024];   // the whole section, as a checkpoint's config.json has it
+    sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
+    fn(ctx, "sparse_attention", "sparse_attention", sparse[0] ? sparse : "{\"mode\": \"dense\"}", 'r');
 }
 
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {

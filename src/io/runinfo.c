@@ -99,7 +99,8 @@ static int same_value(const Setting *s, const cJSON *j) {
 // the layout, the length of the run — which has its own note).
 static int quiet_on_resume(const char *name) {
     static const char *quiet[] = {"log", "save", "resume", "save-every", "log-every", "sample-every", "eval-every",
-                                  "eval-windows", "threads", "steps", "peak-tflops", "device", "tp", "ep", NULL};
+                                  "eval-windows", "threads", "steps", "peak-tflops", "device", "tp", "ep", "overwrite",
+                                  "keep-last", "watchdog", "wall_clock_breakdown", NULL};
     for (int i = 0; quiet[i]; i++) if (!strcmp(name, quiet[i])) return 1;
     return 0;
 }
