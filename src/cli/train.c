@@ -22,6 +22,7 @@
 #include "cli/stop.h"
 #include "io/tensorlog.h"
 #include "io/wallclock.h"
+#include "io/monitor.h"
 #include "io/tokenizer.h"
 #include "core/watchdog.h"
 #include "core/util.h"
@@ -221,6 +222,7 @@ typedef struct {
     char moe_log[4096];   // the step's per-block routing record
     TensorLog tlog;    // --log-tensors
     WallClock wall;    // wall_clock_breakdown
+    Monitor mon;       // tensorboard, csv_monitor
 } Run;
 
 // A resumed run on another global batch: a warning (the tokens per step and the data each step
@@ -342,6 +344,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->st = (TrainerState){0, 0, c->steps, c->seed, c->data_sequential, 0, R->gbatch};
     if (R->ckdir[0] && resume_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
+    if (ted_agree(monitor_open(&R->mon, c, R->topo.rank == 0) != 0)) return -1;
     R->P.after_forward = count_tokens;
     R->P.hook_ctx = R;
     R->peak = mfu_peak_flops(c, &R->topo, &R->peak_kind);
@@ -432,11 +435,40 @@ static int save_now(Run *R) {
     return 0;
 }
 
+// The step's metrics for TensorBoard and csv_monitor (rank 0): losses, lr, gradient norm,
+// throughput, MFU, drops, the loss scale, each MoE block's load (max/mean tokens per expert) and
+// each collective's ms.
+static void monitor_step(Run *R, const StepMetrics *m) {
+    Monitor *mon = &R->mon;
+    if (!mon->tb && !mon->csv_dir[0]) return;
+    long s = m->step;
+    const char *tags[] = {"Train/loss", "Train/lm_loss", "Train/aux_loss", "Train/lr", "Train/grad_norm",
+                          "Train/tokens_per_s", "Train/mfu", "Train/dropped_frac", "Train/loss_scale"};
+    double vals[] = {m->loss, m->lm_loss, m->aux_loss, m->lr, m->grad_norm, m->tokens_per_s, m->mfu, m->dropped_frac,
+                     m->loss_scale};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
+    char tag[96];
+    const RouteLog *r = R->M.rlog;
+    for (int i = 0; r && i < r->nmoe; i++) {
+        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->layer[i]);
+        monitor_scalar(mon, tag, r->out[i].max_mean, s);
+    }
+    const CommStats *cs = comm_stats();
+    for (int k = 0; k < COLL_N; k++)
+        for (int g = 0; g < GROUP_N; g++)
+            if (cs->c[k][g].calls) {
+                snprintf(tag, sizeof tag, "Comm/%s.%s_ms", comm_coll_name(k), comm_group_name(g));
+                monitor_scalar(mon, tag, cs->c[k][g].ms, s);
+            }
+    monitor_flush(mon);
+}
+
 // After step s: the log, the progress line, evaluation, a sample, a checkpoint.
 static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
     const Config *c = &R->c;
     int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
     metrics_step(R->log, m);
+    monitor_step(R, m);
     if (guard_step(&R->guard, c, m)) return -1;   // non-finite: stop, never save this state
     int print = c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step);
     progress_step(&R->prog, m, R->peak, print);
@@ -445,6 +477,8 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
         EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T, NULL);
         metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
         progress_eval(&R->prog, s + 1, e.loss, e.lm, e.windows);
+        monitor_scalar(&R->mon, "Eval/val_loss", e.loss, s + 1);
+        monitor_flush(&R->mon);
     }
     if (c->sample_every > 0 && ((s + 1) % c->sample_every == 0 || last) && c->model.vocab_size == 256) {
         int np;
@@ -468,6 +502,7 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
 static void run_free(Run *R) {
     if (R->log) fclose(R->log);
     tensorlog_free(&R->tlog);
+    monitor_close(&R->mon);
     pipe_free(&R->P);
     zero_free(&R->z);
     model_free(&R->M);

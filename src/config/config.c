@@ -99,6 +99,10 @@ void config_defaults(Config *c) {
     c->sched = (SchedConfig){SCHED_WARMUP_COSINE, 0.0f, -1.0f, 0, 0, 0.0f, 0.0001f};   // DeepSpeed's defaults
     c->scaler = (LossScaleConfig){0.0f, 16, 1000, 2, 0, 1.0f};                         // DeepSpeed's defaults
     n_given = 0;
+    strcpy(c->tb_path, "runs");
+    strcpy(c->tb_job, "ted");
+    strcpy(c->csv_path, "runs");
+    strcpy(c->csv_job, "ted");
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
@@ -138,7 +142,7 @@ static void resolve_min_lr(Config *c) {
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
     J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
-    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE
+    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE, J_PATH, J_NAME
 } JKind;
 
 typedef struct JKey {
@@ -217,6 +221,18 @@ static const JKey checkpointing_keys[] = {
     {"cpu_checkpointing", J_OFF_ONLY, 0, NULL},
     {NULL, 0, 0, NULL}
 };
+static const JKey tensorboard_keys[] = {
+    {"enabled", J_BOOL, CF(tb_enabled), NULL},
+    {"output_path", J_PATH, CF(tb_path), NULL},
+    {"job_name", J_NAME, CF(tb_job), NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey csv_keys[] = {
+    {"enabled", J_BOOL, CF(csv_enabled), NULL},
+    {"output_path", J_PATH, CF(csv_path), NULL},
+    {"job_name", J_NAME, CF(csv_job), NULL},
+    {NULL, 0, 0, NULL}
+};
 static const JKey pipeline_keys[] = {
     {"schedule", J_PP_SCHEDULE, CF(pp_schedule), NULL},
     {"virtual_stages", J_INT, CF(pp_virtual), NULL},
@@ -255,6 +271,8 @@ static const JKey top_keys[] = {
     {"model", J_SECTION, 0, model_keys},
     {"moe", J_SECTION, 0, moe_keys},
     {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {"tensorboard", J_SECTION, 0, tensorboard_keys},
+    {"csv_monitor", J_SECTION, 0, csv_keys},
     {"comment", J_COMMENT, 0, NULL},
     {"_comment", J_COMMENT, 0, NULL},
     {NULL, 0, 0, NULL}
@@ -335,8 +353,8 @@ static const char *const not_honoured[][2] = {
     {"communication_data_type", "ted's collectives carry the gradients' own type"},
     {"prescale_gradients", "ted scales the gradients once, in the optimizer"},
     {"gradient_predivide_factor", "ted scales the gradients once, in the optimizer"},
-    {"wandb", "ted logs to --log (JSON lines)"},
-    {"comet", "ted logs to --log (JSON lines)"},
+    {"wandb", "ted logs to --log (JSON lines), tensorboard or csv_monitor"},
+    {"comet", "ted logs to --log (JSON lines), tensorboard or csv_monitor"},
     {"flops_profiler", "ted reports MFU on its progress line and in --log"},
 };
 
@@ -458,6 +476,14 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return 0;
     case J_COMMENT:
         return cJSON_IsString(j) ? 0 : type_error(file, key, "a string", j);
+    case J_PATH:
+    case J_NAME: {   // a folder path (511 bytes at most), or a job name (127, no "/")
+        size_t max = k->kind == J_PATH ? 511 : 127;
+        if (!cJSON_IsString(j) || strlen(j->valuestring) > max || (k->kind == J_NAME && strchr(j->valuestring, '/')))
+            return type_error(file, key, k->kind == J_PATH ? "a path of at most 511 bytes" : "a name of at most 127 bytes without \"/\"", j);
+        strcpy(FIELD(c, k->off, char), j->valuestring);
+        return 0;
+    }
     case J_SPARSE:
         return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
     }
@@ -808,6 +834,7 @@ static const Flag flags[] = {
     {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
     {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
     {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
+    {"--tensorboard-dir", F_STRING, CF(tensorboard_dir), "DIR", NULL, "none", "TensorBoard event files of the run's metrics in DIR (Megatron's flag)"},
     {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
     {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
@@ -1046,6 +1073,13 @@ static void each_json_setting(const Config *c, SettingFn fn, void *ctx) {
     format_float(v, sizeof v, l->min_scale);
     fn(ctx, "min_loss_scale", "fp16.min_loss_scale", v, 'n');
     fn(ctx, "wall_clock_breakdown", "wall_clock_breakdown", c->wall_clock_breakdown ? "true" : "false", 'b');
+    char mon[1400];   // the monitors' sections
+    snprintf(mon, sizeof mon, "{\"enabled\": %s, \"output_path\": \"%s\", \"job_name\": \"%s\"}", c->tb_enabled ? "true" : "false",
+             c->tb_path, c->tb_job);
+    fn(ctx, "tensorboard", "tensorboard", mon, 'r');
+    snprintf(mon, sizeof mon, "{\"enabled\": %s, \"output_path\": \"%s\", \"job_name\": \"%s\"}", c->csv_enabled ? "true" : "false",
+             c->csv_path, c->csv_job);
+    fn(ctx, "csv_monitor", "csv_monitor", mon, 'r');
     char sparse[1024];   // the whole section, as a checkpoint's config.json has it
     sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
     fn(ctx, "sparse_attention", "sparse_attention", sparse[0] ? sparse : "{\"mode\": \"dense\"}", 'r');

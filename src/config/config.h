@@ -81,6 +81,11 @@ typedef struct {
     SchedConfig sched;    // scheduler.type and DeepSpeed's scheduler.params
     LossScaleConfig scaler; // fp16's loss-scaler keys
     int wall_clock_breakdown; // "wall_clock_breakdown": the time split every log_every steps and at the end
+    // live metrics (io/monitor.c): DeepSpeed's "tensorboard" and "csv_monitor" sections (files in
+    // output_path/job_name), Megatron's --tensorboard-dir (the folder itself)
+    int tb_enabled, csv_enabled;
+    char tb_path[512], tb_job[128], csv_path[512], csv_job[128];
+    char tensorboard_dir[1024];
     float beta1, beta2, eps, weight_decay; // optimizer.params
     float clip;           // "gradient_clipping" (<= 0: off)
     uint64_t seed;
