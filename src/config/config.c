@@ -46,7 +46,7 @@ static int given(const char *path) {
 #define MOE_FIELDS(X) X(num_experts, J_INT) X(top_k, J_INT) X(moe_every, J_INT) \
     X(capacity_factor, J_FLOAT) X(min_capacity, J_INT) X(group_size, J_INT) \
     X(aux_coef, J_FLOAT) X(z_coef, J_FLOAT)
-// The routing family (design §6): optional in a checkpoint's config.json (older ones lack them).
+// The routing family (docs/config.md, Routers and experts): optional in a checkpoint's config.json (older ones lack them).
 #define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
     X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
     X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
@@ -1276,7 +1276,7 @@ static int validate_pipeline(const Config *c) {
     return 0;
 }
 
-// The routing family (design §6): ranges, then the combinations that cannot work.
+// The routing family (docs/config.md, Routers and experts): ranges, then the combinations that cannot work.
 static int validate_routing(const Config *c) {
     const ModelConfig *m = &c->model;
     int E = m->num_experts, k = m->top_k;

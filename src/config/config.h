@@ -93,7 +93,7 @@ typedef struct {
     int zero_stage;       // zero_optimization.stage (1); --zero-stage
     long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
     int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
-    int onebit;           // optimizer.type "OneBitAdam" (design §6)
+    int onebit;           // optimizer.type "OneBitAdam" (docs/parallel.md)
     int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
     int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
     int bf16, fp16;       // later issues; refused when set for now
