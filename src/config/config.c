@@ -1119,7 +1119,11 @@ void config_print_train_help(void) {
     }
     printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size %ld,\n"
            "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or \"OneBitAdam\",\n"
-           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\").\n",
+           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\"),\n"
+           "  scheduler.type \"WarmupCosine\" (or DeepSpeed's \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" with their\n"
+           "  params), fp16.loss_scale initial_scale_power loss_scale_window hysteresis consecutive_hysteresis\n"
+           "  min_loss_scale (DeepSpeed's loss scaler), steps_per_print, wall_clock_breakdown, and the tensorboard and\n"
+           "  csv_monitor sections (enabled, output_path, job_name). docs/config.md describes every key.\n",
            (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
 }
 
