@@ -259,7 +259,7 @@ static int resume_from(Run *R) {
                   (unsigned long long)c->seed, c->data_sequential ? "sequential" : "shuffled");
         return -1;
     }
-    if (st->step > 0 && st->steps != c->steps && R->topo.rank == 0)
+    if (st->step > 0 && st->steps != c->steps && c->sched.type == SCHED_WARMUP_COSINE && R->topo.rank == 0)   // DeepSpeed's: total_num_steps
         printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
                st->steps, c->steps);
     resume_batch(R);
