@@ -3,14 +3,19 @@ BUILD ?= build
 JOBS ?= 2
 LOG ?= runs/moby/log.jsonl
 
-.PHONY: all ted setup test train plot bench clean
+.PHONY: all ted ted-only setup test train plot bench clean
 all: ted
 
 $(BUILD)/Makefile: CMakeLists.txt tests/tests.cmake
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 
+# everything: ted, the CUDA emulation and the test programs
 ted: $(BUILD)/Makefile
 	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS)
+
+# the ted binary alone (what make train and make bench need)
+ted-only: $(BUILD)/Makefile
+	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS) ted
 
 setup:
 	@bash scripts/setup.sh
@@ -20,16 +25,17 @@ test: setup
 	@$(MAKE) --no-print-directory ted
 	cd $(BUILD) && ctest --output-on-failure -j1
 
-# the default run: the configs/moby.json model on Moby-Dick, then samples
+# the default run: the configs/moby.json model on Moby-Dick, then samples; an interrupted run
+# continues from its last checkpoint
 train: setup
-	@$(MAKE) --no-print-directory ted
+	@$(MAKE) --no-print-directory ted-only
 	bash scripts/train_moby.sh
 
 plot:
 	@bash scripts/plot.sh $(LOG)
 
 bench: setup
-	@$(MAKE) --no-print-directory ted
+	@$(MAKE) --no-print-directory ted-only
 	./$(BUILD)/ted bench
 
 clean:

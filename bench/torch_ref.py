@@ -104,8 +104,14 @@ class Config:
 
     @staticmethod
     def load(path):
+        """GPT-2's shape keys from the top level, as transformers reads them; ted's other keys
+        from the "ted" object (a config.json written before that object has them flat)."""
         with open(path) as f:
-            return Config(**json.load(f))
+            raw = json.load(f)
+        ted = raw.pop("ted", {})
+        if set(ted) & set(raw):
+            raise ValueError(f"{path}: keys both in 'ted' and at the top level: {sorted(set(ted) & set(raw))}")
+        return Config(**raw, **ted)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
 # The default run (make train): configs/moby.json on Moby-Dick, then samples from the
 # final checkpoint. Outputs go to runs/moby/ (log.jsonl, checkpoints; `make plot` draws it).
+# A run interrupted after a checkpoint continues from it (its log appended); one interrupted
+# before any checkpoint starts again. Ctrl-C saves the step and prints how to continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TED=${TED:-build/ted}
 OUT=${OUT:-runs/moby}
 mkdir -p "$OUT"
-"$TED" train --config configs/moby.json --data data/moby-dick.txt --log "$OUT/log.jsonl" --save "$OUT" "$@"
+args=(--config configs/moby.json --data data/moby-dick.txt --log "$OUT/log.jsonl" --save "$OUT")
+if compgen -G "$OUT/step_*/model.safetensors" >/dev/null; then
+  echo "make train: continuing the run in $OUT from its last checkpoint"
+  args+=(--resume "$OUT")
+else
+  args+=(--overwrite)   # no checkpoint yet: a log left by an interrupted start is replaced
+fi
+rc=0
+"$TED" train "${args[@]}" "$@" || rc=$?
+if [ $rc -ne 0 ]; then
+  if [ $rc -eq 130 ] || [ $rc -eq 143 ]; then
+    echo "make train: interrupted; \`make train\` continues from the last checkpoint (or: $TED train ${args[*]:0:8} --resume $OUT)"
+  fi
+  exit $rc
+fi
 echo
+seed=7
 for prompt in "Call me " "The whale " "Queequeg "; do
-  echo "--- sample (prompt \"$prompt\", temperature 0.8) ---"
-  "$TED" generate --load "$OUT" --prompt "$prompt" --tokens 300 --temperature 0.8 --seed 7
+  echo "--- sample (prompt \"$prompt\", temperature 0.8, seed $seed) ---"
+  "$TED" generate --load "$OUT" --prompt "$prompt" --tokens 300 --temperature 0.8 --seed $seed
+  seed=$((seed + 1))
 done
 echo
 echo "validation curve ($OUT/log.jsonl):"

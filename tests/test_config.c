@@ -108,6 +108,7 @@ static void test_defaults(void) {
            m->min_capacity == 4 && m->group_size == 1 && feq(m->aux_coef, 0.01f) && m->z_coef == 0, "moe defaults");
     EXPECT(c.seq_len == 0 && c.micro_batch == 8 && c.grad_accum == 1 && c.steps == 1000, "batch defaults");
     EXPECT(feq(c.lr, 6e-4f) && feq(c.min_lr, 6e-5f) && !c.min_lr_set && c.warmup == 100, "lr defaults");
+    EXPECT(c.min_lr == 6e-5f, "min_lr is not lr/10 as written: %.9g", (double)c.min_lr);   // prints as 6e-05
     EXPECT(feq(c.beta1, 0.9f) && feq(c.beta2, 0.95f) && feq(c.eps, 1e-8f) && feq(c.weight_decay, 0.1f) &&
            feq(c.clip, 1), "optimizer defaults");
     EXPECT(c.seed == 1337 && !c.data_sequential && c.zero_stage == 1 && !c.bf16 && !c.fp16 &&
@@ -170,7 +171,7 @@ static void test_json_errors(void) {
     expect_json_error("{\"optimizer\": {\"kind\": \"AdamW\"}}", "unknown key \"optimizer.kind\"");
     expect_json_error("{\"optimizer\": {\"params\": {\"momentum\": 0.9}}}", "unknown key \"optimizer.params.momentum\"");
     expect_json_error("{\"scheduler\": {\"x\": 1}}", "unknown key \"scheduler.x\"");
-    expect_json_error("{\"scheduler\": {\"params\": {\"total_num_steps\": 1}}}", "unknown key \"scheduler.params.total_num_steps\"");
+    expect_json_error("{\"scheduler\": {\"params\": {\"cycle_min_lr\": 1}}}", "unknown key \"scheduler.params.cycle_min_lr\"");
     expect_json_error("{\"bf16\": {\"enable\": true}}", "unknown key \"bf16.enable\"");
     expect_json_error("{\"fp16\": {\"auto_scale\": true}}", "unknown key \"fp16.auto_scale\"");
     expect_json_error("{\"zero_optimization\": {\"offload\": true}}", "unknown key \"zero_optimization.offload\"");
@@ -312,7 +313,14 @@ static void expect_flag_error(char **argv, int argc, const char *want) {
 }
 
 static void test_flag_errors(void) {
-    char *a1[] = {"--stepz", "3"};            expect_flag_error(a1, 2, "--stepz");
+    char *a1[] = {"--stepz", "3"};            expect_flag_error(a1, 2, "--stepz (did you mean --steps?");
+    // other trainers' names, mapped in the message; nanoGPT's "_" read as "-"
+    char *m1[] = {"--num-layers", "3"};       expect_flag_error(m1, 2, "--num-layers: Megatron's name; ted's is --n-layer");
+    char *m2[] = {"--hidden-size", "64"};     expect_flag_error(m2, 2, "Megatron's name; ted's is --n-embd");
+    char *m3[] = {"--tensor-model-parallel-size", "2"}; expect_flag_error(m3, 2, "Megatron's name; ted's is --tp");
+    char *m4[] = {"--n_layer=4"};             expect_flag_error(m4, 1, "--n_layer (did you mean --n-layer?");
+    char *m5[] = {"--learning_rate", "1"};    expect_flag_error(m5, 2, "nanoGPT's name; ted's is --lr");
+    char *m6[] = {"--frobnicate", "1"};       expect_flag_error(m6, 2, "unknown flag --frobnicate (see ted train --help)");
     char *a2[] = {"--steps"};                 expect_flag_error(a2, 1, "--steps: missing value");
     char *a3[] = {"--data", "--steps", "3"};  expect_flag_error(a3, 3, "--data: missing value");
     char *a4[] = {"--steps", "abc"};          expect_flag_error(a4, 2, "--steps");
@@ -599,6 +607,43 @@ static void test_routing(void) {
     route_validate("--device cuda: expert_type swiglu", r_cuda_swiglu);
 }
 
+// Issue 25: duplicate keys anywhere; the wordings of array errors; keys of a switched-off feature
+// warned (one rule for every section), and --num-experts 1 switching an MoE config to dense.
+static void test_duplicates_and_switched_off(void) {
+    expect_json_error("{\"model\": {\"n_layer\": 2}, \"model\": {\"n_embd\": 64}}", "key \"model\" appears twice");
+    expect_json_error("{\"moe\": {\"top_k\": 1, \"router\": \"topk\", \"top_k\": 2}}", "key \"top_k\" appears twice");
+    expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 16, \"mode\": \"fixed\"}}", "\"mode\" appears twice");
+    expect_json_error("{\"pipeline\": {\"layers\": []}}", "pipeline.layers\" must be an array of 1 to 256 block counts, or \"auto\" (got an empty array)");
+    expect_json_error("{\"pipeline\": {\"layers\": \"even\"}}", "pipeline.layers\" must be an array of 1 to 256 block counts, or \"auto\"");
+    expect_json_error("{\"sparse_attention\": {\"local_window_blocks\": [-1]}}", "must be an array of integers >= 1 (entry 0 is -1)");
+    char big[60000] = "{\"sparse_attention\": {\"local_window_blocks\": [1";
+    for (int i = 1; i < 10000; i++) strcat(big, ",1");
+    strcat(big, "]}}");
+    expect_json_error(big, "must be an array of at most 64 entries (got 10000)");
+    expect_json_error("{\"sparse_attention\": {\"local_window_blocks\": []}}", "must be a non-empty array (got [])");
+    // an MoE config, then --num-experts 1: valid, and one warning names the MoE keys
+    Config c;
+    char *err;
+    EXPECT(load_text(&c, "{\"moe\": {\"num_experts\": 4, \"capacity_factor\": 1.25, \"shared_experts\": 2, "
+                         "\"num_groups\": 2}, \"optimizer\": {\"params\": {\"freeze_step\": -7}}, "
+                         "\"fp16\": {\"enabled\": false, \"hysteresis\": 4}}", &err) == 0, "moe config: %s", err);
+    free(err);
+    char *argv[] = {"--num-experts", "1"};
+    EXPECT(config_apply_flags(&c, 2, argv, 0) == 0 && config_validate(&c) == 0, "--num-experts 1 on an MoE config refused");
+    FILE *f = tmpfile();
+    config_warn_unused(&c, f);
+    char text[2048] = "";
+    rewind(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    EXPECT(strstr(text, "warning: moe.capacity_factor, moe.shared_experts, moe.num_groups have no effect: num_experts is 1"),
+           "no MoE warning: %s", text);
+    EXPECT(strstr(text, "warning: optimizer.params.freeze_step has no effect: optimizer.type is AdamW"), "freeze_step: %s", text);
+    EXPECT(strstr(text, "warning: fp16.hysteresis has no effect: fp16 is not enabled"), "fp16: %s", text);
+    EXPECT(count_lines(text) == 3, "%d warning lines: %s", count_lines(text), text);
+}
+
 int main(void) {
     strcpy(json_path, "/tmp/test_config_XXXXXX");
     int fd = mkstemp(json_path);
@@ -614,6 +659,7 @@ int main(void) {
     test_model_json();
     test_help();
     test_routing();
+    test_duplicates_and_switched_off();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
     if (failures) { fprintf(stderr, "test_config: %d failure(s)\n", failures); return 1; }

@@ -1,5 +1,5 @@
 // test_grad.c — finite-difference checks of every op's backward and of the whole model
-// (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses; the §6.5 routers and
+// (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses; the routing family's routers and
 // expert kinds: swiglu and shared experts, noisy_topk with its losses, switch jitter, gshard,
 // RTS, expert choice, group-limited routing). Central differences
 // in fp32 on functions whose gradients are O(0.1): a wrong factor or a missing term shows
@@ -240,7 +240,7 @@ static int *routing_snapshot(Model *M, long N) {
     return s;
 }
 
-// tweak (may be NULL) sets the §6.5 options; train turns on the training-time randomness
+// tweak (may be NULL) sets the routing family's options; train turns on the training-time randomness
 // (noise, jitter, random routing, RTS), which depends only on coordinates, so it is the same
 // function under every perturbation.
 static void test_model_opts(const char *name, int E, int k, int moe_every, float cf, int group_size, float aux, float z,

@@ -2,7 +2,7 @@
 # What the ranks exchange (issue 3, must-shows 3 and 4), from one step's JSONL line on rank 0 of
 # (tp 2, ep 2) on 4 ranks with a dense and a MoE block:
 #  - per MoE block and micro-step: 2 TP all-reduces and 2 EP all-to-alls forward, as many backward;
-#  - calls and bytes equal the formulas of the README;
+#  - calls and bytes equal the formulas of docs/parallel.md (Communication per rank);
 #  - ZeRO-1: mem.optimizer = 12 bytes × this rank's shard of every tensor (within 1 %).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"

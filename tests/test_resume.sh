@@ -189,4 +189,30 @@ echo "  save below a file: exit $rc: $(cat "$W/plain.err")"
 grep -q plainfile "$W/plain.err" || fail "--save below a regular file: the error does not name the path"
 [ "$(cat "$W/plainfile")" = plain ] || fail "--save below a regular file: the file changed"
 
+# (d) --resume DIR without --save keeps saving into DIR and says so (from the run's folder, and from
+#     one of its step_N folders: the folder holding it); from a lone checkpoint folder of another name
+#     nothing is saved and a line says so. On another global batch (micro-batch 4 -> 2) a warning names
+#     both; the tokens seen are kept in trainer_state.json and carried on (4 x 4 x 32 + 2 x 2 x 32).
+S=(--data "$BOOK" --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --micro-batch 4 --eval-windows 2 --log-every 0)
+K=$W/keep
+tr() { local name=$1; shift; "$TED" train "$@" >"$W/$name.out" 2>"$W/$name.err" || { cat "$W/$name.err"; fail "$name"; }; }
+tr keep0 "${S[@]}" --steps 4 --save "$K"
+tr keep1 "${S[@]}" --steps 6 --micro-batch 2 --resume "$K"
+grep -q "^resume: saving into $K, the folder resumed from" "$W/keep1.out" || fail "(d) no 'saving into' line"
+[ -d "$K/step_00000006" ] || fail "(d) --resume $K without --save saved no step 6"
+grep -q "warning: the checkpoint's run had a global batch of 4 sequences, this run has 2" "$W/keep1.out" ||
+  fail "(d) no warning on the global batch change"
+grep -q '"tokens": 640, "global_batch": 2' "$K/step_00000006/trainer_state.json" ||
+  fail "(d) trainer state: $(cat "$K/step_00000006/trainer_state.json")"
+grep -q "640 since step 0" "$W/keep1.out" || fail "(d) the summary's tokens since step 0"
+tr keep2 "${S[@]}" --steps 7 --micro-batch 2 --resume "$K/step_00000006/"
+[ -d "$K/step_00000007" ] && grep -q '"tokens": 704' "$K/step_00000007/trainer_state.json" ||
+  fail "(d) --resume of a step folder did not save step 7 into its run folder"
+grep -q "warning: .*global batch" "$W/keep2.out" && fail "(d) a warning without a batch change"
+cp -a "$K/step_00000007" "$W/lone"
+tr keep3 "${S[@]}" --steps 8 --micro-batch 2 --resume "$W/lone"
+grep -q "lone checkpoint.*nothing is saved unless --save" "$W/keep3.out" && [ ! -e "$W/step_00000008" ] &&
+  [ ! -e "$W/lone/step_00000008" ] || fail "(d) a lone checkpoint folder"
+echo "ok   (d) --resume keeps saving into its folder; global batch warning; tokens carried on"
+
 echo "test_resume: all passed"

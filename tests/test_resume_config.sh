@@ -26,7 +26,7 @@ MODEL=(--n-layer 2 --n-embd 32 --n-head 4 --n-positions 16 --micro-batch 4 --num
 # (a)
 "$TED" train --data "$W/small.txt" --steps 6 --micro-batch 4 --warmup 2 --threads 1 --resume "$W/ck/step_00000004" --log "$W/b.jsonl" \
   >"$W/b.out" 2>"$W/b.err" || { cat "$W/b.err"; fail "(a) resume without the model keys"; }
-grep -q "^resumed from $W/ck/step_00000004 at step 4$" "$W/b.out" || fail "(a) no 'resumed ... at step 4' line"
+grep -q "^resumed from $W/ck/step_00000004 at step 4 (" "$W/b.out" || fail "(a) no 'resumed ... at step 4' line"
 grep -q '^  checkpoint: .*n-embd 32' "$W/b.out" || sed -n '/^  checkpoint:/,/^  defaults:/p' "$W/b.out" | grep -q 'n-embd 32' ||
   fail "(a) the model keys are not shown as from the checkpoint"
 /usr/bin/python3 - "$W/full.jsonl" "$W/b.jsonl" <<'PY' || fail "(a) resumed steps differ from the unbroken run"
@@ -55,7 +55,7 @@ grep -q "vocab_size" "$W/c.err" && fail "(b) names vocab_size, which agrees"
 [ "$(find "$W/ck" -printf "%p %s %T@\n" | sort)" = "$before" ] || fail "(b) a refused run changed the checkpoint folder"
 echo "ok   (b) a disagreeing --config is refused naming every differing key: $(cat "$W/c.err")"
 # (c)
-"$TED" train --data "$W/small.txt" --steps 6 --micro-batch 4 --warmup 2 --threads 1 --lr 0.001 --resume "$W/ck/step_00000004" \
+"$TED" train --data "$W/small.txt" --steps 6 --micro-batch 4 --warmup 2 --threads 1 --lr 0.001 --resume "$W/ck/step_00000004" --save "$W/ck_lr" \
   >"$W/d.out" 2>&1 || fail "(c) resume with another lr"
 grep -q '^warning: resuming with training keys that differ .*lr 0.0006 -> 0.001' "$W/d.out" || fail "(c) no warning naming lr"
 echo "ok   (c) $(grep '^warning: resuming' "$W/d.out")"

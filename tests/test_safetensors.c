@@ -86,6 +86,12 @@ static void test_round_trip(void) {
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
     EXPECT(hlen % 8 == 0, "header length %llu not a multiple of 8", (unsigned long long)hlen);
+    // the header carries {"__metadata__": {"format": "pt"}} (Hugging Face transformers needs it)
+    char head[64] = {0};
+    fp = fopen(tmp_path, "rb");
+    EXPECT(fp && fseek(fp, 8, SEEK_SET) == 0 && fread(head, 1, 32, fp) == 32, "cannot read the header");
+    if (fp) fclose(fp);
+    EXPECT(strncmp(head, "{\"__metadata__\":{\"format\":\"pt\"}", 31) == 0, "no format pt metadata: %.32s", head);
 
     StFile *f = st_open(tmp_path);
     EXPECT(f != NULL, "st_open of a written file failed");

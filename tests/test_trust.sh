@@ -59,7 +59,8 @@ edit() {
   "$PY" - "$W/$1/$2" "$3" "$4" <<'EOF'
 import json, sys
 p, k, v = sys.argv[1:]
-j = json.load(open(p)); j[k] = json.loads(v); json.dump(j, open(p, "w"))
+j = json.load(open(p)); t = j["ted"] if k in j.get("ted", {}) else j   # config.json: ted's keys in "ted"
+t[k] = json.loads(v); json.dump(j, open(p, "w"))
 EOF
 }
 

@@ -22,16 +22,20 @@
 #include "io/savedir.h"
 #include "cli/stop.h"
 #include "io/tensorlog.h"
+#include "io/wallclock.h"
+#include "io/monitor.h"
 #include "io/tokenizer.h"
 #include "core/watchdog.h"
 #include "core/util.h"
 #include "parallel/zero.h"
 #include "parallel/adam.h"
+#include "parallel/lr_schedule.h"
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void openblas_set_num_threads(int);
 
@@ -168,7 +172,9 @@ static int load_config(Config *c, int argc, char **argv, char *ckdir, size_t ckl
         if (config_load_json(c, path)) return -1;
     }
     if (config_apply_flags(c, argc, argv, 1)) return -1;
-    if (runinfo_resolve(c, argc, argv, ckdir, cklen) || config_validate(c)) return -1;
+    if (runinfo_resolve(c, argc, argv, ckdir, cklen)) return -1;
+    if (config_validate(c)) return -1;
+    config_warn_unused(c, comm_world_rank() == 0 ? stdout : NULL);
     if (c->pp_auto) auto_layers(c);
     return 0;
 }
@@ -233,7 +239,22 @@ typedef struct {
     Guard guard;       // non-finite losses stop the run
     char moe_log[4096];   // the step's per-block routing record
     TensorLog tlog;    // --log-tensors
+    WallClock wall;    // wall_clock_breakdown
+    Monitor mon;       // tensorboard, csv_monitor
 } Run;
+
+// A resumed run on another global batch: a warning (the tokens per step and the data each step
+// reads change from here). The tokens seen carry on; a checkpoint from before they were kept
+// counts its steps at this run's batch.
+static void resume_batch(Run *R) {
+    TrainerState *st = &R->st;
+    if (st->gbatch > 0 && st->gbatch != R->gbatch && R->topo.rank == 0)
+        printf("warning: the checkpoint's run had a global batch of %ld sequences, this run has %ld (micro_batch %d x "
+               "gradient_accumulation_steps %d x dp %d): the tokens per step and the data order change from step %ld\n",
+               st->gbatch, R->gbatch, R->c.micro_batch, R->c.grad_accum, R->topo.dp, st->step);
+    if (st->tokens < 0) st->tokens = (double)st->step * R->ntok_step;
+    st->gbatch = R->gbatch;
+}
 
 // The checkpoint's weights and optimizer state, and its trainer state checked against this run.
 static int resume_from(Run *R) {
@@ -256,11 +277,12 @@ static int resume_from(Run *R) {
                   (unsigned long long)c->seed, c->data_sequential ? "sequential" : "shuffled");
         return -1;
     }
-    if (st->step > 0 && st->steps != c->steps && R->topo.rank == 0)
+    if (st->step > 0 && st->steps != c->steps && c->sched.type == SCHED_WARMUP_COSINE && R->topo.rank == 0)   // DeepSpeed's: total_num_steps
         printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
                st->steps, c->steps);
+    resume_batch(R);
     st->steps = c->steps; st->seed = c->seed; st->sequential = c->data_sequential;
-    if (R->topo.rank == 0) printf("resumed from %s at step %ld\n", R->ckdir, st->step);
+    if (R->topo.rank == 0) printf("resumed from %s at step %ld (%.0f tokens trained on)\n", R->ckdir, st->step, st->tokens);
     return 0;
 }
 
@@ -288,6 +310,39 @@ static void count_tokens(void *ctx) {
     tensorlog_count(&R->tlog, &R->M);
 }
 
+// The start-up line of the model: its size, dense or MoE (experts, top-k, router), the attention
+// (dense, or the sparse mode with the share of the causal blocks its layouts keep).
+static void print_model_line(const Run *R) {
+    const Config *c = &R->c;
+    const ModelConfig *m = &c->model;
+    char ffn[160], att[160];
+    if (R->nmoe == 0) snprintf(ffn, sizeof ffn, "dense, %d blocks", m->n_layer);
+    else snprintf(ffn, sizeof ffn, "MoE, %d blocks of which %d MoE with %d experts, top-%d, router %s%s", m->n_layer, R->nmoe,
+                  m->num_experts, m->top_k, router_names[m->router], m->shared_experts ? " + shared experts" : "");
+    if (!R->M.sl) snprintf(att, sizeof att, "dense attention");
+    else {
+        double nnz = 0, all = 0;
+        for (int l = 0; l < R->M.L; l++) {
+            const SparseLayout *L = &R->M.sl[l];
+            nnz += (double)L->nnz;
+            all += (double)L->H * L->nb * (L->nb + 1) / 2;
+        }
+        snprintf(att, sizeof att, "sparse attention %s (block %d, %.1f%% of the causal blocks)",
+                 sparse_mode_name(c->sparse.mode), c->sparse.block, all > 0 ? 100 * nnz / all : 100.0);
+    }
+    printf("model: %ld parameters, %s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
+           model_num_params(m), ffn, att, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+}
+
+// The checkpoint resumed from is --save's step_N of its step (one folder, however named).
+static int resumed_in_save(const Run *R) {
+    if (!R->ckdir[0] || !R->c.save[0]) return 0;
+    char p[1300];
+    snprintf(p, sizeof p, "%s/step_%08ld", R->c.save, R->st.step);
+    struct stat a, b;
+    return stat(p, &a) == 0 && stat(R->ckdir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 // Everything before the first step: inputs checked, layout, model, optimizer, resume.
 static int run_setup(Run *R, int argc, char **argv) {
     Config *c = &R->c;
@@ -303,27 +358,28 @@ static int run_setup(Run *R, int argc, char **argv) {
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
     zero_init(&R->z, &R->M.reg, &R->topo, c);
-    R->st = (TrainerState){.steps = c->steps, .seed = c->seed, .sequential = c->data_sequential};
+    R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
+    R->ntok_step = (double)R->gbatch * R->T;
+    R->st = (TrainerState){.steps = c->steps, .seed = c->seed, .sequential = c->data_sequential, .gbatch = R->gbatch};
     if (R->ckdir[0] && resume_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
+    if (ted_agree(monitor_open(&R->mon, c, R->topo.rank == 0) != 0)) return -1;
     R->P.after_forward = count_tokens;
     R->P.hook_ctx = R;
     R->peak = mfu_peak_flops(c, &R->topo, &R->peak_kind);
     R->flops_tok = model_flops_per_token(&c->model, R->T);
-    R->gbatch = (long)c->micro_batch * c->grad_accum * R->topo.dp;
-    R->ntok_step = (double)R->gbatch * R->T;
     R->ngroups_step = (double)R->gbatch / c->model.group_size;
     R->nmoe = n_moe_layers(&c->model);
-    if (R->topo.rank == 0)
-        printf("model: %ld parameters (%d MoE blocks of %d experts, top-%d), T %d, global batch %ld sequences; "
-               "MFU against %s peak %.1f GFLOP/s\n", model_num_params(&c->model), R->nmoe, c->model.num_experts,
-               c->model.top_k, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+    if (R->topo.rank == 0) print_model_line(R);
     runinfo_start(c, argc, argv, &R->ds, R->T, R->topo.world, R->topo.dp, R->topo.rank == 0);
     runinfo_log(R->log);
     print_model_state(R);
     R->nval = data_nwindows(&R->ds.val, R->T);
     if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
-    R->saved = -1;
+    if (R->nval == 0 && R->topo.rank == 0)
+        printf("note: %s has no validation split (no *_val_* shard, or one shorter than a window of %d+1 tokens): "
+               "no evaluation runs; ted tokenize writes PREFIX_val_*.bin beside the training shards\n", c->data, R->T);
+    R->saved = resumed_in_save(R) ? R->st.step : -1;   // resumed from --save's own step: not saved again
     return 0;
 }
 
@@ -354,11 +410,13 @@ static StepMetrics train_step(Run *R, long s) {
     double lm = pipe_train_step(&R->P, step_batch, R, (float)(S / R->ntok_step),
                                 (float)(S * c->model.aux_coef / R->ngroups_step), (float)(S * c->model.z_coef / R->ntok_step));
     pipe_sum_tied(&R->P);
+    double t_fb = now_ms();
     mem_set_phase(PHASE_OPTIMIZER);
     watchdog_step(s + 1, -1);
     float lr = lr_at(c, s);
     tensorlog_debug_scale(M, c);
     double norm = zero_step(&R->z, c, lr);
+    double t_opt = now_ms();
     routing_step_end(M, &R->z);   // per-block loads, the balancing bias
     tensorlog_write(&R->tlog, M, &R->z, R->log, s + 1);
     buf_sync();
@@ -369,6 +427,7 @@ static StepMetrics train_step(Run *R, long s) {
     comm_allreduce(&R->topo.g[GROUP_PP], sums, 6, DT_F64);
     routing_log_json(M, R->moe_log, sizeof R->moe_log);
     double ms = now_ms() - t0;
+    if (c->wall_clock_breakdown) wallclock_add(&R->wall, t_fb - t0, t_opt - t_fb, ms, comm_stats());
     R->train_ms += ms;
     R->wait_ms += R->P.wait_ms;
     comm_accumulate(&R->comm_total);
@@ -395,17 +454,50 @@ static int save_now(Run *R) {
     return 0;
 }
 
+// The step's metrics for TensorBoard and csv_monitor (rank 0): losses, lr, gradient norm,
+// throughput, MFU, drops, the loss scale, each MoE block's load (max/mean tokens per expert) and
+// each collective's ms.
+static void monitor_step(Run *R, const StepMetrics *m) {
+    Monitor *mon = &R->mon;
+    if (!mon->tb && !mon->csv_dir[0]) return;
+    long s = m->step;
+    const char *tags[] = {"Train/loss", "Train/lm_loss", "Train/aux_loss", "Train/lr", "Train/grad_norm",
+                          "Train/tokens_per_s", "Train/mfu", "Train/dropped_frac", "Train/loss_scale"};
+    double vals[] = {m->loss, m->lm_loss, m->aux_loss, m->lr, m->grad_norm, m->tokens_per_s, m->mfu, m->dropped_frac,
+                     m->loss_scale};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
+    char tag[96];
+    const RouteLog *r = R->M.rlog;
+    for (int i = 0; r && i < r->nmoe; i++) {
+        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->layer[i]);
+        monitor_scalar(mon, tag, r->out[i].max_mean, s);
+    }
+    const CommStats *cs = comm_stats();
+    for (int k = 0; k < COLL_N; k++)
+        for (int g = 0; g < GROUP_N; g++)
+            if (cs->c[k][g].calls) {
+                snprintf(tag, sizeof tag, "Comm/%s.%s_ms", comm_coll_name(k), comm_group_name(g));
+                monitor_scalar(mon, tag, cs->c[k][g].ms, s);
+            }
+    monitor_flush(mon);
+}
+
 // After step s: the log, the progress line, evaluation, a sample, a checkpoint.
 static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
     const Config *c = &R->c;
     int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
     metrics_step(R->log, m);
+    monitor_step(R, m);
     if (guard_step(&R->guard, c, m)) return -1;   // non-finite: stop, never save this state
-    progress_step(&R->prog, m, R->peak, c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step));
+    int print = c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == first_step);
+    progress_step(&R->prog, m, R->peak, print);
+    if (c->wall_clock_breakdown && print) wallclock_print(&R->wall, s + 1, rank0 ? stdout : NULL);
     if (R->nval > 0 && ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last)) {
         EvalResult e = evaluate(&R->P, &R->ds.val, R->nval, R->T, NULL);
         metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
         progress_eval(&R->prog, s + 1, e.loss, e.lm, e.windows);
+        monitor_scalar(&R->mon, "Eval/val_loss", e.loss, s + 1);
+        monitor_flush(&R->mon);
     }
     if (c->sample_every > 0 && ((s + 1) % c->sample_every == 0 || last) && c->model.vocab_size == 256) {
         int np;
@@ -416,6 +508,7 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
         ted_free(pr);
     }
     R->st.step = s + 1;
+    R->st.tokens += R->ntok_step;
     int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
     if (c->save[0] && ((c->save_every > 0 && (s + 1) % c->save_every == 0) || last || stop) && save_now(R)) return -1;
     if (stop) {
@@ -428,6 +521,7 @@ static int after_step(Run *R, long s, long first_step, const StepMetrics *m) {
 static void run_free(Run *R) {
     if (R->log) fclose(R->log);
     tensorlog_free(&R->tlog);
+    monitor_close(&R->mon);
     pipe_free(&R->P);
     zero_free(&R->z);
     model_free(&R->M);
@@ -441,14 +535,15 @@ int cmd_train(int argc, char **argv) {
     memset(&R, 0, sizeof R);
     if (run_setup(&R, argc, argv)) return TED_EXIT_USAGE;
     long first_step = R.st.step;
-    progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.topo.rank == 0);
+    progress_start(&R.prog, first_step, R.c.steps, R.ntok_step, R.st.tokens, R.topo.rank == 0);
     R.prog.peak_kind = R.peak_kind;
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = train_step(&R, s);
         int rc = after_step(&R, s, first_step, &m);
         if (rc) return rc < 0 ? 1 : rc;
     }
-    if (R.topo.rank == 0 && R.topo.world > 1) {
+    if (R.c.wall_clock_breakdown) wallclock_summary(&R.wall, R.topo.rank == 0 ? stdout : NULL);
+    if (R.topo.rank == 0 && (R.topo.world > 1 || R.c.wall_clock_breakdown)) {
         comm_summary(stdout, &R.comm_total, R.train_ms, R.c.steps - first_step);
         if (R.topo.pp > 1 && R.c.steps > first_step)
             printf("  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n",

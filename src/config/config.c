@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -20,19 +21,39 @@
 #define CF(field) offsetof(Config, field)
 #define FIELD(c, off, type) ((type *)((char *)(c) + (off)))
 
+// The JSON keys (full paths) and the flags' JSON keys given since config_defaults: the rules
+// that depend on whether a key was given (a scheduler parameter of another type, a key of a
+// switched-off feature) read them.
+#define MAX_GIVEN 256
+static char given_keys[MAX_GIVEN][256];
+static int n_given;
+
+static void mark_given(const char *path) {
+    for (int i = 0; i < n_given; i++)
+        if (!strcmp(given_keys[i], path)) return;
+    if (n_given < MAX_GIVEN) snprintf(given_keys[n_given++], sizeof given_keys[0], "%s", path);
+}
+
+static int given(const char *path) {
+    for (int i = 0; i < n_given; i++)
+        if (!strcmp(given_keys[i], path)) return 1;
+    return 0;
+}
+
 // The keys of the `model` and `moe` sections, each an int or a float field of ModelConfig.
 #define MODEL_FIELDS(X) X(vocab_size, J_INT) X(n_positions, J_INT) X(n_embd, J_INT) \
     X(n_layer, J_INT) X(n_head, J_INT) X(n_inner, J_INT)
 #define MOE_FIELDS(X) X(num_experts, J_INT) X(top_k, J_INT) X(moe_every, J_INT) \
     X(capacity_factor, J_FLOAT) X(min_capacity, J_INT) X(group_size, J_INT) \
     X(aux_coef, J_FLOAT) X(z_coef, J_FLOAT)
-// The routing family (design §6): optional in a checkpoint's config.json (older ones lack them).
+// The routing family (docs/config.md, Routers and experts): optional in a checkpoint's config.json (older ones lack them).
 #define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
     X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
     X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
 
 const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice"};
 const char *const expert_type_names[EXPERT_KINDS] = {"gelu", "swiglu"};
+const char *const sched_names[SCHED_KINDS] = {"WarmupCosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
 
 // The index of name in names[n], or -1.
 static int name_index(const char *const *names, int n, const char *name) {
@@ -40,6 +61,8 @@ static int name_index(const char *const *names, int n, const char *name) {
         if (strcmp(names[i], name) == 0) return i;
     return -1;
 }
+
+static void resolve_min_lr(Config *c);
 
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
@@ -70,9 +93,16 @@ void config_defaults(Config *c) {
     c->grad_accum = 1;
     c->steps = 1000;
     c->lr = 6e-4f;
-    c->min_lr = c->lr / 10;
     c->min_lr_set = 0;
+    resolve_min_lr(c);
     c->warmup = 100;
+    c->sched = (SchedConfig){SCHED_WARMUP_COSINE, 0.0f, -1.0f, 0, 0, 0.0f, 0.0001f};   // DeepSpeed's defaults
+    c->scaler = (LossScaleConfig){0.0f, 16, 1000, 2, 0, 1.0f};                         // DeepSpeed's defaults
+    n_given = 0;
+    strcpy(c->tb_path, "runs");
+    strcpy(c->tb_job, "ted");
+    strcpy(c->csv_path, "runs");
+    strcpy(c->csv_job, "ted");
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
@@ -96,9 +126,14 @@ void config_defaults(Config *c) {
     sparse_config_defaults(&c->sparse);
 }
 
-// min_lr follows lr (lr/10) until it is given explicitly.
+static void format_float(char *buf, size_t n, float v);
+
+// min_lr follows lr (lr/10) until it is given explicitly: a tenth of lr as written (6e-05 for
+// 0.0006, not the float quotient 6.0000002e-05).
 static void resolve_min_lr(Config *c) {
-    if (!c->min_lr_set) c->min_lr = c->lr / 10;
+    char lr[32];
+    format_float(lr, sizeof lr, c->lr);
+    if (!c->min_lr_set) c->min_lr = (float)(strtod(lr, NULL) / 10);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -107,7 +142,7 @@ static void resolve_min_lr(Config *c) {
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
     J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
-    J_MIN_LR, J_IGNORED_BOOL, J_IGNORED_NUMBER, J_IGNORED_INT, J_COMMENT, J_SPARSE
+    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE, J_PATH, J_NAME
 } JKind;
 
 typedef struct JKey {
@@ -148,6 +183,12 @@ static const JKey optimizer_keys[] = {
 static const JKey scheduler_params[] = {
     {"warmup_num_steps", J_INT, CF(warmup), NULL},
     {"min_lr", J_MIN_LR, CF(min_lr), NULL},
+    {"warmup_min_lr", J_FLOAT, CF(sched.warmup_min_lr), NULL},
+    {"warmup_max_lr", J_FLOAT, CF(sched.warmup_max_lr), NULL},
+    {"warmup_type", J_WARMUP_TYPE, CF(sched.warmup_linear), NULL},
+    {"total_num_steps", J_INT, CF(sched.total_num_steps), NULL},
+    {"warmup_min_ratio", J_FLOAT, CF(sched.warmup_min_ratio), NULL},
+    {"cos_min_ratio", J_FLOAT, CF(sched.cos_min_ratio), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey scheduler_keys[] = {
@@ -158,11 +199,12 @@ static const JKey scheduler_keys[] = {
 static const JKey bf16_keys[] = { {"enabled", J_BOOL, CF(bf16), NULL}, {NULL, 0, 0, NULL} };
 static const JKey fp16_keys[] = {
     {"enabled", J_BOOL, CF(fp16), NULL},
-    {"loss_scale", J_IGNORED_NUMBER, 0, NULL},
-    {"initial_scale_power", J_IGNORED_INT, 0, NULL},
-    {"loss_scale_window", J_IGNORED_INT, 0, NULL},
-    {"hysteresis", J_IGNORED_INT, 0, NULL},
-    {"min_loss_scale", J_IGNORED_NUMBER, 0, NULL},
+    {"loss_scale", J_FLOAT, CF(scaler.loss_scale), NULL},
+    {"initial_scale_power", J_INT, CF(scaler.initial_scale_power), NULL},
+    {"loss_scale_window", J_INT, CF(scaler.window), NULL},
+    {"hysteresis", J_INT, CF(scaler.hysteresis), NULL},
+    {"consecutive_hysteresis", J_BOOL, CF(scaler.consecutive_hysteresis), NULL},
+    {"min_loss_scale", J_FLOAT, CF(scaler.min_scale), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), NULL}, {NULL, 0, 0, NULL} };
@@ -174,9 +216,21 @@ static const JKey zero_keys[] = {
 };
 static const JKey checkpointing_keys[] = {
     {"enabled", J_BOOL, CF(activation_checkpointing), NULL},
-    {"partition_activations", J_IGNORED_BOOL, 0, NULL},
-    {"contiguous_memory_optimization", J_IGNORED_BOOL, 0, NULL},
-    {"cpu_checkpointing", J_IGNORED_BOOL, 0, NULL},
+    {"partition_activations", J_OFF_ONLY, 0, NULL},
+    {"contiguous_memory_optimization", J_OFF_ONLY, 0, NULL},
+    {"cpu_checkpointing", J_OFF_ONLY, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey tensorboard_keys[] = {
+    {"enabled", J_BOOL, CF(tb_enabled), NULL},
+    {"output_path", J_PATH, CF(tb_path), NULL},
+    {"job_name", J_NAME, CF(tb_job), NULL},
+    {NULL, 0, 0, NULL}
+};
+static const JKey csv_keys[] = {
+    {"enabled", J_BOOL, CF(csv_enabled), NULL},
+    {"output_path", J_PATH, CF(csv_path), NULL},
+    {"job_name", J_NAME, CF(csv_job), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey pipeline_keys[] = {
@@ -198,6 +252,8 @@ static const JKey top_keys[] = {
     {"eval_windows", J_INT, CF(eval_windows), NULL},
     {"save_every", J_INT, CF(save_every), NULL},
     {"log_every", J_INT, CF(log_every), NULL},
+    {"steps_per_print", J_INT, CF(log_every), NULL},
+    {"wall_clock_breakdown", J_BOOL, CF(wall_clock_breakdown), NULL},
     {"sample_every", J_INT, CF(sample_every), NULL},
     {"threads", J_INT, CF(threads), NULL},
     {"tp", J_INT, CF(tp), NULL},
@@ -215,6 +271,8 @@ static const JKey top_keys[] = {
     {"model", J_SECTION, 0, model_keys},
     {"moe", J_SECTION, 0, moe_keys},
     {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {"tensorboard", J_SECTION, 0, tensorboard_keys},
+    {"csv_monitor", J_SECTION, 0, csv_keys},
     {"comment", J_COMMENT, 0, NULL},
     {"_comment", J_COMMENT, 0, NULL},
     {NULL, 0, 0, NULL}
@@ -226,7 +284,8 @@ static const char *describe(const cJSON *j, char *buf, size_t n) {
     else if (cJSON_IsNumber(j)) snprintf(buf, n, "%.10g", j->valuedouble);
     else if (cJSON_IsBool(j)) snprintf(buf, n, "%s", cJSON_IsTrue(j) ? "true" : "false");
     else if (cJSON_IsNull(j)) snprintf(buf, n, "null");
-    else if (cJSON_IsArray(j)) snprintf(buf, n, "an array");
+    else if (cJSON_IsArray(j) && !j->child) snprintf(buf, n, "an empty array");
+    else if (cJSON_IsArray(j)) snprintf(buf, n, "an array of %d entries", cJSON_GetArraySize(j));
     else if (cJSON_IsObject(j)) snprintf(buf, n, "an object");
     else snprintf(buf, n, "an unknown value");
     return buf;
@@ -261,6 +320,54 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+
+// The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
+static struct { char text[1536]; int n; } key_problems;
+
+static void key_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void key_problem(const char *fmt, ...) {
+    char one[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(one, sizeof one, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(key_problems.text);
+    if (len + strlen(one) + 16 < sizeof key_problems.text)
+        snprintf(key_problems.text + len, sizeof key_problems.text - len, "%s%s", key_problems.n ? "; " : "", one);
+    else if (!strstr(key_problems.text, "; ..."))
+        snprintf(key_problems.text + len, sizeof key_problems.text - len, "; ...");
+    key_problems.n++;
+}
+
+// DeepSpeed keys that ted knows and does not do: why, instead of "unknown".
+static const char *const not_honoured[][2] = {
+    {"activation_checkpointing.partition_activations", "ted's checkpointing keeps each rank's activations whole"},
+    {"activation_checkpointing.contiguous_memory_optimization", "ted's checkpointed activations are not moved into one buffer"},
+    {"activation_checkpointing.cpu_checkpointing", "ted keeps checkpointed activations in device memory"},
+    {"zero_optimization.offload_param", "ted offloads the optimizer state only (offload_optimizer)"},
+    {"zero_optimization.overlap_comm", "ted reduces the gradients after the backward, not during it"},
+    {"zero_optimization.allgather_bucket_size", "ted gathers each parameter whole"},
+    {"zero_optimization.stage3_max_live_parameters", "ted has ZeRO stages 0, 1 and 2"},
+    {"fp16.auto_cast", "ted casts inside its own mixed-precision ops"},
+    {"amp", "ted has bf16 and fp16, not apex amp"},
+    {"communication_data_type", "ted's collectives carry the gradients' own type"},
+    {"prescale_gradients", "ted scales the gradients once, in the optimizer"},
+    {"gradient_predivide_factor", "ted scales the gradients once, in the optimizer"},
+    {"wandb", "ted logs to --log (JSON lines), tensorboard or csv_monitor"},
+    {"comet", "ted logs to --log (JSON lines), tensorboard or csv_monitor"},
+    {"flops_profiler", "ted reports MFU on its progress line and in --log"},
+};
+
+static const char *not_honoured_why(const char *key) {
+    for (size_t i = 0; i < sizeof not_honoured / sizeof not_honoured[0]; i++)
+        if (!strcmp(not_honoured[i][0], key)) return not_honoured[i][1];
+    return NULL;
+}
+
+static const char *off_only_why(const char *key) {
+    const char *why = not_honoured_why(key);
+    return why ? why : "not a feature of ted";
+}
 static const char *sched_name_of(int kind);
 static int validate_checkpoint_model(const Config *c, const char *path);
 
@@ -317,9 +424,13 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         *FIELD(c, k->off, int) = strcmp(j->valuestring, "cpu") == 0;
         return 0;
     case J_SCHEDULER_TYPE:
-        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "WarmupCosine") != 0 &&
-                                   strcasecmp(j->valuestring, "WarmupCosineLR") != 0))
-            return type_error(file, key, "\"WarmupCosine\", the only scheduler", j);
+        for (int i = 0; cJSON_IsString(j) && i < SCHED_KINDS; i++)
+            if (!strcasecmp(j->valuestring, sched_names[i])) { c->sched.type = i; return 0; }
+        return type_error(file, key, "\"WarmupCosine\", \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", j);
+    case J_WARMUP_TYPE:
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "log") != 0 && strcmp(j->valuestring, "linear") != 0))
+            return type_error(file, key, "\"log\" or \"linear\"", j);
+        *FIELD(c, k->off, int) = strcmp(j->valuestring, "linear") == 0;
         return 0;
     case J_PP_SCHEDULE:
         if (!cJSON_IsString(j) || config_pp_schedule(j->valuestring) < 0)
@@ -361,15 +472,20 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         c->beta2 = b2;
         return 0;
     }
-    case J_IGNORED_BOOL:
-        return cJSON_IsBool(j) ? 0 : type_error(file, key, "true or false", j);
-    case J_IGNORED_NUMBER:
-        return json_float(j, &f) == 0 ? 0 : type_error(file, key, "a number", j);
-    case J_IGNORED_INT:
-        rc = json_integer(j, INT_MIN, INT_MAX, &d);
-        return rc == 0 ? 0 : integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
+    case J_OFF_ONLY:   // a DeepSpeed feature ted does not have: false is what ted does
+        if (!cJSON_IsBool(j)) return type_error(file, key, "true or false", j);
+        if (cJSON_IsTrue(j)) key_problem("\"%s\" true (ted cannot honour it: %s)", key, off_only_why(key));
+        return 0;
     case J_COMMENT:
         return cJSON_IsString(j) ? 0 : type_error(file, key, "a string", j);
+    case J_PATH:
+    case J_NAME: {   // a folder path (511 bytes at most), or a job name (127, no "/")
+        size_t max = k->kind == J_PATH ? 511 : 127;
+        if (!cJSON_IsString(j) || strlen(j->valuestring) > max || (k->kind == J_NAME && strchr(j->valuestring, '/')))
+            return type_error(file, key, k->kind == J_PATH ? "a path of at most 511 bytes" : "a name of at most 127 bytes without \"/\"", j);
+        strcpy(FIELD(c, k->off, char), j->valuestring);
+        return 0;
+    }
     case J_SPARSE:
         return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
     }
@@ -382,16 +498,116 @@ static const JKey *find_key(const JKey *keys, const char *name) {
     return NULL;
 }
 
-// Applies every member of obj; an unknown member is an error naming its full path.
+// Levenshtein distance of two short names (longer ones count as far apart).
+static int edit_distance(const char *a, const char *b) {
+    int n = (int)strlen(a), m = (int)strlen(b), row[65];
+    if (n > 64 || m > 64) return 1000;
+    for (int j = 0; j <= m; j++) row[j] = j;
+    for (int i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= m; j++) {
+            int up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+// A near name: within one edit, or a quarter of the name's length.
+static int near_name(const char *typed, const char *name) {
+    int d = edit_distance(typed, name), len = (int)strlen(typed);
+    return d <= 1 || d <= len / 4;
+}
+
+static const JKey *walk_root;   // the key table of the file being read (for "did you mean" elsewhere)
+
+// The full path of a key of this name in another section of the table (prefix + ...), or 0.
+static int find_elsewhere(const JKey *keys, const char *name, const char *prefix, char *out, size_t n) {
+    for (const JKey *k = keys; k->name; k++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->name);
+        if (!strcmp(k->name, name)) { snprintf(out, n, "%s", path); return 1; }
+        if (k->kind == J_SECTION && find_elsewhere(k->section, name, path, out, n)) return 1;
+    }
+    return 0;
+}
+
+// " (did you mean \"x\"?)" for an unknown key: the nearest name of its section, else the same
+// name in another section; "" when there is none.
+static void did_you_mean(const JKey *keys, const char *name, const char *prefix, char *out, size_t n) {
+    const JKey *best = NULL;
+    int bd = 1000;
+    for (const JKey *k = keys; k->name; k++) {
+        int d = edit_distance(name, k->name);
+        if (d < bd && near_name(name, k->name)) { bd = d; best = k; }
+    }
+    char path[160];
+    out[0] = 0;
+    if (best) snprintf(out, n, " (did you mean \"%s%s%s\"?)", prefix, *prefix ? "." : "", best->name);
+    else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
+        snprintf(out, n, " (did you mean \"%s\"?)", path);
+}
+
+// Applies every member of obj. An unknown member is noted (key_problem) and the walk goes on, so
+// that one line can report them all; a bad value stops it at once.
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file) {
     for (const cJSON *j = obj->child; j; j = j->next) {
-        char key[256];
+        char key[256], hint[200];
         snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", j->string);
         const JKey *k = find_key(keys, j->string);
-        if (!k) { ted_error("%s: unknown key \"%s\"", file, key); return -1; }
+        if (!k) {
+            const char *why = not_honoured_why(key);
+            if (why) key_problem("\"%s\" (ted cannot honour it: %s)", key, why);
+            else {
+                did_you_mean(keys, j->string, prefix, hint, sizeof hint);
+                key_problem("unknown key \"%s\"%s", key, hint);
+            }
+            continue;
+        }
+        if (k->kind != J_SECTION) mark_given(key);
         if (apply_value(c, j, k, key, file) != 0) return -1;
     }
     return 0;
+}
+
+// Walks a whole file from its root table; the key problems, if any, in one line.
+static int walk_file(Config *c, const cJSON *root, const JKey *keys, const char *file) {
+    key_problems.n = 0;
+    key_problems.text[0] = 0;
+    walk_root = keys;
+    int rc = walk(c, root, keys, "", file);
+    walk_root = NULL;
+    if (rc == 0 && key_problems.n == 1) ted_error("%s: %s", file, key_problems.text);
+    else if (rc == 0 && key_problems.n > 1)
+        ted_error("%s: %d keys ted does not know or cannot honour: %s", file, key_problems.n, key_problems.text);
+    if (rc == 0 && key_problems.n) rc = -1;
+    return rc;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+// The first key that appears twice in one object anywhere under j (cJSON keeps both), or NULL.
+static const char *duplicate_key(const cJSON *j) {
+    int n = 0;
+    for (const cJSON *e = j->child; e; e = e->next) n++;
+    const char *dup = NULL;
+    if (cJSON_IsObject(j) && n > 1) {
+        const cJSON **v = ted_alloc(sizeof *v * (size_t)n, MEM_TEMP);
+        n = 0;
+        for (const cJSON *e = j->child; e; e = e->next) v[n++] = e;
+        qsort(v, (size_t)n, sizeof *v, cmp_key);
+        for (int i = 1; i < n && !dup; i++)
+            if (strcmp(v[i - 1]->string, v[i]->string) == 0) dup = v[i]->string;
+        ted_free(v);
+    }
+    for (const cJSON *e = j->child; e && !dup; e = e->next) dup = duplicate_key(e);
+    return dup;
 }
 
 // Reads and parses a JSON file whose top level is an object; NULL after one error line.
@@ -412,6 +628,10 @@ static cJSON *parse_json_file(const char *path) {
         ted_error("%s: the top level must be a JSON object", path);
         cJSON_Delete(root);
         root = NULL;
+    } else if (duplicate_key(root)) {
+        ted_error("%s: key \"%.100s\" appears twice in one object", path, duplicate_key(root));
+        cJSON_Delete(root);
+        root = NULL;
     }
     ted_free(text);
     return root;
@@ -420,9 +640,11 @@ static cJSON *parse_json_file(const char *path) {
 int config_load_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
-    int rc = walk(c, root, top_keys, "", path);
+    int rc = walk_file(c, root, top_keys, path);
     cJSON_Delete(root);
     resolve_min_lr(c);
+    // DeepSpeed's schedulers warm up over 1000 steps unless told (ted's WarmupCosine: 100)
+    if (c->sched.type != SCHED_WARMUP_COSINE && !given("scheduler.params.warmup_num_steps")) c->warmup = 1000;
     return rc;
 }
 
@@ -438,13 +660,33 @@ static void hf_config_strip(cJSON *root) {
     for (int i = 0; hf_keys[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(root, hf_keys[i]);
 }
 
+// Moves the members of the CONFIG_TED_SECTION object to the top level (a config.json written
+// before the section has them there already); -1 after one line on a clash or a wrong type.
+static int unnest_ted_section(cJSON *root, const char *path) {
+    cJSON *ted = cJSON_DetachItemFromObjectCaseSensitive(root, CONFIG_TED_SECTION);
+    if (!ted) return 0;
+    int rc = 0;
+    if (!cJSON_IsObject(ted)) rc = type_error(path, CONFIG_TED_SECTION, "an object", ted);
+    while (rc == 0 && ted->child) {
+        cJSON *j = cJSON_DetachItemViaPointer(ted, ted->child);
+        if (cJSON_GetObjectItemCaseSensitive(root, j->string)) {
+            ted_error("%s: key \"%s\" is both in \"%s\" and at the top level", path, j->string, CONFIG_TED_SECTION);
+            rc = -1;
+        }
+        cJSON_AddItemToObject(root, j->string, j);
+    }
+    cJSON_Delete(ted);
+    return rc;
+}
+
 int config_load_model_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
     if (!root) return -1;
+    if (unnest_ted_section(root, path) != 0) { cJSON_Delete(root); return -1; }
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
-    int rc = walk(&tmp, root, flat_model_keys, "", path);
+    int rc = walk_file(&tmp, root, flat_model_keys, path);
     for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
             ted_error("%s: missing key \"%s\"", path, k->name);
@@ -594,6 +836,7 @@ static const Flag flags[] = {
     {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
     {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
     {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
+    {"--tensorboard-dir", F_STRING, CF(tensorboard_dir), "DIR", NULL, "none", "TensorBoard event files of the run's metrics in DIR (Megatron's flag)"},
     {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
     {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
@@ -700,6 +943,50 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
     return -1;
 }
 
+// Megatron-LM's and nanoGPT's names for ted's flags (nanoGPT's with "_" also match by the rule
+// that "_" reads as "-").
+static const char *const foreign_flags[][3] = {
+    {"--num-layers", "--n-layer", "Megatron"}, {"--hidden-size", "--n-embd", "Megatron"},
+    {"--num-attention-heads", "--n-head", "Megatron"}, {"--ffn-hidden-size", "--n-inner", "Megatron"},
+    {"--seq-length", "--seq-len", "Megatron"}, {"--max-position-embeddings", "--n-positions", "Megatron"},
+    {"--tensor-model-parallel-size", "--tp", "Megatron"}, {"--pipeline-model-parallel-size", "--pp", "Megatron"},
+    {"--expert-model-parallel-size", "--ep", "Megatron"}, {"--virtual-pipeline-model-parallel-size", "--pp-virtual", "Megatron"},
+    {"--micro-batch-size", "--micro-batch", "Megatron"}, {"--global-batch-size", "--train-batch-size", "Megatron"},
+    {"--train-iters", "--steps", "Megatron"}, {"--lr-warmup-iters", "--warmup", "Megatron"},
+    {"--clip-grad", "--clip", "Megatron"}, {"--save-interval", "--save-every", "Megatron"},
+    {"--eval-interval", "--eval-every", "Megatron and nanoGPT"}, {"--log-interval", "--log-every", "Megatron and nanoGPT"},
+    {"--eval-iters", "--eval-windows", "Megatron and nanoGPT"},
+    {"--load", "--resume", "Megatron"}, {"--data-path", "--data", "Megatron"}, {"--moe-router-topk", "--top-k", "Megatron"},
+    {"--moe-aux-loss-coeff", "--aux-coef", "Megatron"}, {"--moe-z-loss-coeff", "--z-coef", "Megatron"},
+    {"--recompute-activations", "--activation-checkpointing", "Megatron"},
+    {"--block-size", "--seq-len", "nanoGPT"}, {"--batch-size", "--micro-batch", "nanoGPT"},
+    {"--gradient-accumulation-steps", "--grad-accum", "nanoGPT"}, {"--max-iters", "--steps", "nanoGPT"},
+    {"--learning-rate", "--lr", "nanoGPT"}, {"--warmup-iters", "--warmup", "nanoGPT"}, {"--grad-clip", "--clip", "nanoGPT"},
+    {"--out-dir", "--save", "nanoGPT"},
+};
+
+// The line for an unknown flag: another trainer's name mapped, "_" read as "-", or the nearest flag.
+static void unknown_flag(const char *arg, size_t len) {
+    char name[80];
+    snprintf(name, sizeof name, "%.*s", (int)(len < 79 ? len : 79), arg);
+    for (char *p = name + 2; *p; p++)
+        if (*p == '_') *p = '-';
+    for (size_t i = 0; i < sizeof foreign_flags / sizeof foreign_flags[0]; i++)
+        if (!strcmp(foreign_flags[i][0], name)) {
+            ted_error("unknown flag %.*s: %s's name; ted's is %s (see ted train --help)", (int)len, arg, foreign_flags[i][2],
+                      foreign_flags[i][1]);
+            return;
+        }
+    const Flag *best = find_flag(name, strlen(name));
+    int bd = best ? 0 : 1000;
+    for (int i = 0; !best && i < N_FLAGS; i++) {
+        int d = edit_distance(name + 2, flags[i].flag + 2);
+        if (d < bd && near_name(name + 2, flags[i].flag + 2)) { bd = d; best = &flags[i]; }
+    }
+    if (best) ted_error("unknown flag %.*s (did you mean %s? see ted train --help)", (int)len, arg, best->flag);
+    else ted_error("unknown flag %.*s (see ted train --help)", (int)len, arg);
+}
+
 int config_apply_flags(Config *c, int argc, char **argv, int first) {
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
@@ -707,7 +994,7 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
         const char *eq = strchr(arg, '=');
         size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
         const Flag *f = find_flag(arg, name_len);
-        if (!f) { ted_error("unknown flag %.*s (see ted train --help)", (int)name_len, arg); return -1; }
+        if (!f) { unknown_flag(arg, name_len); return -1; }
         const char *value;
         if (f->kind == F_SWITCH) {
             if (eq) { ted_error("%s takes no value", f->flag); return -1; }
@@ -719,6 +1006,7 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
             value = argv[++i];
         }
         if (apply_flag(c, f, value) != 0) return -1;
+        if (f->json) mark_given(f->json);
     }
     resolve_min_lr(c);
     if (c->seq_len == 0) c->seq_len = c->model.n_positions;
@@ -779,7 +1067,9 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
     case J_BOOL: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "true" : "false"); return 'b';
     case J_ORDER: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sequential" : "shuffled"); return 's';
     case J_OPTIMIZER_TYPE: snprintf(buf, n, "%s", c->onebit ? "OneBitAdam" : "AdamW"); return 's';
-    case J_SCHEDULER_TYPE: snprintf(buf, n, "WarmupCosine"); return 's';
+    case J_SCHEDULER_TYPE: snprintf(buf, n, "%s", sched_names[c->sched.type]); return 's';
+    case J_WARMUP_TYPE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "linear" : "log"); return 's';
+    case J_PATH: case J_NAME: snprintf(buf, n, "%s", FIELD(c, k->off, char)); return 's';
     case J_COMPRESSION: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sign" : "none"); return 's';
     case J_OFFLOAD_DEVICE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "cpu" : "none"); return 's';
     case J_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, k->off, int))); return 's';
@@ -793,9 +1083,9 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
         return 'r';
     case J_SPARSE:
         sparse_config_write(FIELD(c, k->off, SparseConfig), c->seed, buf, (int)n);
-        if (!buf[0]) snprintf(buf, n, "null");   // dense
+        if (!buf[0]) snprintf(buf, n, "{\"mode\": \"dense\"}");
         return 'r';
-    case J_SECTION: case J_IGNORED_BOOL: case J_IGNORED_NUMBER: case J_IGNORED_INT: case J_COMMENT: break;
+    case J_SECTION: case J_OFF_ONLY: case J_COMMENT: break;
     }   // every kind is listed: a new one is a -Wswitch warning here
     return 0;
 }
@@ -840,7 +1130,11 @@ void config_print_train_help(void) {
     }
     printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size %ld,\n"
            "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or \"OneBitAdam\",\n"
-           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\").\n",
+           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\"),\n"
+           "  scheduler.type \"WarmupCosine\" (or DeepSpeed's \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" with their\n"
+           "  params), fp16.loss_scale initial_scale_power loss_scale_window hysteresis consecutive_hysteresis\n"
+           "  min_loss_scale (DeepSpeed's loss scaler), steps_per_print, wall_clock_breakdown, and the tensorboard and\n"
+           "  csv_monitor sections (enabled, output_path, job_name). docs/config.md describes every key.\n",
            (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
 }
 
@@ -936,9 +1230,10 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner, 4 * MAX_WIDTH);
     RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts, MAX_EXPERTS);
     RULE(m->moe_every < 1, "moe_every (%d) must be >= 1", m->moe_every);
-    RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no token "
-         "is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
-    if (m->num_experts > 1) {
+    RULE(isnan(m->capacity_factor), "capacity_factor must be a number");
+    if (m->num_experts > 1) {   // a dense model has no experts: the MoE keys have no effect (config_warn_unused)
+        RULE(!(m->capacity_factor <= m->num_experts), "capacity_factor (%g) must be <= num_experts (%d): beyond that no "
+             "token is dropped (<= 0 is dropless)", (double)m->capacity_factor, m->num_experts);
         RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
         RULE(m->top_k > m->num_experts, "top_k (%d) > num_experts (%d)", m->top_k, m->num_experts);
     }
@@ -1026,7 +1321,7 @@ static int validate_pipeline(const Config *c) {
     return 0;
 }
 
-// The routing family (design §6): ranges, then the combinations that cannot work.
+// The routing family (docs/config.md, Routers and experts): ranges, then the combinations that cannot work.
 static int validate_routing(const Config *c) {
     const ModelConfig *m = &c->model;
     int E = m->num_experts, k = m->top_k;
@@ -1040,8 +1335,8 @@ static int validate_routing(const Config *c) {
          m->topk_groups, m->num_groups);
     RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
     RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
-    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     if (E <= 1) return 0;
+    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
     RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
     RULE(m->router == ROUTER_NOISY_TOPK && k >= E, "router noisy_topk needs top_k (%d) < num_experts (%d) for its load loss", k, E);
@@ -1089,11 +1384,99 @@ static int validate_checkpoint_model(const Config *c, const char *path) {
     return rc;
 }
 
+// The parameters each scheduler takes (DeepSpeed refuses others: its schedulers are called with
+// scheduler.params as keyword arguments); "warmup_num_steps" is every type's.
+static const char *const sched_params[SCHED_KINDS] = {
+    "min_lr", "warmup_min_lr warmup_max_lr warmup_type", "warmup_min_lr warmup_max_lr warmup_type total_num_steps",
+    "warmup_min_ratio cos_min_ratio warmup_type total_num_steps"};
+
+static int validate_schedule(const Config *c) {
+    static const char *const all[] = {"min_lr", "warmup_min_lr", "warmup_max_lr", "warmup_type", "total_num_steps",
+                                      "warmup_min_ratio", "cos_min_ratio"};
+    const SchedConfig *s = &c->sched;
+    const char *name = sched_names[s->type];
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        char path[64], word[32];
+        snprintf(path, sizeof path, "scheduler.params.%s", all[i]);
+        snprintf(word, sizeof word, "%s", all[i]);
+        int takes = 0;
+        for (const char *p = sched_params[s->type]; (p = strstr(p, word)); p += strlen(word))
+            if ((p == sched_params[s->type] || p[-1] == ' ') && (p[strlen(word)] == ' ' || !p[strlen(word)])) takes = 1;
+        RULE(given(path) && !takes, "%s is not a parameter of scheduler %s (it takes warmup_num_steps %s)", path, name,
+             sched_params[s->type]);
+    }
+    if (s->type == SCHED_WARMUP_COSINE) return 0;
+    RULE(c->warmup < 1, "scheduler %s needs warmup_num_steps >= 1 (given %d)", name, c->warmup);
+    RULE(s->type != SCHED_WARMUP_LR && s->total_num_steps < 1, "scheduler %s needs scheduler.params.total_num_steps "
+         ">= 1 (given %d)", name, s->total_num_steps);
+    RULE(!(s->warmup_min_lr >= 0), "scheduler.params.warmup_min_lr (%g) must be >= 0", (double)s->warmup_min_lr);
+    RULE(given("scheduler.params.warmup_max_lr") && !(s->warmup_max_lr >= 0),
+         "scheduler.params.warmup_max_lr (%g) must be >= 0", (double)s->warmup_max_lr);
+    RULE(!(s->warmup_min_ratio >= 0), "scheduler.params.warmup_min_ratio (%g) must be >= 0", (double)s->warmup_min_ratio);
+    RULE(!(s->cos_min_ratio >= 0), "scheduler.params.cos_min_ratio (%g) must be >= 0", (double)s->cos_min_ratio);
+    return 0;
+}
+
+// fp16's loss scaler, DeepSpeed's keys and ranges.
+static int validate_scaler(const LossScaleConfig *s) {
+    RULE(!(s->loss_scale >= 0), "fp16.loss_scale (%g) must be >= 0 (0: dynamic)", (double)s->loss_scale);
+    RULE(s->initial_scale_power < 0 || s->initial_scale_power > 64, "fp16.initial_scale_power (%d) must be in [0, 64]",
+         s->initial_scale_power);
+    RULE(s->window < 1, "fp16.loss_scale_window (%d) must be >= 1", s->window);
+    RULE(s->hysteresis < 1, "fp16.hysteresis (%d) must be >= 1", s->hysteresis);
+    RULE(!(s->min_scale > 0), "fp16.min_loss_scale (%g) must be > 0", (double)s->min_scale);
+    RULE(s->loss_scale == 0 && s->min_scale > ldexp(1.0, s->initial_scale_power),
+         "fp16.min_loss_scale (%g) is above the initial scale 2^%d", (double)s->min_scale, s->initial_scale_power);
+    return 0;
+}
+
 int config_validate(const Config *c) {
     if (validate_model(&c->model) != 0) return -1;
     if (validate_training(c) != 0) return -1;
+    if (validate_schedule(c) != 0 || validate_scaler(&c->scaler) != 0) return -1;
     if (validate_layout(c) != 0) return -1;
     if (validate_pipeline(c) != 0) return -1;
     if (sparse_config_validate(&c->sparse, c->seq_len > 0 ? c->seq_len : c->model.n_positions) != 0) return -1;
     return validate_routing(c);
+}
+
+// ---------------------------------------------------------------------------------------
+// Keys of a switched-off feature
+
+// One rule for every section: a key given (in the JSON or by its flag) whose feature is off is
+// accepted, and a warning names it and says why it has no effect — so that one flag can switch
+// a feature off (--num-experts 1 on an MoE config) without editing the file.
+typedef struct { const char *prefix; int off; const char *why; const char *except; } OffFeature;
+
+static void warn_group(const OffFeature *f, FILE *out) {
+    char names[1024] = "";
+    size_t n = 0, plen = strlen(f->prefix);
+    int count = 0;
+    for (int i = 0; i < n_given && n < sizeof names - 100; i++) {
+        const char *k = given_keys[i];
+        if (strncmp(k, f->prefix, plen) != 0 || (f->except && strstr(f->except, k + plen))) continue;
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", count ? ", " : "", k);
+        count++;
+    }
+    if (count) fprintf(out, "warning: %s %s no effect: %s\n", names, count > 1 ? "have" : "has", f->why);
+}
+
+void config_warn_unused(const Config *c, FILE *out) {
+    if (!out) return;
+    const ModelConfig *m = &c->model;
+    const OffFeature off[] = {
+        {"moe.", m->num_experts == 1, "num_experts is 1 (a dense model)", "num_experts"},
+        {"moe.jitter_eps", m->num_experts > 1 && m->router != ROUTER_SWITCH, "only router switch jitters its input", NULL},
+        {"moe.importance_coef", m->num_experts > 1 && m->router != ROUTER_NOISY_TOPK, "only router noisy_topk has that loss", NULL},
+        {"moe.load_coef", m->num_experts > 1 && m->router != ROUTER_NOISY_TOPK, "only router noisy_topk has that loss", NULL},
+        {"moe.topk_groups", m->num_experts > 1 && m->num_groups == 1, "num_groups is 1 (no group-limited routing)", NULL},
+        {"optimizer.params.freeze_step", !c->onebit, "optimizer.type is AdamW (freeze_step is OneBitAdam's)", NULL},
+        {"optimizer.params.compression", !c->onebit, "optimizer.type is AdamW (compression is OneBitAdam's)", NULL},
+        {"fp16.", !c->fp16, "fp16 is not enabled", "enabled"},
+        {"zero_optimization.reduce_bucket_size", c->zero_stage != 2, "the buckets are ZeRO stage 2's", NULL},
+        {"pipeline.virtual_stages", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+        {"pipeline.layers", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (off[i].off) warn_group(&off[i], out);
 }

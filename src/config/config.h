@@ -2,6 +2,7 @@
 // with command-line flags layered on top, validated once.
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 #include "config/sparse_config.h"
 
 typedef struct {
@@ -34,6 +35,33 @@ typedef struct {
 } ModelConfig;
 
 enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
+// scheduler.type: ted's WarmupCosine (linear warm-up, cosine to min_lr at train_steps), and
+// DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR with DeepSpeed's parameters and formulas.
+enum { SCHED_WARMUP_COSINE, SCHED_WARMUP_LR, SCHED_WARMUP_DECAY_LR, SCHED_WARMUP_COSINE_LR, SCHED_KINDS };
+extern const char *const sched_names[SCHED_KINDS];
+
+// scheduler.params of DeepSpeed's schedulers (parallel/lr_schedule.c); warmup_num_steps is
+// Config.warmup, shared with WarmupCosine.
+typedef struct {
+    int type;               // SCHED_*
+    float warmup_min_lr;    // WarmupLR, WarmupDecayLR (0)
+    float warmup_max_lr;    // WarmupLR (< 0: optimizer lr), WarmupDecayLR (0.001)
+    int warmup_linear;      // warmup_type "linear" (1) or "log" (0, DeepSpeed's default)
+    int total_num_steps;    // WarmupDecayLR, WarmupCosineLR (required; 0: not given)
+    float warmup_min_ratio; // WarmupCosineLR (0)
+    float cos_min_ratio;    // WarmupCosineLR (0.0001)
+} SchedConfig;
+
+// fp16 loss scaling, DeepSpeed's keys (parallel/zero.c): a static scale when loss_scale > 0,
+// else dynamic from 2^initial_scale_power.
+typedef struct {
+    float loss_scale;          // fp16.loss_scale (0: dynamic)
+    int initial_scale_power;   // 16
+    int window;                // loss_scale_window: clean steps before the scale doubles (1000)
+    int hysteresis;            // overflows absorbed before the scale halves (2)
+    int consecutive_hysteresis; // a clean step refills the hysteresis (false)
+    float min_scale;           // min_loss_scale (1)
+} LossScaleConfig;
 enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_KINDS };
 enum { EXPERT_GELU, EXPERT_SWIGLU, EXPERT_KINDS };
 extern const char *const router_names[ROUTER_KINDS];
@@ -50,6 +78,14 @@ typedef struct {
                           // unless given, kept up to date as lr changes)
     int min_lr_set;       // min_lr was given in the JSON or by --min-lr
     int warmup;           // scheduler.params.warmup_num_steps
+    SchedConfig sched;    // scheduler.type and DeepSpeed's scheduler.params
+    LossScaleConfig scaler; // fp16's loss-scaler keys
+    int wall_clock_breakdown; // "wall_clock_breakdown": the time split every log_every steps and at the end
+    // live metrics (io/monitor.c): DeepSpeed's "tensorboard" and "csv_monitor" sections (files in
+    // output_path/job_name), Megatron's --tensorboard-dir (the folder itself)
+    int tb_enabled, csv_enabled;
+    char tb_path[512], tb_job[128], csv_path[512], csv_job[128];
+    char tensorboard_dir[1024];
     float beta1, beta2, eps, weight_decay; // optimizer.params
     float clip;           // "gradient_clipping" (<= 0: off)
     uint64_t seed;
@@ -57,7 +93,7 @@ typedef struct {
     int zero_stage;       // zero_optimization.stage (1); --zero-stage
     long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
     int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
-    int onebit;           // optimizer.type "OneBitAdam" (design §6)
+    int onebit;           // optimizer.type "OneBitAdam" (docs/parallel.md)
     int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
     int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
     int bf16, fp16;       // later issues; refused when set for now
@@ -84,7 +120,7 @@ typedef struct {
     char resume[1024];    // --resume DIR
     int eval_every;       // 0 = only at the end
     int eval_windows;     // windows of the validation split per evaluation; 0 = all
-    int log_every;        // progress line every N steps (terminal)
+    int log_every;        // progress line every N steps (terminal); DeepSpeed's "steps_per_print"
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
     int device;           // 0 cpu, 1 cuda (--device)
@@ -108,9 +144,17 @@ int config_load_json(Config *c, const char *path);
 int config_apply_flags(Config *c, int argc, char **argv, int first);
 // Checks every rule (k <= E, n_head | d, T <= n_positions, ...). Returns 0 or -1 after one line.
 int config_validate(const Config *c);
+// Writes one warning line per switched-off feature whose keys were given (JSON or flags since
+// config_defaults), naming them and why they have no effect (moe.* on a dense model,
+// freeze_step under AdamW, fp16.* with fp16 off, ...). out NULL: nothing.
+void config_warn_unused(const Config *c, FILE *out);
 // Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json.
 char *config_model_json(const Config *c);
-// Reads a checkpoint's config.json (flat model and moe keys) into c->model and c->seq_len.
+// The object of a checkpoint's config.json that holds ted's keys other than GPT-2's shape keys
+// (io/hfconfig.c); a config.json written before it has every key at the top level.
+#define CONFIG_TED_SECTION "ted"
+// Reads a checkpoint's config.json (flat model and moe keys, or the same split between the
+// top level and CONFIG_TED_SECTION) into c->model and c->seq_len.
 int config_load_model_json(Config *c, const char *path);
 // "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
 int config_pp_schedule(const char *name);

@@ -38,12 +38,25 @@ static int json_int(const cJSON *j, int lo, int *out) {
     return 0;
 }
 
-static int json_list(const cJSON *j, int *n, int *v) {
-    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > SPARSE_MAX_LIST) return -1;
-    *n = 0;
-    for (const cJSON *e = j->child; e; e = e->next)
-        if (json_int(e, 0, &v[(*n)++])) return -1;
-    return 0;
+// An array of at most SPARSE_MAX_LIST integers >= lo (and not empty when nonempty): NULL, or
+// what it must be and what it is, written into buf.
+static const char *json_list(const cJSON *j, int lo, int nonempty, int *n, int *v, char *buf, size_t len) {
+    int size = cJSON_GetArraySize(j), i = 0;
+    if (!cJSON_IsArray(j)) snprintf(buf, len, "an array of integers >= %d (got %s)", lo,
+                                    cJSON_IsObject(j) ? "an object" : cJSON_IsString(j) ? "a string" : "a scalar");
+    else if (size > SPARSE_MAX_LIST) snprintf(buf, len, "an array of at most %d entries (got %d)", SPARSE_MAX_LIST, size);
+    else if (nonempty && size == 0) snprintf(buf, len, "a non-empty array (got [])");
+    else {
+        *n = 0;
+        for (const cJSON *e = j->child; e; e = e->next, i++)
+            if (json_int(e, lo, &v[(*n)++])) {
+                if (cJSON_IsNumber(e)) snprintf(buf, len, "an array of integers >= %d (entry %d is %.10g)", lo, i, e->valuedouble);
+                else snprintf(buf, len, "an array of integers >= %d (entry %d is not a number)", lo, i);
+                return buf;
+            }
+        return NULL;
+    }
+    return buf;
 }
 
 static int json_mode(const cJSON *j, int *mode) {
@@ -59,6 +72,7 @@ int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const 
     for (const cJSON *j = o->child; j; j = j->next) {
         const char *k = j->string;
         const char *want = NULL;
+        char why[128];
         if (!strcmp(k, "mode")) { if (json_mode(j, &s->mode)) want = "dense, fixed, bigbird, bslongformer or variable"; }
         else if (!strcmp(k, "block")) { if (json_int(j, 1, &s->block)) want = "an integer >= 1"; }
 #define INT_KEY(name, lo) else if (!strcmp(k, #name)) { if (json_int(j, lo, &s->name)) want = "an integer >= " #lo; }
@@ -69,12 +83,12 @@ int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const 
 #undef INT_KEY
 #undef BOOL_KEY
         else if (!strcmp(k, "local_window_blocks")) {
-            if (json_list(j, &s->n_local_windows, s->local_window_blocks) || s->n_local_windows < 1) want = "a non-empty array of integers";
+            want = json_list(j, 1, 1, &s->n_local_windows, s->local_window_blocks, why, sizeof why);
         } else if (!strcmp(k, "global_block_indices")) {
-            if (json_list(j, &s->n_global, s->global_block_indices)) want = "an array of integers >= 0";
+            want = json_list(j, 0, 0, &s->n_global, s->global_block_indices, why, sizeof why);
         } else if (!strcmp(k, "global_block_end_indices")) {
             if (cJSON_IsNull(j)) s->n_global_end = 0;
-            else if (json_list(j, &s->n_global_end, s->global_block_end_indices)) want = "null or an array of integers >= 0";
+            else want = json_list(j, 0, 0, &s->n_global_end, s->global_block_end_indices, why, sizeof why);
         } else if (!strcmp(k, "attention")) {
             if (!cJSON_IsString(j) || (strcmp(j->valuestring, "unidirectional") && strcmp(j->valuestring, "bidirectional")))
                 want = "\"unidirectional\" or \"bidirectional\"";

@@ -112,6 +112,13 @@ int read_trainer_state(const char *path, TrainerState *st) {
     }
     if (!rc) st->sequential = !strcmp(o->valuestring, "sequential");
     if (!rc) rc = onebit_layout(path, j, st->onebit_layout);
+    st->tokens = st->gbatch = -1;   // optional: older checkpoints lack them
+    long tokens = 0;
+    if (!rc && cJSON_GetObjectItemCaseSensitive(j, "tokens")) {
+        rc = state_int(path, j, "tokens", 0, 9007199254740992L, &tokens);
+        st->tokens = (double)tokens;
+    }
+    if (!rc && cJSON_GetObjectItemCaseSensitive(j, "global_batch")) rc = state_int(path, j, "global_batch", 1, LONG_MAX / 2, &st->gbatch);
     cJSON_Delete(j);
     return rc ? -1 : 0;
 }

@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include "config/config.h"
 
+// tokens: the tokens trained on since step 0, over every layout the run has had; gbatch: the
+// global batch (sequences per step) of the run that saved it. Both -1 when a checkpoint written
+// before them lacks them.
 typedef struct {
-    long step, adam_t, steps; uint64_t seed; int sequential;
+    long step, adam_t, steps; uint64_t seed; int sequential; double tokens; long gbatch;
     int onebit_layout[3];   // world, tp, ep that saved 1-bit Adam's per-rank errors (0s: none recorded)
 } TrainerState;
 

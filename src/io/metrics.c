@@ -112,7 +112,10 @@ void comm_summary(FILE *out, const CommStats *acc, double total_ms, long steps) 
             if (!k->calls) continue;
             char name[48];
             snprintf(name, sizeof name, "%s.%s", comm_coll_name(c), comm_group_name(g));
-            fprintf(out, "  %-24s %9.1f ms  %5.1f%%  %6.1f calls  %10.0f bytes\n", name, k->ms / steps,
-                    100 * k->ms / total_ms, (double)k->calls / steps, (double)k->bytes / steps);
+            char calls[32];   // per step: whole when every step makes the same calls
+            if (k->calls % steps == 0) snprintf(calls, sizeof calls, "%6lld", k->calls / steps);
+            else snprintf(calls, sizeof calls, "%6.1f", (double)k->calls / steps);
+            fprintf(out, "  %-24s %9.1f ms  %5.1f%%  %s calls  %10.0f bytes\n", name, k->ms / steps,
+                    100 * k->ms / total_ms, calls, (double)k->bytes / steps);
         }
 }

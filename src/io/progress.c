@@ -22,12 +22,13 @@ void progress_duration(double ms, char *buf, size_t len) {
     else snprintf(buf, len, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
 }
 
-void progress_start(Progress *p, long first_step, long steps, double tokens_per_step, int rank0) {
+void progress_start(Progress *p, long first_step, long steps, double tokens_per_step, double tokens0, int rank0) {
     memset(p, 0, sizeof *p);
     p->t0 = now_ms();
     p->first_step = first_step;
     p->steps = steps;
     p->tokens_per_step = tokens_per_step;
+    p->tokens0 = tokens0;
     p->best_val = INFINITY;
     p->best_val_step = -1;
     p->rank0 = rank0;
@@ -51,7 +52,7 @@ void progress_step(Progress *p, const StepMetrics *m, double peak_flops, int pri
     }
     if (!print) return;
     char tok[32], el[32], eta[32], tps[32];
-    progress_count(p->tokens_per_step * (double)m->step, tok, sizeof tok);
+    progress_count(p->tokens0 + p->tokens_per_step * (double)(m->step - p->first_step), tok, sizeof tok);
     progress_count(m->tokens_per_s, tps, sizeof tps);
     progress_duration(now_ms() - p->t0, el, sizeof el);
     progress_duration(eta_ms(p, m->step), eta, sizeof eta);
@@ -82,7 +83,7 @@ void progress_summary(const Progress *p, long last_step, const char *save, long 
     progress_duration(now_ms() - p->t0, el, sizeof el);
     progress_duration(p->train_ms, tr, sizeof tr);
     progress_count(p->tokens_per_step * (double)ran, tok, sizeof tok);
-    progress_count(p->tokens_per_step * (double)last_step, all, sizeof all);
+    progress_count(p->tokens0 + p->tokens_per_step * (double)ran, all, sizeof all);
     printf("done: %ld steps in %s (%s in steps), %s tokens this session, %s since step 0", ran, el, tr, tok, all);
     if (p->best_val_step >= 0) printf("; best val_loss %.4f at step %ld", p->best_val, p->best_val_step);
     printf("\n");

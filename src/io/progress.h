@@ -10,6 +10,7 @@ typedef struct {
     long first_step, steps;  // this session runs steps first_step+1 .. steps
     int steps_total_cfg;     // the run's --steps (printed as the denominator)
     double tokens_per_step;  // global tokens per optimizer step
+    double tokens0;          // tokens trained on before first_step
     double best_val;         // lowest val_loss so far (INFINITY: none yet)
     long best_val_step;
     double train_ms;         // time inside steps (no evaluation, no saving)
@@ -20,7 +21,8 @@ typedef struct {
 
 // Line-buffers stdout (so that a redirected console shows each line when it is written).
 void progress_line_buffered(void);
-void progress_start(Progress *p, long first_step, long steps, double tokens_per_step, int rank0);
+// tokens0: the tokens trained on before first_step (the resumed trainer state's count).
+void progress_start(Progress *p, long first_step, long steps, double tokens_per_step, double tokens0, int rank0);
 // The step line (when print), and a one-time warning when MFU is above 100 %.
 void progress_step(Progress *p, const StepMetrics *m, double peak_flops, int print);
 void progress_eval(Progress *p, long step, double loss, double lm, long windows);

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAX_SETTINGS = 160, MAX_VALUE = 1100 };
+enum { MAX_SETTINGS = 192, MAX_VALUE = 1100 };
 typedef struct { char name[64]; char json[64]; char value[MAX_VALUE]; char type, from; } Setting;
 typedef struct { Setting s[MAX_SETTINGS]; int n; } Settings;
 
@@ -100,7 +100,8 @@ static int same_value(const Setting *s, const cJSON *j) {
 // the layout, the length of the run — which has its own note).
 static int quiet_on_resume(const char *name) {
     static const char *quiet[] = {"log", "save", "resume", "save-every", "log-every", "sample-every", "eval-every",
-                                  "eval-windows", "threads", "steps", "peak-tflops", "device", "tp", "ep", NULL};
+                                  "eval-windows", "threads", "steps", "peak-tflops", "device", "tp", "ep", "overwrite",
+                                  "keep-last", "watchdog", "wall_clock_breakdown", NULL};
     for (int i = 0; quiet[i]; i++) if (!strcmp(name, quiet[i])) return 1;
     return 0;
 }
@@ -163,6 +164,32 @@ static int adopt_checkpoint(Config *c, Settings *S, const char *dir) {
     return 0;
 }
 
+// --resume without --save keeps saving into the run's folder: the --resume path when it is the
+// folder of step_* checkpoints, the folder holding it when it is one step_N checkpoint. A lone
+// checkpoint folder of another name has no run folder: nothing is saved, and a line says so.
+static void save_where_resumed(Config *c, const char *ckdir) {
+    if (c->save[0]) return;
+    char dir[sizeof c->save];
+    snprintf(dir, sizeof dir, "%s", c->resume);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : dir;
+    long step;
+    char tail;
+    int rank0 = comm_world_rank() == 0;
+    if (strcmp(ckdir, c->resume) != 0) snprintf(c->save, sizeof c->save, "%s", dir);   // the run's folder itself
+    else if (sscanf(base, "step_%ld%c", &step, &tail) == 1) {
+        if (!slash) snprintf(c->save, sizeof c->save, ".");
+        else if (slash == dir) snprintf(c->save, sizeof c->save, "/");
+        else { *slash = 0; snprintf(c->save, sizeof c->save, "%s", dir); }
+    } else {
+        if (rank0) printf("resume: %s is a lone checkpoint, not a run's step_N: nothing is saved unless --save DIR\n", dir);
+        return;
+    }
+    if (rank0) printf("resume: saving into %s, the folder resumed from (--save DIR saves elsewhere)\n", c->save);
+}
+
 int runinfo_resolve(Config *c, int argc, char **argv, char *ckdir, size_t cklen) {
     Settings *S = ted_alloc(sizeof *S, MEM_TEMP);
     settings_of(c, S);
@@ -170,6 +197,7 @@ int runinfo_resolve(Config *c, int argc, char **argv, char *ckdir, size_t cklen)
     int rc = 0;
     if (c->resume[0]) {
         rc = ckpt_resolve(c->resume, ckdir, cklen) || adopt_checkpoint(c, S, ckdir);
+        if (!rc) save_where_resumed(c, ckdir);
         if (!rc && comm_world_rank() == 0) {
             settings_of(c, S);
             warn_training_changes(S, ckdir);

@@ -2,7 +2,7 @@
 //
 // Layout: an 8-byte little-endian header length N, N bytes of JSON describing each tensor
 // ({"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}, plus an
-// optional "__metadata__" that is ignored), then the data section; offsets are relative to
+// optional "__metadata__" that reading ignores), then the data section; offsets are relative to
 // the start of the data section. Writing lays the tensors out in the order given and pads
 // the header with spaces to a multiple of 8 bytes so that the data stays aligned.
 // Reading loads the whole file, checks every entry before handing out any pointer, and keeps
@@ -88,14 +88,17 @@ static int check_tensors(const char *path, const StTensor *t, int n) {
     return 0;
 }
 
-// Builds the JSON header, padded with spaces so that 8 + its length is a multiple of 8.
+// Builds the JSON header, padded with spaces so that 8 + its length is a multiple of 8. It
+// starts with {"__metadata__": {"format": "pt"}}: Hugging Face transformers reads the format
+// from the metadata and fails on a file without it.
 static Buf build_header(const StTensor *t, int n) {
     Buf b = {0};
-    buf_put(&b, "{", 1);
+    static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\"}";
+    buf_put(&b, meta, sizeof meta - 1);
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         int64_t bytes = 4 * shape_elems(t[i].ndim, t[i].shape);
-        if (i) buf_put(&b, ",", 1);
+        buf_put(&b, ",", 1);
         buf_json_string(&b, t[i].name);
         buf_printf(&b, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t[i].ndim; d++) buf_printf(&b, d ? ",%lld" : "%lld", (long long)t[i].shape[d]);

@@ -502,7 +502,7 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
                       x->exp_off, 0, 0};
 }
 
-// The shared expert (design §6): an always-on FFN of the experts' kind, TP-split like a dense
+// The shared expert (docs/config.md, Routers and experts): an always-on FFN of the experts' kind, TP-split like a dense
 // FFN; its TP-summed output is left in M->tmp (the first pass only: a recompute needs h, hg).
 static void shared_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];

@@ -188,6 +188,14 @@ void pipe_print(const Pipeline *P, const Config *c) {
     const Model *M = P->M;
     if (M->topo->rank) return;
     int pp = M->topo->pp, l0[MAX_CHUNKS * 8 + 1];
+    size_t held = 0;
+    int views = 0;
+    for (int i = 0; i < M->nch; i++) { held += M->ch_bytes[i] * M->ch_slots[i]; views += M->ch_slots[i]; }
+    if (pp == 1 && c->pp_schedule == PP_1F1B) {   // no pipeline: one line, the activations held
+        printf("activations: %d view(s) held (micro-batch x chunk), %zu bytes, + %zu shared\n", views, held,
+               M->shared_act_bytes);
+        return;
+    }
     sched_chunks(M->L, M->chunks, c->pp_nlayers ? c->pp_layers : NULL, l0);
     printf("pipeline: pp %d, %s schedule, %d chunk(s) per stage, %d micro-batches per step; ideal bubble %.3f\n",
            pp, sched_name(c->pp_schedule), P->sched.v, c->grad_accum,
@@ -197,9 +205,6 @@ void pipe_print(const Pipeline *P, const Config *c) {
         for (int ch = s; ch < M->chunks; ch += pp) printf(" %d-%d", l0[ch], l0[ch + 1] - 1);
         printf("%s%s\n", s == 0 ? " + embedding" : "", s == (M->chunks - 1) % pp ? " + head" : "");
     }
-    size_t held = 0;
-    int views = 0;
-    for (int i = 0; i < M->nch; i++) { held += M->ch_bytes[i] * M->ch_slots[i]; views += M->ch_slots[i]; }
     printf("pipeline: stage 0 holds %d activation view(s) (micro-batch x chunk): %zu bytes, + %zu shared\n", views,
            held, M->shared_act_bytes);
 }

@@ -1,4 +1,4 @@
-// router.c — token-choice routing (top-k and the §6.5 family), expert choice, capacity and
+// router.c — token-choice routing (top-k and the routing family of docs/config.md), expert choice, capacity and
 // drops, aux, z and noisy_topk losses (see router.h). The choosing, the capacity pass and the
 // losses are separate steps, so every router shares the capacity and the dispatcher.
 #include "core/backend.h"

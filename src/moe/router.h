@@ -1,5 +1,5 @@
 // router.h — token-choice top-k routing with GShard local-group capacity (design §2), and the
-// routing family of design §6: noisy top-k, Switch (top-1; its jitter acts on the router input,
+// routing family (docs/config.md, Routers and experts): noisy top-k, Switch (top-1; its jitter acts on the router input,
 // see routing.c), GShard's random second expert, random token selection, expert choice,
 // bias-balanced choosing and group-limited routing. Every router hands the dispatcher the same
 // (token, expert, gate, slot) choices: expert choice uses E choice columns per token, one per
@@ -18,7 +18,7 @@ typedef struct {
     float capacity_factor;   // <= 0: dropless
     int min_capacity;
     int group_tokens;
-    // the routing family (design §6); all zero = the §2 top-k router
+    // the routing family (docs/config.md); all zero = the §2 top-k router
     int kind;                 // ROUTER_* (config.h)
     int use_rts;              // capacity slots in a random token order per choice rank
     int num_groups, topk_groups;   // group-limited routing (0 or 1 group: off)
@@ -34,7 +34,7 @@ typedef struct {
     long step, seq0;
 } RouterCfg;
 
-// A §2 top-k router configuration (the §6.5 fields zero)
+// A §2 top-k router configuration (the routing family's fields zero)
 #define RCFG(E_, k_, cf_, minc_, gt_) \
     ((RouterCfg){.E = (E_), .k = (k_), .capacity_factor = (cf_), .min_capacity = (minc_), .group_tokens = (gt_)})
 
@@ -59,7 +59,7 @@ int router_capacity(const RouterCfg *c, long S);
 // lse[N] logsumexp of the logits. choice/gate/slot [N,k]: expert, gate value, slot in the
 // (group, expert) buffer or -1 when dropped. fcount[ngroups,E]: f_e (fraction of choices
 // before dropping); kept[ngroups,E]: slots used.
-// The §6.5 family dispatches from here; fcount is 0 for expert choice (no aux loss).
+// The routing family dispatches from here; fcount is 0 for expert choice (no aux loss).
 void router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
                     int *kept, long N, const RouterCfg *c, RouterStats *st);
 

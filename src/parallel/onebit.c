@@ -150,7 +150,7 @@ double onebit_norm(Zero *z, float unscale) {
 void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
     Registry *r = z->reg;
     z->t++;
-    // SPEC §6.3: v̂ = v/(1−β2^freeze_step) stays frozen with v; m keeps accumulating, so
+    // 1-bit Adam (docs/parallel.md): v̂ = v/(1−β2^freeze_step) stays frozen with v; m keeps accumulating, so
     // m̂ = m/(1−β1^t) goes on with the step t (this step's count, as Adam's)
     float b1 = c->beta1;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->onebit->freeze_step);

@@ -51,8 +51,7 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     zero_sync_master(z);
     z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
     z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
-    z->loss_scale = reg->half == 2 ? 65536.0f : 1.0f;   // DeepSpeed's initial_scale_power 16
-    z->window = 1000;
+    z->loss_scale = scaler_init(&z->scaler, &c->scaler, reg->half == 2);
     CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
     if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size);
     if (c->onebit) onebit_init(ted_alloc(sizeof(OneBit), MEM_TEMP), z, c);
@@ -115,14 +114,6 @@ static void plan_buffers(Zero *z, long tile) {
         if ((size_t)s->chunk > chunk) chunk = s->chunk;
     }
     if (big) { z->comm[0] = ted_alloc_buf(es * big, MEM_COMM); z->comm[1] = ted_alloc_buf(es * chunk, MEM_COMM); }
-}
-
-float lr_at(const Config *c, long s) {
-    if (s < c->warmup) return c->lr * (float)(s + 1) / (float)c->warmup;
-    long span = c->steps - c->warmup;
-    double frac = span > 0 ? (double)(s - c->warmup) / (double)span : 1.0;
-    if (frac > 1) frac = 1;
-    return (float)(c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * frac)));
 }
 
 // Sum the gradient over the DP group into the owner's shard (in place at p->g + off; stage 0:
@@ -238,11 +229,8 @@ double zero_step(Zero *z, const Config *c, float lr) {
     double norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
     // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale
     z->skipped = !isfinite(norm);
-    if (z->skipped) {
-        z->loss_scale = z->loss_scale > 2.0f ? z->loss_scale / 2 : 1.0f;
-        z->clean = 0;
-    } else {
-        if (z->reg->half == 2 && ++z->clean >= z->window) { z->loss_scale *= 2; z->clean = 0; }
+    z->loss_scale = scaler_update(&z->scaler, z->loss_scale, z->skipped);
+    if (!z->skipped) {
         float coef = 1.0f;
         if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
         if (compressed) onebit_update(z, c, lr, unscale);

@@ -30,5 +30,3 @@ void zero_device_view(Zero *z, int copy);
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW
 // on the shard, gathers the parameters. Returns the gradient norm before clipping.
 double zero_step(Zero *z, const Config *c, float lr);
-// LR at step s (0-based) of c->steps: linear warm-up then cosine to min_lr.
-float lr_at(const Config *c, long s);

@@ -5,6 +5,7 @@
 #pragma once
 #include "nn/params.h"
 #include "parallel/topology.h"
+#include "parallel/loss_scale.h"
 
 typedef struct {
     long off, len;      // this rank's shard of the parameter's local elements
@@ -25,10 +26,11 @@ typedef struct Zero {
     double *sq, *sq_host;    // per tensor: the squared norm of its shard (run's device, host copy)
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
-    // fp16: dynamic loss scaling — the loss gradient is multiplied by loss_scale; a step whose
-    // gradients overflow is skipped and the scale halved; after `window` clean steps it doubles
+    // fp16: loss scaling (loss_scale.h) — the loss gradient is multiplied by loss_scale; a step
+    // whose gradients overflow is skipped and the scaler updates the scale
     float loss_scale;
-    int window, clean, skipped;
+    LossScaler scaler;
+    int skipped;
     int stage;               // zero_optimization.stage
     // stage 2 (zero_bucket.c): the shard's gradients, in the storage format (MEM_GRADS), and the
     // buckets the backward writes into: a deferred region for the tensors outside the blocks

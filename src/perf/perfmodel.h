@@ -1,4 +1,4 @@
-// perfmodel.h — predicted step time and memory of a layout on a cluster (design §8.3):
+// perfmodel.h — predicted step time and memory of a layout on a cluster (docs/tune.md):
 //   compute: the model FLOPs ted counts for MFU (mfu_flops_per_token), a rank's share of its
 //            stage, at the device's peak × GEMM efficiency (activation checkpointing adds a forward);
 //   communication: traffic.h's calls and bytes per collective and group, each call costed over an

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test_doc_refs.sh — the docs hold together: every "§N" or "§N.M" cited in README.md, docs/ and
+# src/ names a section of docs/design.md ("## N." / "### N.M"), every relative Markdown link of
+# README.md and docs/ points at a file that exists, and README.md stays a short front door (at
+# most 200 lines; the reference lives in docs/).
+set -uo pipefail
+: "${TED_ROOT:?}"
+cd "$TED_ROOT"
+/usr/bin/python3 - <<'PY'
+import glob, os, re, sys
+design = open("docs/design.md").read()
+sections = set(re.findall(r"^##+ (\d+(?:\.\d+)*)\.? ", design, re.M))
+files = ["README.md"] + sorted(glob.glob("docs/*.md")) + sorted(
+    p for p in glob.glob("src/**/*", recursive=True) if os.path.isfile(p) and p.endswith((".c", ".h", ".cu", ".md")))
+bad = []
+for p in files:
+    for n, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+        for ref in re.findall(r"§(\d+(?:\.\d+)*)", line):
+            if ref not in sections:
+                bad.append(f"{p}:{n}: §{ref} is not a section of docs/design.md")
+        if p.endswith(".md"):
+            for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", line):
+                if not os.path.exists(os.path.join(os.path.dirname(p), link)):
+                    bad.append(f"{p}:{n}: link {link} does not exist")
+lines = sum(1 for _ in open("README.md"))
+if lines > 200:
+    bad.append(f"README.md has {lines} lines (at most 200)")
+for b in bad:
+    print("FAIL " + b)
+print(f"{len(files)} files, sections {sorted(sections)}, README {lines} lines: " + ("ok" if not bad else f"{len(bad)} problems"))
+sys.exit(1 if bad else 0)
+PY
