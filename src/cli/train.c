@@ -636,11 +636,13 @@ int cmd_bench(int argc, char **argv) {
     if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
-               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a copy\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a memcpy of\n"
+               "       the same bytes\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step (wall; and the process's CPU time per step, which a shared machine\n"
-               "  inflates less), tokens/s and MFU against the sgemm peak measured here.\n");
+               "  inflates less), tokens/s and MFU against the sgemm peak measured here; mfu_cpu is the same\n"
+               "  by CPU time: rank 0's FLOPs per core-second against one core's sgemm rate timed the same way.\n");
         return 0;
     }
     Config c;
@@ -693,15 +695,21 @@ int cmd_bench(int argc, char **argv) {
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
+    // by CPU time: this rank's share of the step's FLOPs per core-second it burned, against one
+    // core's sgemm rate timed the same way
+    double core_peak = ted_device == DEV_CPU ? mfu_core_peak_flops(&topo) : 0;
+    double rank_flops = mfu_flops_per_token(m, T, dropped) * ntok * topo.dp / topo.world;
+    double mfu_cpu = mfu_of(rank_flops / (cpu / c.steps * 1e-3), core_peak);
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0 && topo.pp > 1)
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
            "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, cpu / c.steps, wait / c.steps, tps,
            mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
-           peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           peak * 1e-9, mfu_cpu, core_peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
     pipe_free(&P);
     zero_free(&z);
