@@ -642,7 +642,8 @@ int cmd_bench(int argc, char **argv) {
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step (wall; and the process's CPU time per step, which a shared machine\n"
                "  inflates less), tokens/s and MFU against the sgemm peak measured here; mfu_cpu is the same\n"
-               "  by CPU time: rank 0's FLOPs per core-second against one core's sgemm rate timed the same way.\n");
+               "  by CPU time: rank 0's FLOPs per core-second against one core's sgemm rate timed the same way;\n"
+               "  omp_wait_policy the threads' wait policy (PASSIVE unless the environment names one).\n");
         return 0;
     }
     Config c;
@@ -705,11 +706,12 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
-           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, "
+           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
            "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, cpu / c.steps, wait / c.steps, tps,
            mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
-           peak * 1e-9, mfu_cpu, core_peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
+           model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
     pipe_free(&P);
     zero_free(&z);
