@@ -64,6 +64,27 @@ static double f_attention(void *p) {
     attention_forward(c->out, c->w, c->inp, B_, T_, H_, HD_);
     return dot(c->out, c->R, (long)B_ * T_ * H_ * HD_);
 }
+// Long enough for the causal blocks (64 rows each, the last partial): T 150 = 64 + 64 + 22.
+enum { LT_ = 150, LH_ = 2, LHD_ = 8 };
+static double f_attention_long(void *p) {
+    OpCtx *c = p;
+    attention_forward(c->out, c->w, c->inp, 1, LT_, LH_, LHD_);
+    return dot(c->out, c->R, (long)LT_ * LH_ * LHD_);
+}
+static void check_attention_long(void) {
+    uint64_t keep = counter;   // its own draws: the checks after it see the numbers they always saw
+    counter = 1u << 30;
+    long nq = (long)LT_ * 3 * LH_ * LHD_, no = (long)LT_ * LH_ * LHD_;
+    float *qkv = buf(nq), *att = buf((long)LH_ * LT_ * LT_), *gq = buf(nq), *out = buf(no), *R = buf(no);
+    float *scratch = buf((long)omp_get_max_threads() * LT_ * LT_);
+    fill(qkv, nq, 1); fill(R, no, 1);
+    OpCtx a = {qkv, att, NULL, out, R, NULL, NULL, 0, 0, 0};
+    f_attention_long(&a);
+    attention_backward(gq, R, att, qkv, 1, LT_, LH_, LHD_, scratch);
+    check("attention d(qkv), T 150 (causal blocks)", f_attention_long, &a, qkv, gq, nq, 1e-2f, 1e-2);
+    counter = keep;
+}
+
 static int targets[N_];
 static double f_ce(void *p) {
     OpCtx *c = p;
@@ -108,6 +129,7 @@ static void test_ops(void) {
     f_attention(&a);
     attention_backward(gq, c.R, att, qkv, B_, T_, H_, HD_, scratch);
     check("attention d(qkv)", f_attention, &a, qkv, gq, nq, 1e-2f, 1e-2);
+    check_attention_long();
     // cross-entropy over logits with 2 padded columns: d(sum R_i·loss_i)
     float *logits = buf(N_ * V_);
     fill(logits, N_ * V_, 2); fill(c.R, N_, 1);

@@ -4,6 +4,7 @@
 #include "cli/plan.h"
 #include "io/progress.h"
 #include "io/tokenizer.h"
+#include "cli/threads.h"
 #include "cli/train.h"
 #include "cli/tune.h"
 #include "core/util.h"
@@ -31,6 +32,7 @@ static int wants_help(int argc, char **argv) {
 int main(int argc, char **argv) {
     // a console redirected to a file shows each line as it is printed; help text stays one
     // write (`ted x --help | grep -q ...` must not meet a closed pipe half-way)
+    threads_wait_policy(argv);
     if (!wants_help(argc, argv)) progress_line_buffered();
     comm_init(&argc, &argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -21,6 +21,7 @@
 #include "cli/sample.h"
 #include "io/savedir.h"
 #include "cli/stop.h"
+#include "cli/threads.h"
 #include "io/tensorlog.h"
 #include "io/wallclock.h"
 #include "io/monitor.h"
@@ -36,20 +37,6 @@
 #include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
-
-void openblas_set_num_threads(int);
-
-// Threads per process: as asked, else the cores shared out among the ranks on this node.
-static void set_threads(int n) {
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (n <= 0 && local && atoi(local) > 1) {
-        n = omp_get_num_procs() / atoi(local);
-        if (n < 1) n = 1;
-    }
-    if (n <= 0) return;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-}
 
 // --device: before the topology, whose groups open NCCL communicators on a GPU run
 static int start_device(const Config *c) {
@@ -349,7 +336,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     if (ted_agree(prepare(c, argc, argv, &R->ds, R->ckdir, sizeof R->ckdir, &R->log) != 0)) return -1;
     if (agree_run(c, R->ckdir)) return -1;   // every rank resolved the same run
     stop_install();
-    set_threads(c->threads);
+    threads_set(c->threads);
     R->T = seq_len_of(c);
     topo_init(&R->topo, c->tp, c->ep, c->pp);
     topo_print(&R->topo, c->model.num_experts);
@@ -641,23 +628,26 @@ static int eval_split(const char *data, const char *which, Dataset *ds, Split **
 int cmd_eval(int argc, char **argv) {
     if (has_help(argc, argv)) {
         printf("usage: ted eval --load CKPT --data FILE|PATTERN [--split val|train|all] [--windows N|all]\n"
-               "                [--micro-batch B] [--seq-len T]\n"
+               "                [--micro-batch B] [--seq-len T] [--threads N]\n"
                "  Mean loss of a checkpoint over the first N windows (default all) of a split of the data, split\n"
                "  as training splits it (default val: the last 10 %% of a text file, or the *_val_* shards of a\n"
                "  pattern; all: the whole of one file). Window i = tokens [iT, iT+T+1); T defaults to the\n"
                "  checkpoint's seq_len. Prints {\"loss\", \"lm_loss\", \"aux_loss\", \"windows\", \"split\"}; progress\n"
-               "  goes to stderr. With the whole val split this is the val_loss the training log reports.\n");
+               "  goes to stderr. With the whole val split this is the val_loss the training log reports.\n"
+               "  --threads N: OpenMP threads (default 0: all cores, shared out among the ranks of a node).\n");
         return 0;
     }
-    const char *load = NULL, *data = NULL, *win = "all", *mbs = "8", *tls = "0", *which = "val";
+    const char *load = NULL, *data = NULL, *win = "all", *mbs = "8", *tls = "0", *which = "val", *thr = "0";
     Opt o[] = {{"--load", &load}, {"--data", &data}, {"--windows", &win}, {"--micro-batch", &mbs}, {"--seq-len", &tls},
-               {"--split", &which}};
-    long nwin = 0, mb, Tl;
-    if (parse_opts(argc, argv, o, 6, "eval")) return TED_EXIT_USAGE;
+               {"--split", &which}, {"--threads", &thr}};
+    long nwin = 0, mb, Tl, nt;
+    if (parse_opts(argc, argv, o, 7, "eval")) return TED_EXIT_USAGE;
     if (!data) { ted_error("eval: --data FILE is required"); return TED_EXIT_USAGE; }
     if ((strcmp(win, "all") && to_long("eval", "--windows", win, 1, 1L << 40, &nwin)) ||
-        to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) || to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl))
+        to_long("eval", "--micro-batch", mbs, 1, 4096, &mb) || to_long("eval", "--seq-len", tls, 0, 1 << 20, &Tl) ||
+        to_long("eval", "--threads", thr, 0, 4096, &nt))
         return TED_EXIT_USAGE;
+    threads_set((int)nt);
     Dataset ds;
     Split *s;
     if (eval_split(data, which, &ds, &s)) return TED_EXIT_USAGE;   // the loader printed its line
@@ -687,26 +677,30 @@ int cmd_eval(int argc, char **argv) {
 int cmd_generate(int argc, char **argv) {
     if (has_help(argc, argv)) {
         printf("usage: ted generate --load CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
-               "                    [--stop TEXT] [--num-samples S] [--seed N] [--encoder DIR]\n"
+               "                    [--stop TEXT] [--num-samples S] [--seed N] [--encoder DIR] [--threads N]\n"
                "  Samples up to N tokens (default 200) after the prompt; temperature 1.0, top-k 0 (all), top-p 1.0\n"
                "  (all; else the smallest set of tokens holding that probability), seed 1337. --stop ends a sample\n"
                "  once its text contains TEXT. --num-samples S prints S samples (seeds N, N+1, ...), each under a\n"
                "  \"--- sample i/S\" line. Byte models print bytes; GPT-2 vocabulary models decode with\n"
-               "  DIR/encoder.json (default data/gpt2). The text streams to stdout; progress goes to stderr.\n");
+               "  DIR/encoder.json (default data/gpt2). The text streams to stdout; progress goes to stderr.\n"
+               "  --threads N: OpenMP threads (default 1: one sequence is too little work to share; two threads\n"
+               "  ran slower here alone, and 10x slower beside other jobs).\n");
         return 0;
     }
     const char *load = NULL, *prompt = "\n", *ntok = "200", *temp = "1.0", *topk = "0", *seed = "1337", *enc = "data/gpt2";
-    const char *topp = "1.0", *stop = NULL, *nsamp = "1";
+    const char *topp = "1.0", *stop = NULL, *nsamp = "1", *thr = "1";
     Opt o[] = {{"--load", &load}, {"--prompt", &prompt}, {"--tokens", &ntok}, {"--temperature", &temp},
                {"--top-k", &topk}, {"--seed", &seed}, {"--encoder", &enc}, {"--top-p", &topp}, {"--stop", &stop},
-               {"--num-samples", &nsamp}};
-    long n, k, sd, ns;
+               {"--num-samples", &nsamp}, {"--threads", &thr}};
+    long n, k, sd, ns, nt;
     double t, tp;
-    if (parse_opts(argc, argv, o, 10, "generate")) return TED_EXIT_USAGE;
+    if (parse_opts(argc, argv, o, 11, "generate")) return TED_EXIT_USAGE;
     if (to_long("generate", "--tokens", ntok, 0, 1 << 20, &n) || to_long("generate", "--top-k", topk, 0, 1 << 20, &k) ||
         to_long("generate", "--seed", seed, 0, (1L << 62), &sd) || to_float("generate", "--temperature", temp, 0, &t) ||
-        to_float("generate", "--top-p", topp, 0, &tp) || to_long("generate", "--num-samples", nsamp, 1, 1 << 20, &ns))
+        to_float("generate", "--top-p", topp, 0, &tp) || to_long("generate", "--num-samples", nsamp, 1, 1 << 20, &ns) ||
+        to_long("generate", "--threads", thr, 1, 4096, &nt))
         return TED_EXIT_USAGE;
+    threads_set((int)nt);
     if (!(tp > 0 && tp <= 1)) { ted_error("generate: --top-p must be in (0, 1], got \"%s\"", topp); return TED_EXIT_USAGE; }
     if (stop && !stop[0]) { ted_error("generate: --stop needs a non-empty text"); return TED_EXIT_USAGE; }
     Model M; Topology topo; Config c;
@@ -756,11 +750,14 @@ int cmd_bench(int argc, char **argv) {
     if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
-               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a copy\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a memcpy of\n"
+               "       the same bytes\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
                "  Prints ms/step (wall; and the process's CPU time per step, which a shared machine\n"
-               "  inflates less), tokens/s and MFU against the sgemm peak measured here.\n");
+               "  inflates less), tokens/s and MFU against the sgemm peak measured here; mfu_cpu is the same\n"
+               "  by CPU time: rank 0's FLOPs per core-second against one core's sgemm rate timed the same way;\n"
+               "  omp_wait_policy the threads' wait policy (PASSIVE unless the environment names one).\n");
         return 0;
     }
     Config c;
@@ -775,7 +772,7 @@ int cmd_bench(int argc, char **argv) {
         return TED_EXIT_USAGE;
     }
     if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
-    set_threads(c.threads);
+    threads_set(c.threads);
     if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
     int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
     char err[256];
@@ -813,15 +810,22 @@ int cmd_bench(int argc, char **argv) {
     double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
     double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
     double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
+    // by CPU time: this rank's share of the step's FLOPs per core-second it burned, against one
+    // core's sgemm rate timed the same way
+    double core_peak = ted_device == DEV_CPU ? mfu_core_peak_flops(&topo) : 0;
+    double rank_flops = mfu_flops_per_token(m, T, dropped) * ntok * topo.dp / topo.world;
+    double mfu_cpu = mfu_of(rank_flops / (cpu / c.steps * 1e-3), core_peak);
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
     if (topo.rank == 0 && topo.pp > 1)
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
            "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, cpu / c.steps, wait / c.steps, tps,
            mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
-           peak * 1e-9, model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
+           model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
            model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
     pipe_free(&P);
     zero_free(&z);

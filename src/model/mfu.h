@@ -11,6 +11,9 @@
 double mfu_peak_flops(const Config *c, const Topology *tp, const char **what);
 // Measured single-precision GEMM peak of this machine (FLOP/s), best of a few n³ sgemm calls.
 double sgemm_peak_flops(int n, int reps);
+// One core's sgemm peak by CPU time (FLOPs per core-second, rank 0's, broadcast): the
+// denominator of MFU by CPU time, which other jobs on the cores inflate far less than the wall.
+double mfu_core_peak_flops(const Topology *tp);
 // Model FLOPs per token of one training step (forward + backward) counting only the expert
 // work that was done: a dropped choice skips its expert FFN.
 double mfu_flops_per_token(const ModelConfig *m, int T, double dropped_frac);

@@ -8,6 +8,13 @@
 #include <omp.h>
 #include <string.h>
 
+// glibc's libmvec has vector tanhf and expf; math.h declares them only under -ffast-math, so say
+// it here (without fast-math's other licences) to let the GELU and softmax loops vectorize.
+#if defined(__x86_64__) && defined(__GLIBC__)
+extern float tanhf(float) __attribute__((__simd__("notinbranch")));
+extern float expf(float) __attribute__((__simd__("notinbranch")));
+#endif
+
 void encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B, int T,
                      int d) {
     ON_GPU(cu_encoder_forward(out, tok, wte, v0, Vl, wpe, B, T, d));
@@ -140,6 +147,34 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 // ---------------------------------------------------------------------------------------
 // attention: per (batch, head) two small sgemms, run single-threaded inside the parallel loop
 
+// Causal attention by blocks of ATT_BLOCK rows: row block i meets only the columns up to the end of
+// its own block, so the products skip the masked upper triangle (about half the FLOPs at long T);
+// its cells inside the diagonal block are written as zeros and nothing reads beyond it.
+#define ATT_BLOCK 64
+
+// One row of scores (u <= t live) to probabilities; the cells up to n (the block's end) zeroed.
+static void softmax_row(float *restrict row, int t, int n) {
+    float mx = -INFINITY, s = 0;
+    #pragma omp simd reduction(max : mx)
+    for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+    #pragma omp simd reduction(+ : s)
+    for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); s += row[u]; }
+    float inv = 1.0f / s;
+    #pragma omp simd
+    for (int u = 0; u <= t; u++) row[u] *= inv;
+    for (int u = t + 1; u < n; u++) row[u] = 0;
+}
+
+// dS = A ⊙ (dA − Σ A⊙dA) · scale on one row, zeros past t up to n.
+static void softmax_row_backward(float *restrict g, const float *restrict ar, int t, int n, float scale) {
+    float s = 0;
+    #pragma omp simd reduction(+ : s)
+    for (int u = 0; u <= t; u++) s += ar[u] * g[u];
+    #pragma omp simd
+    for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
+    for (int u = t + 1; u < n; u++) g[u] = 0;
+}
+
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
     ON_GPU(cu_attention_forward(out, att, qkv, B, T, H, hd));
     int D = H * hd, ld = 3 * D;
@@ -148,18 +183,40 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
-        float *a = att + (long)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, a, T);
-        for (int t = 0; t < T; t++) {
-            float *row = a + (long)t * T, mx = -INFINITY, s = 0;
-            for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
-            for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); s += row[u]; }
-            float inv = 1.0f / s;
-            for (int u = 0; u <= t; u++) row[u] *= inv;
-            for (int u = t + 1; u < T; u++) row[u] = 0;
+        float *a = att + (long)bh * T * T, *o = out + (long)b * T * D + h * hd;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, n = r0 + m;   // rows r0..n-1 meet columns 0..n-1
+            float *ar = a + (long)r0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, scale, q + (long)r0 * ld, ld, k, ld, 0.0f,
+                        ar, T);
+            for (int t = r0; t < n; t++) softmax_row(ar + (long)(t - r0) * T, t, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1.0f, ar, T, v, ld, 0.0f,
+                        o + (long)r0 * D, D);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, v, ld, 0.0f,
-                    out + (long)b * T * D + h * hd, D);
+    }
+}
+
+// By row blocks: dA = dO·Vᵀ, dS, dQ = dS·K; then by column blocks j (rows j.. below meet them):
+// dV_j = A[j.., j]ᵀ·dO[j..], dK_j = dS[j.., j]ᵀ·Q[j..].
+static void attention_backward_one(float *dq, const float *dO, const float *a, const float *q, float *dA, int T,
+                                   int D, int hd, float scale) {
+    int ld = 3 * D;
+    const float *k = q + D, *v = q + 2 * D;
+    float *dk = dq + D, *dv = dq + 2 * D;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, n = r0 + m;
+        float *g = dA + (long)r0 * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1.0f, dO + (long)r0 * D, D, v, ld, 0.0f, g, T);
+        for (int t = r0; t < n; t++) softmax_row_backward(g + (long)(t - r0) * T, a + (long)t * T, t, n, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1.0f, g, T, k, ld, 0.0f, dq + (long)r0 * ld, ld);
+    }
+    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+        int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
+        const float *ac = a + (long)c0 * T + c0, *gc = dA + (long)c0 * T + c0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dO + (long)c0 * D, D, 0.0f,
+                    dv + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, gc, T, q + (long)c0 * ld, ld, 0.0f,
+                    dk + (long)c0 * ld, ld);
     }
 }
 
@@ -171,34 +228,14 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
-        const float *a = att + (long)bh * T * T, *dO = dout + (long)b * T * D + h * hd;
-        float *dq = dqkv + (long)b * T * ld + h * hd, *dk = dq + D, *dv = dq + 2 * D;
-        float *dA = scratch + (long)omp_get_thread_num() * T * T;
-        // dV = Aᵀ·dO ; dA = dO·Vᵀ
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, dO, D, 0.0f, dv, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, D, v, ld, 0.0f, dA, T);
-        // softmax backward: dS = A ⊙ (dA − Σ A⊙dA), times the 1/√hd of the scores
-        for (int t = 0; t < T; t++) {
-            const float *ar = a + (long)t * T;
-            float *g = dA + (long)t * T, s = 0;
-            for (int u = 0; u <= t; u++) s += ar[u] * g[u];
-            for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
-            for (int u = t + 1; u < T; u++) g[u] = 0;
-        }
-        // dQ = dS·K ; dK = dSᵀ·Q
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, k, ld, 0.0f, dq, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dA, T, q, ld, 0.0f, dk, ld);
+        attention_backward_one(dqkv + (long)b * T * ld + h * hd, dout + (long)b * T * D + h * hd,
+                               att + (long)bh * T * T, qkv + (long)b * T * ld + h * hd,
+                               scratch + (long)omp_get_thread_num() * T * T, T, D, hd, scale);
     }
 }
 
 // ---------------------------------------------------------------------------------------
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
-// glibc's libmvec has vector tanhf; math.h declares it only under -ffast-math, so say it here
-// (without fast-math's other licences) to let the GELU loops vectorize.
-#if defined(__x86_64__) && defined(__GLIBC__)
-extern float tanhf(float) __attribute__((__simd__("notinbranch")));
-#endif
 
 void gelu_forward(float *out, const float *inp, long n) {
     ON_GPU(cu_gelu_forward(out, inp, n));

@@ -25,7 +25,7 @@ void adamw_f32_host(float *w, float *m, float *v, const float *g, long n, float 
 void adamw_half_host(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
                      uint16_t *w16, int half);
 // `ted bench --optimizer N`: times one step over N parameters, fp32 and bf16 weights, and a
-// parallel copy of the same bytes; prints ms per step and GB/s (bytes read + written).
+// memcpy of the same bytes; prints ms per step, GB/s (bytes read + written) and the ratio in words.
 int adam_bench(long n, int reps);
 // The same from the command line's N (a positive integer; else one line and TED_EXIT_USAGE).
 int adam_bench_cmd(const char *arg);

@@ -34,6 +34,16 @@ static void make_shards(Zero *z) {
     }
 }
 
+// fp32 weights on the CPU whose every shard is the whole tensor, at its place (one process, or
+// stage 0): the masters are the weights themselves, updated in place, with no second copy.
+static int masters_are_weights(const Zero *z) {
+    const Registry *r = z->reg;
+    if (r->half || ted_device != DEV_CPU) return 0;
+    for (int i = 0; i < r->n; i++)
+        if (z->sh[i].off || z->sh[i].len != r->p[i].numel || z->sh[i].base != (long)r->p[i].off) return 0;
+    return 1;
+}
+
 void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     memset(z, 0, sizeof *z);
     z->reg = reg; z->topo = topo;
@@ -43,7 +53,8 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     // for checkpoints
     size_t bytes = sizeof(float) * z->total;
     if (!offload_init(z, c)) {
-        z->dev[0] = z->master = ted_alloc_buf(bytes, MEM_OPTIMIZER);
+        z->in_place = masters_are_weights(z);
+        z->dev[0] = z->master = z->in_place ? reg->w : ted_alloc_buf(bytes, MEM_OPTIMIZER);
         z->dev[1] = z->m = ted_alloc_buf(bytes, MEM_OPTIMIZER);
         z->dev[2] = z->v = ted_alloc_buf(bytes, MEM_OPTIMIZER);
         for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
@@ -67,7 +78,7 @@ void zero_sync_master(Zero *z) {
         const Param *p = &r->p[i];
         const Shard *s = &z->sh[i];
         if (r->half) convert_to_f32(z->master + s->base, p->w16 + s->off, s->len, r->half);
-        else buf_copy(z->master + s->base, p->w + s->off, sizeof(float) * s->len);
+        else if (!z->in_place) buf_copy(z->master + s->base, p->w + s->off, sizeof(float) * s->len);
     }
 }
 
@@ -82,7 +93,7 @@ void zero_free(Zero *z) {
     for (int i = 0; i < 3; i++) {
         if (z->host[i] != z->dev[i]) ted_free(z->host[i]);
         if (z->offload) ted_free(z->dev[i]);
-        else ted_free_buf(z->dev[i]);
+        else if (!(i == 0 && z->in_place)) ted_free_buf(z->dev[i]);
     }
     if (z->offload) offload_free(z);
     if (z->stage != 2) { ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); }
@@ -149,22 +160,24 @@ static void gather_param(Zero *z, Param *p, const Shard *s) {
     buf_copy(w, buf, es * p->numel);
 }
 
-// *out = Σ (s·x)² over a shard, in double. out is one of z->sq's slots: on the GPU a device
-// double, so that the norm of every tensor is computed without waiting, and read once.
-static void sumsq(double *out, const void *x, long n, int half, float s) {
-#ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) {
-        if (half) cu_sumsq_half(out, x, n, half, s);
-        else cu_sumsq(out, x, n);   // s is 1 here: fp32 gradients are unscaled
-        return;
-    }
-#endif
+// Σ (s·x)² over a shard, in double, by one thread: vectorised (an OpenMP SIMD reduction), in an
+// order fixed by the code, not by the thread count.
+static double sumsq_host(const void *x, long n, int half, float s) {
     double acc = 0;
-    if (half)
-        for (long j = 0; j < n; j++) { double g = half_to_f32(half, ((const uint16_t *)x)[j]) * s; acc += g * g; }
-    else
-        for (long j = 0; j < n; j++) acc += (double)((const float *)x)[j] * ((const float *)x)[j];
-    *out = acc;
+    if (half == 1) {
+        const uint16_t *restrict h = x;
+        #pragma omp simd reduction(+ : acc)
+        for (long j = 0; j < n; j++) { double g = bf16_to_f32(h[j]) * s; acc += g * g; }
+    } else if (half == 2) {
+        const uint16_t *restrict h = x;
+        #pragma omp simd reduction(+ : acc)
+        for (long j = 0; j < n; j++) { double g = fp16_to_f32(h[j]) * s; acc += g * g; }
+    } else {
+        const float *restrict f = x;
+        #pragma omp simd reduction(+ : acc)
+        for (long j = 0; j < n; j++) acc += (double)f[j] * f[j];
+    }
+    return acc;
 }
 
 // The shard's gradients of tensor i: in place in the registry, or (stage 2) in the shard buffer.
@@ -175,14 +188,29 @@ static void *shard_grad(const Zero *z, int i) {
     return r->half ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
 }
 
+// z->sq[i] = the squared norm of tensor i's shard (16-bit: unscaled). On the CPU the threads share
+// out the tensors, one tensor to a thread: 2.4 ms instead of 15 for the bench model's 18 M.
+static void sumsq_all(Zero *z, float unscale) {
+    const Registry *r = z->reg;
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) {
+        for (int i = 0; i < r->n; i++) {
+            if (r->half) cu_sumsq_half(z->sq + i, shard_grad(z, i), z->sh[i].len, r->half, unscale);
+            else cu_sumsq(z->sq + i, shard_grad(z, i), z->sh[i].len);   // fp32 gradients are unscaled
+        }
+        return;
+    }
+#endif
+    #pragma omp parallel for schedule(dynamic)
+    for (int i = 0; i < r->n; i++) z->sq[i] = sumsq_host(shard_grad(z, i), z->sh[i].len, r->half, r->half ? unscale : 1.0f);
+}
+
 // Reduces the gradients to their owners and returns the global norm (unscaled): each
 // parameter counted once, whatever the layout.
 static double reduce_and_norm(Zero *z, float unscale) {
     Registry *r = z->reg;
-    for (int i = 0; i < r->n; i++) {
-        reduce_grad(z, &r->p[i], &z->sh[i]);
-        sumsq(z->sq + i, shard_grad(z, i), z->sh[i].len, r->half, r->half ? unscale : 1.0f);
-    }
+    for (int i = 0; i < r->n; i++) reduce_grad(z, &r->p[i], &z->sh[i]);
+    sumsq_all(z, unscale);
     const double *part = buf_to_host(z->sq_host, z->sq, sizeof(double) * r->n);
     double sq = 0;
     for (int i = 0; i < r->n; i++) {
@@ -214,7 +242,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
                            p->w16 + s->off + j0, half, z->tile);
             else
                 adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
-                          p->w + s->off + j0);
+                          z->in_place ? NULL : p->w + s->off + j0);
         }
         // every rank of the group gets the whole updated tensor
         gather_param(z, p, s);

@@ -19,6 +19,7 @@ typedef struct Zero {
     const Topology *topo;
     Shard *sh;
     float *master, *m, *v;   // MEM_OPTIMIZER: 12 bytes per shard element (the current view)
+    int in_place;            // master is the registry's fp32 weights (whole shards on the CPU): 8 bytes
     float *dev[3], *host[3]; // master, m, v on the run's device and their host copies (the same on the CPU)
     int planned;             // the buffers below are made (at the first step)
     void *comm[2];           // reduce-scatter / all-gather buffers, made at the first step
