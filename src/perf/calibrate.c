@@ -33,17 +33,20 @@ static int layout_of(Group *w, int *per, int *nodes, int *near, int *far) {
     return 0;
 }
 
-// One-way time of an n-byte message between rank 0 and peer, in seconds (best of reps round trips).
-static double pingpong(Group *w, int peer, long n, int reps) {
+// One-way time of an n-byte message between rank r and r + shift for every r < pairs at once (best
+// of reps round trips, as rank 0 sees it): with pairs > 1 the ranks of a node share its uplink as
+// they do when a collective crosses nodes.
+static double pingpong(Group *w, int shift, int pairs, long n, int reps) {
     char *buf = ted_alloc((size_t)n, MEM_COMM);
+    int me = w->rank, lo = me < pairs, hi = me >= shift && me - shift < pairs;
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
         comm_barrier(w);
-        if (w->rank != 0 && w->rank != peer) continue;
+        if (!lo && !hi) continue;
         MPI_Request req;
         double t0 = now_ms();
-        if (w->rank == 0) { comm_isend(w, buf, n, DT_BYTE, peer, 7, &req); comm_wait(&req); comm_recv(w, buf, n, DT_BYTE, peer, 8); }
-        else { comm_recv(w, buf, n, DT_BYTE, 0, 7); comm_isend(w, buf, n, DT_BYTE, 0, 8, &req); comm_wait(&req); }
+        if (lo) { comm_isend(w, buf, n, DT_BYTE, me + shift, 7, &req); comm_wait(&req); comm_recv(w, buf, n, DT_BYTE, me + shift, 8); }
+        else { comm_recv(w, buf, n, DT_BYTE, me - shift, 7); comm_isend(w, buf, n, DT_BYTE, me - shift, 8, &req); comm_wait(&req); }
         double t = (now_ms() - t0) / 2e3;
         if (t < best) best = t;
     }
@@ -51,10 +54,11 @@ static double pingpong(Group *w, int peer, long n, int reps) {
     return best;
 }
 
-// The link between rank 0 and peer (everyone calls; rank 0's figures are broadcast).
-static Link measure_link(Group *w, int peer) {
+// The link between rank 0 and rank shift, `pairs` pairs at once (everyone calls; rank 0's figures
+// are broadcast): latency from one pair alone, bandwidth with every pair sending.
+static Link measure_link(Group *w, int shift, int pairs) {
     double v[2] = {0, 0};
-    double lat = pingpong(w, peer, 8, 200), big = pingpong(w, peer, 8 << 20, 5);
+    double lat = pingpong(w, shift, 1, 8, 200), big = pingpong(w, shift, pairs, 8 << 20, 5);
     if (w->rank == 0) { v[0] = lat; v[1] = (8 << 20) / (big - lat > 0 ? big - lat : big); }
     comm_broadcast(w, v, 2, DT_F64, 0);
     return (Link){v[1], v[0]};
@@ -75,15 +79,18 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     c->gemm_eff = 0.55;
     c->mem = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / c->per_node;
     c->intra = c->inter = (Link){5e9, 2e-6};
-    if (near >= 0) c->intra = c->inter = measure_link(&w, near);
-    if (far >= 0) c->inter = measure_link(&w, far);
+    if (near >= 0) c->intra = c->inter = measure_link(&w, near, 1);
+    // between nodes every rank of a node sends at once, to its twin on the next node (ranks are
+    // filled node by node), so the figure is what one device gets of the node's uplink
+    if (far >= 0) c->inter = measure_link(&w, far, far == c->per_node ? c->per_node : 1);
     if (near < 0 && far >= 0) c->intra = c->inter;
     snprintf(note, (size_t)notelen, "measured by ted tune --calibrate on %d node(s) of %d rank(s): peak = the slowest rank's "
              "fp32 sgemm rate with every rank multiplying at once; links: %s; gemm_efficiency 0.55 is ted's bench "
              "model MFU on CPUs, not measured", c->nodes, c->per_node,
              near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
                                  : far < 0 ? "8-byte and 8 MB ping-pong inside the node (inter = intra: one node)"
-                                           : "8-byte and 8 MB ping-pong inside a node and between nodes");
+                                           : "8-byte and 8 MB ping-pong inside a node and between nodes, the latter "
+                                             "with every rank of the node sending at once (a device's share of the uplink)");
     return 0;
 }
 
