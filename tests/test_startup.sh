@@ -23,6 +23,11 @@ S=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 64
 grep -q '^model: [0-9]* parameters, dense, 2 blocks; dense attention; T 64' "$W/dense.out" &&
   ! grep -q 'MoE blocks of 1 experts' "$W/dense.out" && ok "dense: $(grep '^model' "$W/dense.out" | cut -c1-90)" ||
   bad "dense model line: $(grep '^model' "$W/dense.out")"
+grep -q '^layout: G 1  tp 1  dp 1  ep 1  edp 1  pp 1$' "$W/dense.out" && ok "dense layout line names no experts" ||
+  bad "dense layout line: $(grep '^layout' "$W/dense.out")"
+# --save makes its missing parents, as mkdir -p
+"$TED" train "${S[@]}" --save "$W/new/parents/ck" >"$W/save.out" 2>&1 && [ -d "$W/new/parents/ck/step_00000001" ] &&
+  ok "--save creates missing parent folders" || bad "--save into missing parents: $(grep '^ted:' "$W/save.out")"
 grep -q '^activations: 1 view(s) held' "$W/dense.out" && ! grep -q '^pipeline' "$W/dense.out" &&
   ok "one process: $(grep '^activations' "$W/dense.out")" || bad "pipeline lines on one process"
 grep -q 'min-lr 6e-05 ' "$W/dense.out" && ok "min-lr as written: 6e-05" || bad "min-lr: $(grep -o 'min-lr [^ ]*' "$W/dense.out")"

@@ -189,7 +189,16 @@ int ckpt_check_root(const char *root) {
         ted_error("--save %s: exists and is not a directory", root);
         return -1;
     }
-    if (mkdir(root, 0777)) { ted_error("--save %s: cannot create: %s", root, strerror(errno)); return -1; }
+    char path[1200];   // as mkdir -p: the missing parents too
+    snprintf(path, sizeof path, "%s", root);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        int bad = mkdir(path, 0777) && errno != EEXIST;
+        *p = '/';
+        if (bad) { ted_error("--save %s: cannot create %.*s: %s", root, (int)(p - path), path, strerror(errno)); return -1; }
+    }
+    if (mkdir(root, 0777) && errno != EEXIST) { ted_error("--save %s: cannot create: %s", root, strerror(errno)); return -1; }
     return 0;
 }
 

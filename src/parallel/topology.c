@@ -57,8 +57,9 @@ void topo_init(Topology *t, int tp, int ep, int pp) {
 
 void topo_print(const Topology *t, int num_experts) {
     if (t->rank) return;
-    printf("layout: G %d  tp %d  dp %d  ep %d  edp %d  pp %d  experts/rank %d\n", t->world, t->tp, t->dp,
-           t->ep, t->edp, t->pp, num_experts > 1 ? num_experts / t->ep : 0);
+    printf("layout: G %d  tp %d  dp %d  ep %d  edp %d  pp %d", t->world, t->tp, t->dp, t->ep, t->edp, t->pp);
+    if (num_experts > 1) printf("  experts/rank %d", num_experts / t->ep);
+    printf("\n");
 }
 
 // Node index of every rank (node = host name, in order of first appearance); returns the node count.
