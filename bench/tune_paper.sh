@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# ted tune's performance model against the TED paper's Summit runs (seed 000 §7): the weak-scaling
+# ted tune's performance model against the TED paper's Summit runs (Singh et al., ICS '23, §7): the weak-scaling
 # table (16 experts; 1.3B/2.7B/6.7B/13B bases on 32/64/128/256 V100 at tp 1/2/4/8) and a Fig. 5
 # style breakdown (baseline, +DTD, +DTD+CAC), predicted with the summit preset.
-# Assumptions (the paper's Table 1 is not in our copy): GPT-3's shapes (Brown et al.), T 2048,
+# Assumptions (the paper's Table 1 was not in the text we worked from): GPT-3's shapes (Brown et al.), T 2048,
 # V 50257, an MoE FFN in every other block, top-1 routing with capacity factor 1, bf16, ZeRO-1,
 # activation checkpointing on (the paper always checkpoints), the global batch of GPT-3 for the
 # base (1.3B, 2.7B: 512 sequences; 6.7B, 13B: 1024), ep = 16 (one expert per EP rank).

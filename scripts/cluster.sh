@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cluster.sh — a cluster of "nodes" on one machine, for multi-node tests and benchmarks (SPEC §8.1,
-# docs/cluster.md). Root only. Nodes are network namespaces joined by a bridge that lives in a
+# cluster.sh — a cluster of "nodes" on one machine, for multi-node tests and benchmarks
+# (docs/cluster.md). Root only. Nodes are network namespaces joined by a bridge that lives in a
 # namespace of its own, so the host's network is never touched.
 #
 #   cluster.sh up N                  nodes node1..nodeN, 10.231.0.K/24, own host names and hosts files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 1-bit Adam's update (SPEC §6.3) against an independent implementation of its exact form
+# 1-bit Adam's update (docs/parallel.md) against an independent implementation of its exact form
 # (bench/torch_ref.py --onebit-freeze, float64): one process, compression "none" (the group
 # average of m is m itself), freeze_step 2 of 8 steps, so steps on both sides of the freeze. v̂ stays
 # frozen at v/(1−β2^freeze_step); m keeps accumulating and m̂ = m/(1−β1^t) goes on with the step.

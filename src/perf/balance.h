@@ -1,6 +1,6 @@
 // balance.h — pipeline.layers "auto": the split of the L blocks into nch contiguous chunks that
 // makes the costliest chunk as cheap as it can be (PipeDream's partitioning by dynamic
-// programming, seed 003), a block costing its model FLOPs per token and the last chunk also the
+// programming, as PipeDream partitions), a block costing its model FLOPs per token and the last chunk also the
 // LM head's (6·V·d); the embedding's lookup costs nothing.
 #pragma once
 #include "config/config.h"
