@@ -11,37 +11,27 @@
 #include <stdlib.h>
 #include <time.h>
 
-double sgemm_peak_flops(int n, int reps) {
+// The best of reps n³ sgemm calls, timed by `timer` (ms): FLOP/s.
+static double sgemm_rate(int n, int reps, double (*timer)(void)) {
     float *a = ted_alloc(sizeof(float) * n * n, MEM_TEMP), *b = ted_alloc(sizeof(float) * n * n, MEM_TEMP),
           *c = ted_alloc(sizeof(float) * n * n, MEM_TEMP);
     for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = timer();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = now_ms() - t0;
+        double t = timer() - t0;
         if (t < best) best = t;
     }
     ted_free(a); ted_free(b); ted_free(c);
     return 2.0 * n * n * (double)n / (best * 1e-3);
 }
 
-// The same n³ sgemm timed by the process's CPU time: FLOPs per core-second, which a core lent
-// to other jobs in the meantime does not lower. Best of reps calls.
-static double sgemm_core_rate(int n, int reps) {
-    float *a = ted_alloc(sizeof(float) * n * n, MEM_TEMP), *b = ted_alloc(sizeof(float) * n * n, MEM_TEMP),
-          *c = ted_alloc(sizeof(float) * n * n, MEM_TEMP);
-    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = cpu_ms();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = cpu_ms() - t0;
-        if (t < best) best = t;
-    }
-    ted_free(a); ted_free(b); ted_free(c);
-    return 2.0 * n * n * (double)n / (best * 1e-3);
-}
+double sgemm_peak_flops(int n, int reps) { return sgemm_rate(n, reps, now_ms); }
+
+// The same timed by the process's CPU time: FLOPs per core-second, which a core lent to other
+// jobs in the meantime does not lower.
+static double sgemm_core_rate(int n, int reps) { return sgemm_rate(n, reps, cpu_ms); }
 
 double mfu_core_peak_flops(const Topology *tp) {
     double r = tp->rank == 0 ? sgemm_core_rate(1024, 6) : 0;

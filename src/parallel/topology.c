@@ -23,8 +23,7 @@ static void place(const Topology *t, int r, int *tp_idx, int *dp_idx, int *stage
     *stage = r / (t->dp * t->tp);
 }
 
-// The group of `kind` rank r belongs to: color = what the members share; key = position inside.
-static int group_of(const Topology *t, GroupKind kind, int r, int *key) {
+int topo_group_of(const Topology *t, GroupKind kind, int r, int *key) {
     int ti, di, st;
     place(t, r, &ti, &di, &st);
     int ei = di % t->ep, edi = di / t->ep;
@@ -50,7 +49,7 @@ void topo_init(Topology *t, int tp, int ep, int pp) {
     t->ep_idx = t->dp_idx % ep;
     t->edp_idx = t->dp_idx / ep;
     for (int k = 0; k < GROUP_N; k++) {
-        int key, color = group_of(t, (GroupKind)k, t->rank, &key);
+        int key, color = topo_group_of(t, (GroupKind)k, t->rank, &key);
         t->g[k] = comm_group((GroupKind)k, color, key);
     }
 }
@@ -90,7 +89,7 @@ static void count_crossing(const Topology *t, GroupKind kind, const int *node_of
     for (int c = 0; c < *groups; c++) {
         int first = -1, crosses = 0, key;
         for (int r = 0; r < t->world; r++) {
-            if (group_of(t, kind, r, &key) != c) continue;
+            if (topo_group_of(t, kind, r, &key) != c) continue;
             if (first < 0) first = node_of[r];
             else if (node_of[r] != first) crosses = 1;
         }

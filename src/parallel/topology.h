@@ -14,6 +14,9 @@ typedef struct {
 int topo_check(int world, int tp, int ep, int pp, char *err, size_t errlen);
 // Fills t for this process and creates the groups (collective over the world).
 void topo_init(Topology *t, int tp, int ep, int pp);
+// The group of `kind` rank r belongs to, for any rank (only t's degrees tp, dp, ep, edp are read):
+// returns its color (what the members share) and sets key (the position inside).
+int topo_group_of(const Topology *t, GroupKind kind, int r, int *key);
 void topo_print(const Topology *t, int num_experts);
 // Multi-node runs (node = host name, gathered over the world; collective): rank 0 prints how many
 // groups of each kind (tp, ep, edp, dp, pp) hold ranks of more than one node, and warns when a TP

@@ -1,5 +1,6 @@
 // perfmodel.c — the performance model (see perfmodel.h).
 #include "perf/perfmodel.h"
+#include "parallel/topology.h"
 #include "model/mfu.h"
 #include "model/model.h"
 #include <math.h>
@@ -32,26 +33,20 @@ double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link 
     return s * 1e3;
 }
 
-// Members of rank (stage s, dp 0, tp 0)'s group g, and how many sit on another node than it.
+// Members of rank (stage s, dp 0, tp 0)'s group g (for the pipeline: its neighbouring stages and
+// itself), and how many of them sit on another node than it.
 static int members(const Layout *y, int g, int s, const Cluster *cl, int *far) {
-    int edp = y->dp / y->ep, r0 = layout_rank(y, s, 0, 0), n = 0;
+    Topology t = {.tp = y->tp, .dp = y->dp, .ep = y->ep, .edp = y->dp / y->ep, .pp = y->pp};
+    int r0 = layout_rank(y, s, 0, 0), key, mine = topo_group_of(&t, (GroupKind)g, r0, &key), n = 0;
     *far = 0;
     for (int i = 0; i < y->pp * y->dp * y->tp; i++) {
-        int st = i / (y->dp * y->tp), dpi = i / y->tp % y->dp, tpi = i % y->tp, in;
-        switch (g) {
-        case GROUP_TP: in = st == s && dpi == 0; break;
-        case GROUP_DP: in = st == s && tpi == 0; break;
-        case GROUP_EP: in = st == s && tpi == 0 && dpi / y->ep == 0; break;
-        case GROUP_EDP: in = st == s && tpi == 0 && dpi % y->ep == 0; break;
-        case GROUP_PP: in = dpi == 0 && tpi == 0 && (st == s - 1 || st == s + 1); break;
-        default: in = 1;
-        }
-        if (!in) continue;
+        int st = i / (y->dp * y->tp);
+        if (topo_group_of(&t, (GroupKind)g, i, &key) != mine) continue;
+        if (g == GROUP_PP && st != s - 1 && st != s + 1 && i != r0) continue;
         n++;
         *far += i / cl->per_node != r0 / cl->per_node;
     }
-    (void)edp;
-    return g == GROUP_PP ? n + 1 : n;
+    return n;
 }
 
 static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl) {
