@@ -170,7 +170,8 @@ static Tick tick(CollKind c, Group *g, long long bytes) {
 static void count(Tick t, CollKind c, Group *g, long long bytes) {
     watchdog_leave();
     CommCount *k = &stats.c[c][g->kind];
-    k->calls++; k->bytes += bytes; k->ms += now_ms() - t.t0;
+    double ms = now_ms() - t.t0;
+    k->calls++; k->bytes += bytes; k->ms += ms; k->exposed_ms += ms;
 }
 
 // GPU_PATH(buffer, nccl call, stat, bytes, staged fallback): on a GPU run with a device buffer,
@@ -341,7 +342,9 @@ void comm_wait(MPI_Request *req) {
     watchdog_enter("send (wait)", "pp", 2, 0);
     double t0 = now_ms();
     MPI_Wait(req, MPI_STATUS_IGNORE);
-    stats.c[COLL_SENDRECV][GROUP_PP].ms += now_ms() - t0;
+    double ms = now_ms() - t0;
+    stats.c[COLL_SENDRECV][GROUP_PP].ms += ms;
+    stats.c[COLL_SENDRECV][GROUP_PP].exposed_ms += ms;
     watchdog_leave();
 }
 
@@ -351,6 +354,104 @@ int comm_test(MPI_Request *req) {
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     return done;
 }
+
+// ---------------------------------------------------------------------------------------
+// Non-blocking collectives: started here, counted when complete (see comm.h)
+
+#define MAX_IN_FLIGHT 1024
+static CommReq *in_flight[MAX_IN_FLIGHT];
+static int n_in_flight;
+
+static void req_begin(CommReq *r, Group *g, CollKind c, long long bytes, const void *buf) {
+#ifdef TED_CUDA
+    CHECK(!on_gpu(buf), "non-blocking %s on a device buffer: overlap runs on the CPU only", comm_coll_name(c));
+#else
+    (void)buf;
+#endif
+    *r = (CommReq){MPI_REQUEST_NULL, c, g->kind, g->size, bytes, g->size > 1 ? now_ms() : 0, NULL};
+    CHECK(n_in_flight < MAX_IN_FLIGHT, "more than %d non-blocking collectives in flight", MAX_IN_FLIGHT);
+}
+static void req_track(CommReq *r) { if (r->req != MPI_REQUEST_NULL) in_flight[n_in_flight++] = r; }
+
+// The request is complete: count it (span from start to now) and forget it.
+static void req_done(CommReq *r) {
+    CommCount *k = &stats.c[r->coll][r->group];
+    k->calls++; k->bytes += r->bytes; k->ms += now_ms() - r->t0;
+    free(r->counts); r->counts = NULL;
+    for (int i = 0; i < n_in_flight; i++)
+        if (in_flight[i] == r) { in_flight[i] = in_flight[--n_in_flight]; break; }
+}
+
+void comm_iallreduce(Group *g, void *buf, long n, DType t, CommReq *r) {
+    req_begin(r, g, COLL_ALLREDUCE, (long long)n * dsize(t), buf);
+    if (g->size == 1) return;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mtype(t), sum_op(t), g->comm, &r->req);
+    req_track(r);
+}
+
+void comm_iallgather(Group *g, const void *send, void *recv, long n, DType t, CommReq *r) {
+    req_begin(r, g, COLL_ALLGATHER, (long long)n * dsize(t), recv);
+    if (g->size == 1) { if (send != recv) buf_copy(recv, send, n * dsize(t)); return; }
+    const void *s = send;
+    if ((const char *)send == (char *)recv + (size_t)g->rank * n * dsize(t)) s = MPI_IN_PLACE;
+    MPI_Iallgather(s, (int)n, mtype(t), recv, (int)n, mtype(t), g->comm, &r->req);
+    req_track(r);
+}
+
+void comm_ireduce_scatter(Group *g, const void *send, void *recv, long n, DType t, CommReq *r) {
+    req_begin(r, g, COLL_REDUCE_SCATTER, (long long)n * g->size * dsize(t), recv);
+    if (g->size == 1) { if (send != recv) buf_copy(recv, send, n * dsize(t)); return; }
+    MPI_Ireduce_scatter_block(send, recv, (int)n, mtype(t), sum_op(t), g->comm, &r->req);
+    req_track(r);
+}
+
+void comm_ialltoallv(Group *g, const void *send, const long *sc, const long *sd,
+                     void *recv, const long *rc, const long *rd, DType t, CommReq *r) {
+    int P = g->size;
+    long long sent = 0;
+    for (int i = 0; i < P; i++) sent += sc[i];
+    req_begin(r, g, COLL_ALLTOALL, sent * (long long)dsize(t), recv);
+    if (P == 1) {
+        if (send != recv) buf_copy((char *)recv + rd[0] * dsize(t), (const char *)send + sd[0] * dsize(t), sc[0] * dsize(t));
+        return;
+    }
+    int *b = r->counts = malloc(sizeof(int) * 4 * P);
+    CHECK(b, "out of memory in alltoallv");
+    for (int i = 0; i < P; i++) {
+        b[i] = (int)sc[i]; b[P + i] = (int)sd[i]; b[2 * P + i] = (int)rc[i]; b[3 * P + i] = (int)rd[i];
+    }
+    MPI_Ialltoallv(send, b, b + P, mtype(t), recv, b + 2 * P, b + 3 * P, mtype(t), g->comm, &r->req);
+    req_track(r);
+}
+
+int comm_req_test(CommReq *r) {
+    if (r->req == MPI_REQUEST_NULL) return 1;   // complete, or a size-1 group's (never counted)
+    double t0 = now_ms();
+    int done = 0;
+    MPI_Test(&r->req, &done, MPI_STATUS_IGNORE);
+    stats.c[r->coll][r->group].exposed_ms += now_ms() - t0;
+    if (done) req_done(r);
+    return done;
+}
+
+void comm_req_wait(CommReq *r) {
+    if (r->req == MPI_REQUEST_NULL) return;
+    watchdog_enter(comm_coll_name(r->coll), comm_group_name(r->group), r->gsize, r->bytes);
+    double t0 = now_ms();
+    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    stats.c[r->coll][r->group].exposed_ms += now_ms() - t0;
+    watchdog_leave();
+    req_done(r);
+}
+
+void comm_req_waitall(CommReq *r, int n) { for (int i = 0; i < n; i++) comm_req_wait(&r[i]); }
+
+// Tests every request in flight, newest first (a completed one is swapped out from the end,
+// which has been tested already).
+void comm_progress(void) {
+    for (int i = n_in_flight - 1; i >= 0; i--) if (i < n_in_flight) comm_req_test(in_flight[i]);
+}
+int comm_in_flight(void) { return n_in_flight; }
 
 int comm_max_int(Group *g, int v) {
     if (g->size == 1) return v;

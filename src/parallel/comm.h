@@ -21,7 +21,10 @@ typedef struct {
     void *nccl;       // GPU runs: the group's NCCL communicator, or NULL (host-staged MPI)
 } Group;
 
-typedef struct { long long calls, bytes; double ms; } CommCount;
+// ms: the collectives' time from start to completion; exposed_ms: the part the caller spent waiting
+// for them (inside the call, or in comm_req_test/comm_req_wait for a non-blocking one). A blocking
+// call is all exposed; overlap shows as ms > exposed_ms.
+typedef struct { long long calls, bytes; double ms, exposed_ms; } CommCount;
 typedef struct { CommCount c[COLL_N][GROUP_N]; } CommStats;
 
 // Starts MPI when launched by mpirun/srun (world size > 1 is possible); otherwise the
@@ -56,6 +59,29 @@ void comm_isend(Group *g, const void *buf, long n, DType t, int peer, int tag, M
 void comm_recv(Group *g, void *buf, long n, DType t, int peer, int tag);
 void comm_wait(MPI_Request *req);
 int comm_test(MPI_Request *req);   // 1 when the send is complete (or there was none)
+// Non-blocking collectives, for overlap with compute (host buffers only). The start call returns at
+// once; the buffers belong to the collective until comm_req_wait returns, and the CommReq must stay
+// where it is until then. On a group of size 1 the request is complete when started. Open MPI moves
+// the bytes only inside MPI calls: comm_progress() (cheap; call it between chunks of compute) tests
+// every request in flight.
+typedef struct {
+    MPI_Request req;        // MPI_REQUEST_NULL when complete or never started
+    CollKind coll; GroupKind group;
+    int gsize;
+    long long bytes;
+    double t0;              // start time (ms)
+    int *counts;            // alltoallv: the int counts and displacements MPI reads until completion
+} CommReq;
+void comm_iallreduce(Group *g, void *buf, long n, DType t, CommReq *r);
+void comm_iallgather(Group *g, const void *send, void *recv, long n_per_rank, DType t, CommReq *r);
+void comm_ireduce_scatter(Group *g, const void *send, void *recv, long n_per_rank, DType t, CommReq *r);
+void comm_ialltoallv(Group *g, const void *send, const long *scounts, const long *sdispls,
+                     void *recv, const long *rcounts, const long *rdispls, DType t, CommReq *r);
+int comm_req_test(CommReq *r);   // 1 when complete (counted then)
+void comm_req_wait(CommReq *r);
+void comm_req_waitall(CommReq *r, int n);
+void comm_progress(void);        // tests every request in flight
+int comm_in_flight(void);        // how many requests are in flight
 // Agreement: returns the largest value over the group (used to stop together on errors).
 int comm_max_int(Group *g, int v);
 
