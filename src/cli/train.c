@@ -745,6 +745,23 @@ static void bench_batch(void *ctx, int mb, int *inp, int *tgt) {
     }
 }
 
+// With pp > 1: `, "stage_cpu_ms": [...]`, each stage's CPU time per step (its busiest rank), which
+// shows how even the split is where the ranks share cores and wall times cannot; else "".
+static void stage_cpu_json(Topology *t, double cpu, char *out, size_t n) {
+    out[0] = 0;
+    if (t->pp == 1) return;
+    double *all = ted_alloc(sizeof(double) * t->world, MEM_TEMP), per[256] = {0};
+    comm_allgather(&t->g[GROUP_WORLD], &cpu, all, 1, DT_F64);
+    for (int r = 0; r < t->world; r++) {
+        int s = r / (t->world / t->pp);   // stage-major rank order (parallel/topology.h)
+        per[s] = fmax(per[s], all[r]);
+    }
+    size_t k = snprintf(out, n, ", \"stage_cpu_ms\": [");
+    for (int s = 0; s < t->pp && k < n; s++) k += snprintf(out + k, n - k, "%s%.1f", s ? ", " : "", per[s]);
+    if (k < n) snprintf(out + k, n - k, "]");
+    ted_free(all);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *nopt;
     if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
@@ -772,6 +789,7 @@ int cmd_bench(int argc, char **argv) {
         return TED_EXIT_USAGE;
     }
     if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
+    if (c.pp_auto) auto_layers(&c);
     threads_set(c.threads);
     if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
     int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
@@ -816,17 +834,19 @@ int cmd_bench(int argc, char **argv) {
     double rank_flops = mfu_flops_per_token(m, T, dropped) * ntok * topo.dp / topo.world;
     double mfu_cpu = mfu_of(rank_flops / (cpu / c.steps * 1e-3), core_peak);
     if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
+    char stages[1024];
+    stage_cpu_json(&topo, cpu / c.steps, stages, sizeof stages);
     if (topo.rank == 0 && topo.pp > 1)
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
                 100 * wait / total);
     if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
            "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
            "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu}\n", ms, cpu / c.steps, wait / c.steps, tps,
+           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n", ms, cpu / c.steps, wait / c.steps, tps,
            mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
            peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
            model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS]);
+           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS], stages);
     pipe_free(&P);
     zero_free(&z);
     model_free(&M);

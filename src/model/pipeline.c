@@ -200,10 +200,16 @@ void pipe_print(const Pipeline *P, const Config *c) {
     printf("pipeline: pp %d, %s schedule, %d chunk(s) per stage, %d micro-batches per step; ideal bubble %.3f\n",
            pp, sched_name(c->pp_schedule), P->sched.v, c->grad_accum,
            sched_ideal_bubble(c->pp_schedule, pp, P->sched.v, c->grad_accum));
-    for (int s = 0; s < pp && pp > 1; s++) {
+    int T = c->seq_len > 0 ? c->seq_len : c->model.n_positions;
+    for (int s = 0; s < pp && pp > 1; s++) {   // with each stage's model FLOPs per token (forward and backward)
+        double flops = s == (M->chunks - 1) % pp ? 6.0 * c->model.vocab_size * c->model.n_embd : 0;
         printf("  stage %d (ranks %d-%d): blocks", s, s * M->topo->dp * M->topo->tp, (s + 1) * M->topo->dp * M->topo->tp - 1);
-        for (int ch = s; ch < M->chunks; ch += pp) printf(" %d-%d", l0[ch], l0[ch + 1] - 1);
-        printf("%s%s\n", s == 0 ? " + embedding" : "", s == (M->chunks - 1) % pp ? " + head" : "");
+        for (int ch = s; ch < M->chunks; ch += pp) {
+            printf(" %d-%d", l0[ch], l0[ch + 1] - 1);
+            for (int l = l0[ch]; l < l0[ch + 1]; l++) flops += model_block_flops_per_token(&c->model, T, l);
+        }
+        printf("%s%s, %.4g GFLOP per token\n", s == 0 ? " + embedding" : "", s == (M->chunks - 1) % pp ? " + head" : "",
+               flops / 1e9);
     }
     printf("pipeline: stage 0 holds %d activation view(s) (micro-batch x chunk): %zu bytes, + %zu shared\n", views,
            held, M->shared_act_bytes);

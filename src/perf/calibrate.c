@@ -4,6 +4,7 @@
 #include "core/util.h"
 #include "model/mfu.h"
 #include "parallel/comm.h"
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +32,22 @@ static int layout_of(Group *w, int *per, int *nodes, int *near, int *far) {
     *nodes = distinct;
     if (on0 * distinct != w->size) { ted_error("tune --calibrate: the nodes hold different numbers of ranks"); return -1; }
     return 0;
+}
+
+// Devices per compute unit: the ranks on this machine (the same kernel boot id, which network
+// namespaces share) times their threads, over its cores; 1 when every rank has cores of its own.
+static double shared_by(Group *w) {
+    char mine[HOSTLEN] = {0}, *all = ted_alloc((size_t)HOSTLEN * w->size, MEM_TEMP);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(mine, HOSTLEN - 1, f)) gethostname(mine, HOSTLEN - 1);
+    if (f) fclose(f);
+    comm_allgather(w, mine, all, HOSTLEN, DT_BYTE);
+    int here = 0;
+    for (int r = 0; r < w->size; r++) here += !strcmp(all + r * HOSTLEN, mine);
+    ted_free(all);
+    float s = (float)here * omp_get_max_threads() / (float)sysconf(_SC_NPROCESSORS_ONLN);
+    comm_allreduce_max(w, &s, 1);
+    return s > 1 ? s : 1;
 }
 
 // One-way time of an n-byte message between rank r and r + shift for every r < pairs at once (best
@@ -77,6 +94,7 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     comm_allreduce_max(&w, &neg, 1);
     c->peak = -neg;
     c->gemm_eff = 0.55;
+    c->shared_by = w.size > 1 ? shared_by(&w) : 1;
     c->mem = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / c->per_node;
     c->intra = c->inter = (Link){5e9, 2e-6};
     if (near >= 0) c->intra = c->inter = measure_link(&w, near, 1);
@@ -85,7 +103,7 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     if (far >= 0) c->inter = measure_link(&w, far, far == c->per_node ? c->per_node : 1);
     if (near < 0 && far >= 0) c->intra = c->inter;
     snprintf(note, (size_t)notelen, "measured by ted tune --calibrate on %d node(s) of %d rank(s): peak = the slowest rank's "
-             "fp32 sgemm rate with every rank multiplying at once; links: %s; gemm_efficiency 0.55 is ted's bench "
+             "fp32 sgemm rate with every rank multiplying at once; shared_by = ranks x threads per core of the machine; links: %s; gemm_efficiency 0.55 is ted's bench "
              "model MFU on CPUs, not measured", c->nodes, c->per_node,
              near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
                                  : far < 0 ? "8-byte and 8 MB ping-pong inside the node (inter = intra: one node)"
@@ -99,10 +117,10 @@ char *cluster_json(const Cluster *c, const char *note) {
     char *out = ted_alloc(cap, MEM_TEMP);
     snprintf(out, cap,
              "{\n  \"name\": \"%s\",\n  \"note\": \"%s\",\n  \"nodes\": %d, \"devices_per_node\": %d,\n"
-             "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g},\n"
+             "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g, \"shared_by\": %.3g},\n"
              "  \"intra\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g},\n"
              "  \"inter\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g}\n}\n",
-             c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->intra.bw / 1e9,
+             c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->shared_by, c->intra.bw / 1e9,
              c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6);
     return out;
 }

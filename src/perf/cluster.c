@@ -46,7 +46,7 @@ static int link_of(const char *file, const cJSON *root, const char *sect, Link *
 
 static int parse(Cluster *c, const char *file, const cJSON *root) {
     static const char *const top[] = {"name", "nodes", "devices_per_node", "device", "intra", "inter", "note", NULL};
-    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", NULL};
+    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", "shared_by", NULL};
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name"), *d = cJSON_GetObjectItemCaseSensitive(root, "device");
     double nodes, per, tf, mem;
     if (only(file, root, "", top)) return -1;
@@ -57,6 +57,10 @@ static int parse(Cluster *c, const char *file, const cJSON *root) {
         member(file, d, "device", "gemm_efficiency", 0, 1, &c->gemm_eff) || member(file, d, "device", "memory_gb", 0, 1e6, &mem) ||
         link_of(file, root, "intra", &c->intra) || link_of(file, root, "inter", &c->inter))
         return -1;
+    c->shared_by = 1;
+    if (cJSON_GetObjectItemCaseSensitive(d, "shared_by") && member(file, d, "device", "shared_by", 0, 1024, &c->shared_by))
+        return -1;
+    if (c->shared_by < 1) { ted_error("%s: \"device.shared_by\" counts devices per compute unit: at least 1", file); return -1; }
     if (nodes != floor(nodes) || per != floor(per)) { ted_error("%s: \"nodes\" and \"devices_per_node\" must be integers", file); return -1; }
     snprintf(c->name, sizeof c->name, "%s", name->valuestring);
     c->nodes = (int)nodes; c->per_node = (int)per;

@@ -4,7 +4,7 @@
 // by name from configs/clusters/ (this machine, the namespace cluster, DGX A100 and H100
 // nodes, Summit as the TED paper used it):
 //   {"name": "...", "nodes": N, "devices_per_node": D,
-//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M},
+//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "shared_by": S]},
 //    "intra": {"bandwidth_gbs": B, "latency_us": L}, "inter": {"bandwidth_gbs": B, "latency_us": L}}
 #pragma once
 
@@ -16,6 +16,8 @@ typedef struct {
     double peak;           // FLOP/s of one device at the run's precision
     double gemm_eff;       // the share of the peak the model's GEMMs reach
     double mem;            // bytes of one device
+    double shared_by;      // devices that share one compute unit (the CPU test bed: ranks > cores), 1 = none:
+                           // peak is then the rate of a device while all are busy; one alone runs shared_by× faster
     Link intra, inter;
 } Cluster;
 

@@ -49,15 +49,21 @@ static int members(const Layout *y, int g, int s, const Cluster *cl, int *far) {
     return n;
 }
 
-static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl) {
+// The stage's collectives. Pipeline messages are sent without blocking, so in the steady state one
+// hides behind the other stage's work on a micro-batch (mb_ms); only what exceeds it is counted here,
+// and *msg_ms returns one message's time for the fill and the drain, which perf_predict adds once.
+static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl, double mb_ms,
+                      double *msg_ms) {
     double total = 0;
     for (int g = 0; g < GROUP_N; g++) {
         int far, n = members(y, g, s, cl, &far);
         for (int c = 0; c < COLL_N; c++) {
             const Flow *f = &t->f[c][g];
             if (f->calls <= 0) continue;
-            double ms = f->calls * perf_call_ms(c, g == GROUP_PP ? 2 : n, f->bytes / f->calls, &cl->intra, &cl->inter,
-                                                 g == GROUP_PP ? far > 0 : far);
+            double one = perf_call_ms(c, g == GROUP_PP ? 2 : n, f->bytes / f->calls, &cl->intra, &cl->inter,
+                                      g == GROUP_PP ? far > 0 : far);
+            double ms = f->calls * one;
+            if (g == GROUP_PP && c == COLL_SENDRECV) { *msg_ms = fmax(*msg_ms, one); ms = f->calls * fmax(0, one - mb_ms); }
             p->coll_ms[c][g] = ms;
             total += ms;
         }
@@ -90,18 +96,39 @@ static double act_bytes(const ModelConfig *m, int T, const Layout *y, int blocks
     return per_mb * inflight;
 }
 
+// Step time from the stages (compute and exposed communication; the slowest sets the pace):
+//   path = slowest stage × (1 + (pp − 1)/m) + the fill and drain messages, 2(pp − 1) of them;
+// with devices that share compute units (shared_by > 1), a device idle in the bubble lends its share
+// to the others, so compute on the path runs shared_by× faster, and the step is the longer of that
+// path and the mean device's busy time at the shared rate: its compute and its communication (on a
+// CPU test bed, moving bytes burns the same cores: MPI's copies, the kernel's network stack).
+static void step_of(Prediction *p, const Layout *y, double worst_path, double mean_busy, double lone,
+                    double msg_ms) {
+    double m = y->accum, fill = y->pp > 1 ? 2.0 * (y->pp - 1) * msg_ms : 0;
+    double path = worst_path * (1 + (y->pp - 1) / m) + fill;
+    p->compute_ms /= lone;
+    p->bubble_ms = path - worst_path;
+    p->step_ms = path;
+    if (mean_busy > path) {   // every device busy all step: the bubble is hidden behind the others' work
+        p->step_ms = mean_busy;
+        p->compute_ms = mean_busy - p->comm_ms;
+        p->bubble_ms = 0;
+    }
+}
+
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
     memset(p, 0, sizeof *p);
     const ModelConfig *m = &c->model;
     int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
-    double rate = cl->peak * cl->gemm_eff, worst = -1;
+    double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, msg = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
     for (int s = 0; s < y->pp; s++) {
         Traffic t;
         Prediction q;
         memset(&q, 0, sizeof q);
         traffic_of(&t, m, T, y, s);
         q.compute_ms = stage_flops(m, T, y, s) / rate * 1e3;
-        q.comm_ms = comm_of(&q, &t, y, s, cl);
+        q.comm_ms = comm_of(&q, &t, y, s, cl, q.compute_ms / lone / (2.0 * y->accum), &msg);
+        mean += (q.compute_ms + q.comm_ms) / y->pp;
         int l0, l1;
         traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
         double total = model_num_params(m), ex = model_expert_params(m), share = (double)(l1 - l0) / m->n_layer;
@@ -110,11 +137,10 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         int inflight = y->pp > 1 ? (y->pp - s < y->accum ? y->pp - s : y->accum) : 1;
         q.act_bytes = act_bytes(m, T, y, l1 - l0, inflight);
         q.mem_bytes = q.state_bytes + q.act_bytes;
-        if (q.compute_ms + q.comm_ms > worst) { worst = q.compute_ms + q.comm_ms; *p = q; p->slowest = s; }
+        double path = q.compute_ms / lone + q.comm_ms;
+        if (path > worst) { worst = path; *p = q; p->slowest = s; }
         if (q.mem_bytes > p->mem_bytes) { p->mem_bytes = q.mem_bytes; p->state_bytes = q.state_bytes; p->act_bytes = q.act_bytes; }
     }
-    double m_ = y->accum;
-    p->bubble_ms = y->pp > 1 ? worst * (y->pp - 1) / m_ : 0;
-    p->step_ms = worst + p->bubble_ms;
+    step_of(p, y, worst, mean, lone, msg);
     p->fits = p->mem_bytes <= cl->mem;
 }

@@ -5,7 +5,11 @@
 //            alpha–beta model of the level it crosses (inside a node or between nodes) with its
 //            algorithm's steps: ring all-reduce 2(n−1), reduce-scatter and all-gather n−1, pairwise
 //            all-to-all one message per peer at that peer's level, pipeline messages one each;
-//   bubble:  the slowest stage's time × (m + pp − 1)/m for m micro-batches (PipeDream-Flush);
+//   bubble:  the slowest stage's time × (m + pp − 1)/m for m micro-batches (PipeDream-Flush), plus
+//            the fill and drain messages; other pipeline messages hide behind a micro-batch's work;
+//   shared:  devices that share compute units (cluster shared_by > 1, the CPU test bed) lend theirs
+//            while idle in the bubble: the path runs shared_by× faster, and the step is at least the
+//            mean device's compute and communication at the shared rate (perfmodel.c step_of);
 //   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the activations the
 //            schedule keeps, an estimate from the activation views per token and block.
 // Nothing overlaps (ted's collectives are blocking).
