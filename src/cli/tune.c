@@ -87,9 +87,11 @@ static void print_json(const Option *o) {
     const Prediction *p = &o->p;
     printf("{\"pp\": %d, \"tp\": %d, \"ep\": %d, \"dp\": %d, \"zero_stage\": %d, \"dtd\": %d, \"cac\": %d, "
            "\"activation_checkpointing\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"step_ms\": %.4g, "
-           "\"compute_ms\": %.4g, \"comm_ms\": %.4g, \"bubble_ms\": %.4g, \"mem_bytes\": %.0f, \"fits\": %s, \"comm\": {",
+           "\"compute_ms\": %.4g, \"comm_ms\": %.4g, \"bubble_ms\": %.4g, \"mem_bytes\": %.0f, \"state_bytes\": %.0f, "
+           "\"act_bytes\": %.0f, \"opt_temp_bytes\": %.0f, \"fits\": %s, \"comm\": {",
            y->pp, y->tp, y->ep, y->dp, y->zero, y->dtd, y->cac, y->ckpt, y->micro_batch, y->accum, p->step_ms,
-           p->compute_ms, p->comm_ms, p->bubble_ms, p->mem_bytes, p->fits ? "true" : "false");
+           p->compute_ms, p->comm_ms, p->bubble_ms, p->mem_bytes, p->state_bytes, p->act_bytes, p->opt_temp_bytes,
+           p->fits ? "true" : "false");
     int first = 1;
     for (int c = 0; c < COLL_N; c++)
         for (int g = 0; g < GROUP_N; g++)

@@ -116,11 +116,21 @@ static void step_of(Prediction *p, const Layout *y, double worst_path, double me
     }
 }
 
+// The optimizer's up-cast buffer: fp32 for one tile, or for all the shard elements the rank updates
+// (stage 0: every parameter it holds; 1 and 2: its 1/dp or 1/edp share) when tiling is off.
+static double opt_temp(const Config *c, const Layout *y, double nonexp, double exp) {
+    if (y->wbytes == 4) return 0;   // fp32 gradients are read in place
+    double shard = y->zero ? nonexp / y->dp + exp / (y->dp / y->ep) : nonexp + exp;
+    return 4 * (c->tile_size > 0 && c->tile_size < shard ? (double)c->tile_size : shard);
+}
+
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
     memset(p, 0, sizeof *p);
     const ModelConfig *m = &c->model;
     int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
     double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, msg = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
+    Prediction time, full;
+    memset(&full, 0, sizeof full);
     for (int s = 0; s < y->pp; s++) {
         Traffic t;
         Prediction q;
@@ -132,15 +142,19 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         int l0, l1;
         traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
         double total = model_num_params(m), ex = model_expert_params(m), share = (double)(l1 - l0) / m->n_layer;
-        q.state_bytes = perf_state_bytes((total - ex) * share / y->tp, ex * share / (y->tp * y->ep), y->dp,
-                                         y->dp / y->ep, y->wbytes, y->zero);
+        double nonexp = (total - ex) * share / y->tp, exp = ex * share / (y->tp * y->ep);
+        q.state_bytes = perf_state_bytes(nonexp, exp, y->dp, y->dp / y->ep, y->wbytes, y->zero);
         int inflight = y->pp > 1 ? (y->pp - s < y->accum ? y->pp - s : y->accum) : 1;
         q.act_bytes = act_bytes(m, T, y, l1 - l0, inflight);
-        q.mem_bytes = q.state_bytes + q.act_bytes;
+        q.opt_temp_bytes = opt_temp(c, y, nonexp, exp);
+        q.mem_bytes = q.state_bytes + fmax(q.act_bytes, q.opt_temp_bytes);
         double path = q.compute_ms / lone + q.comm_ms;
-        if (path > worst) { worst = path; *p = q; p->slowest = s; }
-        if (q.mem_bytes > p->mem_bytes) { p->mem_bytes = q.mem_bytes; p->state_bytes = q.state_bytes; p->act_bytes = q.act_bytes; }
+        if (path > worst) { worst = path; time = q; time.slowest = s; }
+        if (q.mem_bytes > full.mem_bytes) full = q;
     }
+    *p = time;   // the slowest stage's time, the fullest stage's memory
+    p->mem_bytes = full.mem_bytes; p->state_bytes = full.state_bytes; p->act_bytes = full.act_bytes;
+    p->opt_temp_bytes = full.opt_temp_bytes;
     step_of(p, y, worst, mean, lone, msg);
     p->fits = p->mem_bytes <= cl->mem;
 }

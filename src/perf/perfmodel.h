@@ -10,8 +10,10 @@
 //   shared:  devices that share compute units (cluster shared_by > 1, the CPU test bed) lend theirs
 //            while idle in the bubble: the path runs shared_by× faster, and the step is at least the
 //            mean device's compute and communication at the shared rate (perfmodel.c step_of);
-//   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the activations the
-//            schedule keeps, an estimate from the activation views per token and block.
+//   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the larger of the
+//            activations the schedule keeps (an estimate from the activation views per token and
+//            block) and, in the optimizer step, the fp32 buffer 16-bit gradients are up-cast into:
+//            one tile (optimizer.tile_size), or with tiling off every element of the rank's shards.
 // Nothing overlaps (ted's collectives are blocking).
 #pragma once
 #include "config/config.h"
@@ -23,6 +25,7 @@ typedef struct {
     double step_ms, compute_ms, comm_ms, bubble_ms;   // of the slowest stage; bubble on top
     double coll_ms[COLL_N][GROUP_N];                  // that stage's collectives
     double state_bytes, act_bytes, mem_bytes;         // per device, the fullest stage
+    double opt_temp_bytes;                            // the optimizer's fp32 up-cast buffer (16-bit runs)
     int fits;                                         // mem_bytes ≤ the device's memory
     int slowest;                                      // the stage that sets the pace
 } Prediction;
