@@ -53,7 +53,8 @@ for rate in ("none", "100mbit"):
         name = os.path.basename(pred)[: -len(f"-{rate}.pred")]
         want_dtd = 1 if "dtd" in name else 0
         cands = [json.loads(l) for l in open(pred) if l.startswith("{")]
-        cands = [c for c in cands if c["dtd"] == want_dtd and c["cac"] == 0 and c["activation_checkpointing"] == 0]
+        cands = [c for c in cands if c["dtd"] == want_dtd and c["cac"] == 0 and c["activation_checkpointing"] == 0
+                 and c.get("overlap_degree", 1) == 1 and not c.get("overlap_comm", 0)]
         if not cands: continue
         p = cands[0]
         meas = []

@@ -34,7 +34,8 @@ static int wanted(const Layout *y, const Layout *w) {
     return (w->pp < 0 || y->pp == w->pp) && (w->tp < 0 || y->tp == w->tp) && (w->ep < 0 || y->ep == w->ep) &&
            (w->zero < 0 || y->zero == w->zero) && (w->dtd < 0 || y->dtd == w->dtd) && (w->cac < 0 || y->cac == w->cac) &&
            (w->ckpt < 0 || y->ckpt == w->ckpt) && (w->micro_batch < 0 || y->micro_batch == w->micro_batch) &&
-           (w->accum < 0 || y->accum == w->accum);
+           (w->accum < 0 || y->accum == w->accum) && (w->overlap_degree < 0 || y->overlap_degree == w->overlap_degree) &&
+           (w->overlap_comm < 0 || y->overlap_comm == w->overlap_comm);
 }
 
 static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl) {
@@ -42,6 +43,15 @@ static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl
     s->o[s->n].y = *y;
     perf_predict(&s->o[s->n].p, c, y, cl);
     s->n++;
+}
+
+// Overlap: the all-to-all in 1, 2 or 4 chunks (with expert parallelism), overlap_comm off or on (with
+// data parallelism).
+static void each_overlap(Options *s, Layout y, const Config *c, const Cluster *cl, const Layout *w) {
+    int moe = c->model.num_experts > 1 && y.ep > 1;
+    for (y.overlap_degree = 1; y.overlap_degree <= (moe ? 4 : 1); y.overlap_degree *= 2)
+        for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1); y.overlap_comm++)
+            if (wanted(&y, w)) keep(s, &y, c, cl);
 }
 
 // The TED options of one parallel layout: ZeRO stage, DTD, checkpointing, CAC, batch split.
@@ -55,7 +65,7 @@ static void each_option(Options *s, Layout y, const Config *c, const Cluster *cl
                     for (y.micro_batch = 1; y.micro_batch <= global / y.dp; y.micro_batch++) {
                         if (!divides((long)y.micro_batch * y.dp, global)) continue;
                         y.accum = (int)(global / ((long)y.micro_batch * y.dp));
-                        if (wanted(&y, w)) keep(s, &y, c, cl);
+                        each_overlap(s, y, c, cl, w);
                     }
 }
 
@@ -86,11 +96,12 @@ static void print_json(const Option *o) {
     const Layout *y = &o->y;
     const Prediction *p = &o->p;
     printf("{\"pp\": %d, \"tp\": %d, \"ep\": %d, \"dp\": %d, \"zero_stage\": %d, \"dtd\": %d, \"cac\": %d, "
-           "\"activation_checkpointing\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"step_ms\": %.4g, "
+           "\"activation_checkpointing\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"overlap_degree\": %d, "
+           "\"overlap_comm\": %d, \"hidden_ms\": %.4g, \"step_ms\": %.4g, "
            "\"compute_ms\": %.4g, \"comm_ms\": %.4g, \"bubble_ms\": %.4g, \"mem_bytes\": %.0f, \"state_bytes\": %.0f, "
            "\"act_bytes\": %.0f, \"opt_temp_bytes\": %.0f, \"fits\": %s, \"comm\": {",
-           y->pp, y->tp, y->ep, y->dp, y->zero, y->dtd, y->cac, y->ckpt, y->micro_batch, y->accum, p->step_ms,
-           p->compute_ms, p->comm_ms, p->bubble_ms, p->mem_bytes, p->state_bytes, p->act_bytes, p->opt_temp_bytes,
+           y->pp, y->tp, y->ep, y->dp, y->zero, y->dtd, y->cac, y->ckpt, y->micro_batch, y->accum, y->overlap_degree,
+           y->overlap_comm, p->hidden_ms, p->step_ms, p->compute_ms, p->comm_ms, p->bubble_ms, p->mem_bytes, p->state_bytes, p->act_bytes, p->opt_temp_bytes,
            p->fits ? "true" : "false");
     int first = 1;
     for (int c = 0; c < COLL_N; c++)
@@ -121,17 +132,19 @@ static void top_colls(const Prediction *p, char *out, size_t n) {
 }
 
 static void print_table(const Options *s, const Cluster *cl, int G) {
-    printf("%-4s %3s %3s %3s %4s %4s %3s %3s %4s %3s %5s %10s %10s %9s %8s %8s  %s\n", "rank", "pp", "tp", "ep", "dp",
-           "zero", "dtd", "cac", "ckpt", "mb", "accum", "step ms", "compute", "comm", "bubble", "mem GB", "largest collectives (ms)");
+    printf("%-4s %3s %3s %3s %4s %4s %3s %3s %4s %3s %5s %3s %3s %10s %10s %9s %8s %8s  %s\n", "rank", "pp", "tp", "ep", "dp",
+           "zero", "dtd", "cac", "ckpt", "mb", "accum", "od", "oc", "step ms", "compute", "comm", "bubble", "mem GB",
+           "largest collectives (ms)");
     int shown = 0;
     for (int i = 0; i < s->n && shown < 10; i++) {
         const Option *o = &s->o[i];
         if (!o->p.fits) break;
         char top[160];
         top_colls(&o->p, top, sizeof top);
-        printf("%-4d %3d %3d %3d %4d %4d %3d %3d %4d %3d %5d %10.1f %10.1f %9.1f %8.1f %8.2f  %s\n", ++shown, o->y.pp,
+        printf("%-4d %3d %3d %3d %4d %4d %3d %3d %4d %3d %5d %3d %3d %10.1f %10.1f %9.1f %8.1f %8.2f  %s\n", ++shown, o->y.pp,
                o->y.tp, o->y.ep, o->y.dp, o->y.zero, o->y.dtd, o->y.cac, o->y.ckpt, o->y.micro_batch, o->y.accum,
-               o->p.step_ms, o->p.compute_ms, o->p.comm_ms, o->p.bubble_ms, o->p.mem_bytes / 1e9, top);
+               o->y.overlap_degree, o->y.overlap_comm, o->p.step_ms, o->p.compute_ms, o->p.comm_ms, o->p.bubble_ms,
+               o->p.mem_bytes / 1e9, top);
     }
     if (!shown) printf("no layout fits in %.3g GB per device\n", cl->mem / 1e9);
     (void)G;
@@ -140,17 +153,20 @@ static void print_table(const Options *s, const Cluster *cl, int G) {
 static void print_best(const Option *o, const TuneArgs *a, const Cluster *cl, int G) {
     const Layout *y = &o->y;
     printf("\nbest: mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node ted train --config %s --tp %d --ep %d --pp %d "
-           "--zero-stage %d%s%s%s --micro-batch %d --grad-accum %d\n", G, cl->per_node < G ? cl->per_node : G, a->config,
+           "--zero-stage %d%s%s%s --micro-batch %d --grad-accum %d", G, cl->per_node < G ? cl->per_node : G, a->config,
            y->tp, y->ep, y->pp, y->zero, y->dtd ? " --dtd" : "", y->ckpt ? " --activation-checkpointing" : "",
            y->cac ? " --cac" : "", y->micro_batch, y->accum);
+    if (y->overlap_degree > 1) printf(" --overlap-degree %d", y->overlap_degree);
+    printf("%s\n", y->overlap_comm ? " --overlap-comm" : "");
 }
 
 // The train flags that fix a field of the layout: ints, then switches.
 static int *layout_field(Layout *w, const char *f) {
     static const char *const names[] = {"--pp", "--tp", "--ep", "--zero-stage", "--micro-batch", "--grad-accum",
-                                        "--dtd", "--cac", "--activation-checkpointing"};
-    int *fields[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->dtd, &w->cac, &w->ckpt};
-    for (int i = 0; i < 9; i++) if (!strcmp(f, names[i])) return fields[i];
+                                        "--overlap-degree", "--dtd", "--cac", "--activation-checkpointing", "--overlap-comm"};
+    int *fields[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->overlap_degree,
+                     &w->dtd, &w->cac, &w->ckpt, &w->overlap_comm};
+    for (int i = 0; i < 11; i++) if (!strcmp(f, names[i])) return fields[i];
     return NULL;
 }
 
@@ -164,7 +180,8 @@ static int parse_args(TuneArgs *a, int argc, char **argv) {
         if (!strcmp(f, "--json")) { a->json = 1; continue; }
         if (!strcmp(f, "--traffic")) { a->traffic = 1; continue; }
         if (!strcmp(f, "--calibrate")) { a->calibrate = 1; continue; }
-        if (field && (!strcmp(f, "--dtd") || !strcmp(f, "--cac") || !strcmp(f, "--activation-checkpointing"))) { *field = 1; continue; }
+        if (field && (!strcmp(f, "--dtd") || !strcmp(f, "--cac") || !strcmp(f, "--activation-checkpointing") ||
+                      !strcmp(f, "--overlap-comm"))) { *field = 1; continue; }
         if (!v) { ted_error("tune: %s needs a value (ted tune --help)", f); return -1; }
         i++;
         if (field) {
@@ -193,6 +210,8 @@ static void train_defaults(Layout *w, const Config *c) {
     int given[] = {c->pp, c->tp, c->ep, c->zero_stage, c->micro_batch, c->grad_accum, c->dtd, c->cac, c->activation_checkpointing};
     int *f[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->dtd, &w->cac, &w->ckpt};
     for (int i = 0; i < 9; i++) if (*f[i] < 0) *f[i] = given[i] > 0 ? given[i] : i < 3 ? 1 : given[i];
+    if (w->overlap_degree < 0) w->overlap_degree = 1;
+    if (w->overlap_comm < 0) w->overlap_comm = 0;
 }
 
 // The predicted traffic of a layout's first stage, in the log's `comm` form.
@@ -242,7 +261,8 @@ static void help(void) {
            "  (default: all of the cluster). --global-batch: sequences per step (default the config's\n"
            "  train_batch_size, else micro-batch x accumulation). --json: every layout, one object per line.\n"
            "  ted train's --tp --ep --pp --zero-stage --micro-batch --grad-accum --dtd --cac\n"
-           "  --activation-checkpointing fix that part of the layout. --traffic: the first stage's predicted\n"
+           "  --activation-checkpointing --overlap-degree --overlap-comm fix that part of the layout (od: the\n"
+           "  all-to-all's overlap degree, oc: overlap_comm). --traffic: the first stage's predicted\n"
            "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n"
            "usage: [mpirun -np R --hostfile H] ted tune --calibrate [--out FILE]\n"
            "  Measures the machines it runs on (one rank per device) and writes a cluster file: nodes and\n"

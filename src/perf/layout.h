@@ -8,6 +8,8 @@ typedef struct {
     int dtd, cac, ckpt;        // duplicate token dropping, comm-aware checkpointing, activation checkpointing
     int micro_batch, accum;    // sequences per rank and micro-step; micro-steps per step
     int wbytes;                // 2: bf16/fp16 weights and gradients; 4: fp32
+    int overlap_degree;        // moe.overlap_degree: chunks of a MoE block's all-to-all pipeline (1: none)
+    int overlap_comm;          // zero_optimization.overlap_comm: gradient reductions and all-gathers behind compute
 } Layout;
 
 // The rank of (stage, dp_idx, tp_idx) in design §4's layout: TP innermost.

@@ -81,6 +81,32 @@ static double stage_flops(const ModelConfig *m, int T, const Layout *y, int s) {
     return per_token * tokens / y->tp * (y->ckpt ? 4.0 / 3 : 1);
 }
 
+// Overlap: the communication time of stage s that runs behind compute (see perfmodel.h). Passes: a
+// forward is 1 part of a step's compute, the backward 2, the recompute 1 more.
+static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const Layout *y, int s, double rate) {
+    int l0, l1, nmoe = 0;
+    traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
+    for (int l = l0; l < l1; l++) nmoe += cfg_is_moe(m, l);
+    double parts = 3 + y->ckpt, hidden = 0, blocks = l1 - l0;
+    if (y->overlap_degree > 1 && nmoe > 0 && y->ep > 1) {
+        double Rs, Rr, mats = m->expert_type == EXPERT_SWIGLU ? 3 : 2;
+        traffic_expert_rows(m, y, T, &Rs, &Rr);
+        double experts = Rr * 2 * mats * m->n_embd * cfg_expert_inner(m) / y->tp * parts * nmoe * y->accum / rate * 1e3;
+        hidden += fmin(q->coll_ms[COLL_ALLTOALL][GROUP_EP], experts) * (1 - 1.0 / y->overlap_degree);
+    }
+    if (y->overlap_comm && blocks > 1) {
+        double lead = (blocks - 1) / blocks, grads = 0, gathers = 0;   // the last (first) block's cannot hide
+        const int groups[] = {GROUP_DP, GROUP_EDP};
+        for (int i = 0; i < 2; i++) {
+            grads += q->coll_ms[y->zero ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE][groups[i]];
+            gathers += y->zero ? q->coll_ms[COLL_ALLGATHER][groups[i]] : 0;
+        }
+        double backward = q->compute_ms * 2 / parts / (y->zero == 2 ? 1 : y->accum), forward = q->compute_ms / parts / y->accum;
+        hidden += fmin(grads, backward * lead) + fmin(gathers, forward * lead);
+    }
+    return hidden;
+}
+
 // Activation bytes one micro-batch keeps on a rank per block (an estimate from the views of
 // model_state.h: inputs, attention, FFN or expert buffers), or only the block input with
 // checkpointing (plus one block's full set while it recomputes).
@@ -138,6 +164,8 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         traffic_of(&t, m, T, y, s);
         q.compute_ms = stage_flops(m, T, y, s) / rate * 1e3;
         q.comm_ms = comm_of(&q, &t, y, s, cl, q.compute_ms / lone / (2.0 * y->accum), &msg);
+        q.hidden_ms = hidden_ms(&q, m, T, y, s, rate);
+        q.comm_ms -= q.hidden_ms;
         mean += (q.compute_ms + q.comm_ms) / y->pp;
         int l0, l1;
         traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);

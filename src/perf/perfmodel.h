@@ -14,7 +14,9 @@
 //            activations the schedule keeps (an estimate from the activation views per token and
 //            block) and, in the optimizer step, the fp32 buffer 16-bit gradients are up-cast into:
 //            one tile (optimizer.tile_size), or with tiling off every element of the rank's shards.
-// Nothing overlaps (ted's collectives are blocking).
+//   overlap: moe.overlap_degree N hides min(all-to-all, experts' compute) × (1 − 1/N) of a stage;
+//            overlap_comm hides its gradient reductions behind the backward and the parameter
+//            all-gathers behind the next forward, all but one block's worth (perfmodel.c hidden_ms).
 #pragma once
 #include "config/config.h"
 #include "perf/cluster.h"
@@ -22,7 +24,8 @@
 #include "perf/traffic.h"
 
 typedef struct {
-    double step_ms, compute_ms, comm_ms, bubble_ms;   // of the slowest stage; bubble on top
+    double step_ms, compute_ms, comm_ms, bubble_ms;   // of the slowest stage (comm: exposed); bubble on top
+    double hidden_ms;                                 // that stage's communication hidden by overlap
     double coll_ms[COLL_N][GROUP_N];                  // that stage's collectives
     double state_bytes, act_bytes, mem_bytes;         // per device, the fullest stage
     double opt_temp_bytes;                            // the optimizer's fp32 up-cast buffer (16-bit runs)
