@@ -6,6 +6,7 @@
 #  - the upcycled MoE's first-step lm_loss (train --init-from, and ted eval) equals the dense
 #    checkpoint's within 1e-6, with granularity 1 (E 4, top-2) and 2 (E 8, top-1 x 2), also
 #    upcycled from the transformers folder; then its loss falls over 30 steps on Moby-Dick
+#  - with bf16, --init-from's fp32 masters are the folder's weights exactly
 #  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 set -euo pipefail
@@ -96,6 +97,17 @@ a, b = sum(L[:5]) / 5, sum(L[-5:]) / 5
 open(os.path.join(os.path.dirname(sys.argv[1]), "fall"), "w").write(f"mean lm_loss of steps 1-5 {a:.4f}, of steps 26-30 {b:.4f}")
 sys.exit(not (len(L) == 30 and b < a - 0.05))
 PY
+
+# bf16: the optimizer's fp32 masters are the folder's weights, not their bf16 roundings (lr 0: saved as read)
+"$TED" train "${M[@]}" --steps 1 --bf16 --lr 0 --min-lr 0 --init-from "$W/g2" --save "$W/bf16" >/dev/null 2>&1 || bad "bf16 run"
+"$PY" - "$W/g2/model.safetensors" "$W/bf16/step_00000001/model.safetensors" <<'PY' && ok "bf16 --init-from: fp32 masters exact" ||
+import sys, torch
+sys.path.insert(0, "bench")
+import torch_ref
+a, b = (torch_ref.st_read(p) for p in sys.argv[1:])
+sys.exit(not (a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)))
+PY
+  bad "bf16 --init-from: the saved masters differ from the folder's weights"
 
 # bad input: one line naming the problem, a non-zero exit, no folder made, nothing overwritten
 refuse() {   # name pattern command...
