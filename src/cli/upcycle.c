@@ -61,7 +61,10 @@ static int options(int argc, char **argv, UpcycleOpts *u) {
         to_int("--granularity", gr, 1, 1 << 16, &g) || to_int("--moe-every", me, 1, 1 << 16, &m) ||
         to_int("--seed", seed, 0, 1L << 62, &s))
         return -1;
-    *u = (UpcycleOpts){load, save, (int)e, (int)k, (int)g, (int)m, router, (uint64_t)s};
+    static char dir[1024];   // without trailing slashes: the temporary folder is its sibling
+    snprintf(dir, sizeof dir, "%s", save);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = 0;
+    *u = (UpcycleOpts){load, dir, (int)e, (int)k, (int)g, (int)m, router, (uint64_t)s};
     return 0;
 }
 
