@@ -5,7 +5,8 @@
 #    lm_head.weight) starts a run with the first-step loss of the ted folder it was made from
 #  - the upcycled MoE's first-step lm_loss (train --init-from, and ted eval) equals the dense
 #    checkpoint's within 1e-6, with granularity 1 (E 4, top-2) and 2 (E 8, top-1 x 2), also
-#    upcycled from the transformers folder; then its loss falls over 30 steps on Moby-Dick
+#    upcycled from the transformers folder, and with router noisy_topk (top-1, granularity 1); then
+#    its loss falls over 30 steps on Moby-Dick
 #  - with bf16, --init-from's fp32 masters are the folder's weights exactly
 #  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
@@ -69,21 +70,23 @@ l_hf=$(first "$W/hf") || l_hf=nan
   bad "transformers folder: $l_hf vs $l_dense"
 e_dense=$(evl "$D")
 
-# upcycle: name SOURCE E G [K]; the MoE's first-step and eval lm_loss against the dense model's
+# upcycle: name SOURCE E G [K [ROUTER]]; the MoE's first-step and eval lm_loss against the dense model's
 up() {
-  local name=$1 src=$2 e=$3 g=$4 k=${5:-0} out
-  out=$("$TED" upcycle --load "$src" --num-experts "$e" --granularity "$g" --top-k "$k" --save "$W/$name" 2>&1) ||
+  local name=$1 src=$2 e=$3 g=$4 k=${5:-0} router=${6:-topk} out
+  out=$("$TED" upcycle --load "$src" --num-experts "$e" --granularity "$g" --top-k "$k" --router "$router" \
+        --save "$W/$name" 2>&1) ||
     { bad "upcycle $name: $out"; return; }
   local l e1
   l=$(first "$W/$name") || l=nan
   e1=$(evl "$W/$name") || e1=nan
   if near "$l" "$l_dense" 1e-6 && near "$e1" "$e_dense" 1e-6; then
-    ok "upcycle $name (E $e, G $g): step-1 lm_loss $l = dense $l_dense, eval lm_loss $e1 = dense $e_dense (1e-6)"
+    ok "upcycle $name (E $e, G $g, router $router): step-1 lm_loss $l = dense $l_dense, eval lm_loss $e1 = dense $e_dense (1e-6)"
   else bad "upcycle $name: step-1 $l vs $l_dense, eval $e1 vs $e_dense"; fi
 }
 up g1 "$D" 4 1 2
 up g2 "$W/dense" 8 2 1
 up g2hf "$W/hf" 8 2 1
+up noisy "$D" 4 1 1 noisy_topk   # its gate over the chosen scores is 1 for k = 1; the noise picks among equal copies
 grep -q '"top_k":	2' "$W/g2/config.json" && grep -q '"expert_inner":	64' "$W/g2/config.json" &&
   grep -q '"capacity_factor":	0' "$W/g2/config.json" && ok "granularity 2: top_k 1 x 2, expert_inner 128 / 2, dropless" ||
   bad "g2 config: $(tr -d '\n' <"$W/g2/config.json")"
@@ -127,6 +130,8 @@ refuse "E not a multiple of G" "not a multiple of --granularity" "${U[@]}" --loa
 refuse "an MoE source" "already an MoE" "${U[@]}" --load "$W/g1" --num-experts 8
 refuse "top-1 without granularity" "top-1" "${U[@]}" --load "$D" --num-experts 4 --top-k 1
 refuse "router switch" "switch" "${U[@]}" --load "$D" --num-experts 4 --router switch
+refuse "router noisy_topk with granularity" "noisy_topk.*granularity" "${U[@]}" --load "$D" --num-experts 4 --granularity 2 --router noisy_topk
+refuse "router gshard" "gshard" "${U[@]}" --load "$D" --num-experts 4 --router gshard
 refuse "router expert_choice" "expert_choice" "${U[@]}" --load "$D" --num-experts 4 --router expert_choice
 refuse "top-k above the copies" "exceeds the 2 copies" "${U[@]}" --load "$D" --num-experts 4 --granularity 2 --top-k 3
 refuse "missing --num-experts" "required" "${U[@]}" --load "$D"

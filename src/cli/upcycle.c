@@ -10,13 +10,14 @@
 
 static void help(void) {
     printf("usage: ted upcycle --load DENSE --num-experts E [--top-k K] [--granularity G] [--moe-every N]\n"
-           "                  [--router topk] [--seed S] --save DIR\n"
+           "                  [--router topk|noisy_topk] [--seed S] --save DIR\n"
            "  Grows a dense checkpoint (a ted folder, or a GPT-2 folder as transformers saves it) into an MoE\n"
            "  whose first forward equals the dense model's: every expert is a copy of its block's FFN; with\n"
            "  --granularity G the FFN's inner size is cut into G finer experts (E = G x copies, top-k K x G,\n"
-           "  the output projection x G). Router topk (renormalised top-k), N(0, 0.02) from --seed (default\n"
-           "  1337) with the G slices of a copy sharing a column; dropless (capacity_factor 0). K defaults\n"
-           "  to min(2, E/G); top-1 without granularity is refused (its gate is p_e, not 1). MoE in every\n"
+           "  the output projection x G). Router topk (renormalised top-k; noisy_topk too when G is 1), N(0,\n"
+           "  0.02) from --seed (default 1337) with the G slices of a copy sharing a column; dropless\n"
+           "  (capacity_factor 0). K defaults to min(2, E/G); topk top-1 without granularity is refused (its\n"
+           "  gate is p_e, not 1), as are switch, gshard and expert_choice. MoE in every\n"
            "  N-th block (default 1: all). DIR must not exist; it gets model.safetensors and config.json, no\n"
            "  optimizer state: train it with ted train --init-from DIR. docs/upcycle.md.\n");
 }
@@ -75,9 +76,9 @@ int upcycle_main(int argc, char **argv) {
     UpcycleOpts u;
     UpcycleResult r;
     if (options(argc, argv, &u) || upcycle_run(&u, &r)) return TED_EXIT_USAGE;
-    printf("upcycled %s into %s: %d experts (%d copies x granularity %d, expert_inner %d), top_k %d, router topk "
+    printf("upcycled %s into %s: %d experts (%d copies x granularity %d, expert_inner %d), top_k %d, router %s "
            "(seed %llu), dropless, MoE in %d blocks; %ld parameters; no optimizer state: train it with "
            "ted train --init-from %s\n", r.dense, u.save, u.experts, r.copies, u.granularity, r.expert_inner, r.top_k,
-           (unsigned long long)u.seed, r.moe_blocks, r.params, u.save);
+           u.router, (unsigned long long)u.seed, r.moe_blocks, r.params, u.save);
     return 0;
 }

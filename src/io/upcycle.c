@@ -27,20 +27,28 @@ static const Role roles[] = {
 
 static const float ROUTER_STD = 0.02f;   // the router's init in model.c
 
-// Why a router kind cannot start equal to the dense model, or NULL (topk).
-static const char *router_refusal(const char *name) {
+// Why a router kind cannot start equal to the dense model with granularity G, or NULL: topk
+// (the k >= 2 gates renormalised; top-1 is check_opts'), and noisy_topk without granularity (its
+// gates are a softmax over the chosen scores, so they sum to 1 even for k = 1, and every copy is
+// the same FFN whichever the noise picks).
+static const char *router_refusal(const char *name, int G) {
     if (!strcmp(name, "topk")) return NULL;
-    if (!strcmp(name, "switch")) return "switch is top-1 with gate p_e (not renormalised) and jitters its input";
-    if (!strcmp(name, "noisy_topk")) return "noisy_topk's noise picks slices of different copies";
-    if (!strcmp(name, "gshard")) return "gshard drops second choices at random, and a dropped share is lost";
-    if (!strcmp(name, "expert_choice")) return "expert_choice lets a token be taken by no expert";
+    if (!strcmp(name, "noisy_topk")) return G == 1 ? NULL : "its noise picks slices of different copies (granularity > 1)";
+    if (!strcmp(name, "switch")) return "its top-1 gate is p_e (not renormalised) and it jitters its input";
+    if (!strcmp(name, "gshard")) return "it drops second choices at random, and a dropped share is lost";
+    if (!strcmp(name, "expert_choice")) return "a token may be taken by no expert";
     return "it is not a router kind (topk, noisy_topk, switch, gshard, expert_choice)";
+}
+
+static int router_kind(const char *name) {
+    for (int k = 0; k < ROUTER_KINDS; k++) if (!strcmp(name, router_names[k])) return k;
+    return ROUTER_TOPK;
 }
 
 // The options against the dense model; *K the coarse top-k. 0 or -1 after one line.
 static int check_opts(const UpcycleOpts *o, const ModelConfig *m, const char *dir, int *K) {
     int E = o->experts, G = o->granularity, f = cfg_ffn(m);
-    const char *why = router_refusal(o->router);
+    const char *why = router_refusal(o->router, G);
 #define NO(cond, ...) if (cond) { ted_error(__VA_ARGS__); return -1; }
     NO(m->num_experts > 1, "upcycle: %s is already an MoE (num_experts %d): upcycling takes a dense checkpoint", dir, m->num_experts)
     NO(why, "upcycle: --router %s cannot start equal to the dense model: %s (use topk)", o->router, why)
@@ -51,7 +59,7 @@ static int check_opts(const UpcycleOpts *o, const ModelConfig *m, const char *di
     NO(o->moe_every < 1 || o->moe_every > m->n_layer, "upcycle: --moe-every must be in [1, n_layer %d], got %d", m->n_layer, o->moe_every)
     *K = o->top_k > 0 ? o->top_k : (E / G < 2 ? 1 : 2);
     NO(*K > E / G, "upcycle: --top-k %d exceeds the %d copies (--num-experts %d / --granularity %d)", *K, E / G, E, G)
-    NO(*K * G < 2, "upcycle: top-1 without granularity gives gate p_e, not 1 (topk renormalises only k >= 2): use "
+    NO(*K * G < 2 && router_kind(o->router) == ROUTER_TOPK, "upcycle: top-1 without granularity gives gate p_e, not 1 (topk renormalises only k >= 2): use "
        "--top-k >= 2 or --granularity >= 2")
 #undef NO
     return 0;
@@ -68,7 +76,7 @@ static Config moe_config(const Config *dense, const UpcycleOpts *o, int K) {
     m->vocab_size = keep.vocab_size; m->n_positions = keep.n_positions; m->n_embd = keep.n_embd;
     m->n_layer = keep.n_layer; m->n_head = keep.n_head; m->n_inner = f;
     m->num_experts = o->experts; m->top_k = K * o->granularity; m->moe_every = o->moe_every;
-    m->expert_inner = f / o->granularity; m->expert_type = EXPERT_GELU; m->router = ROUTER_TOPK;
+    m->expert_inner = f / o->granularity; m->expert_type = EXPERT_GELU; m->router = router_kind(o->router);
     m->capacity_factor = 0;   // dropless: a dropped choice would break the equality
     return c;
 }
@@ -100,6 +108,10 @@ static int fill(const Model *D, const Param *p, const UpcycleOpts *o) {
     int layer, end = 0;
     if (sscanf(p->name, "transformer.h.%d.mlp.router.weight%n", &layer, &end) == 1 && end && !p->name[end]) {
         init_router(p, o->granularity, o->seed);
+        return 0;
+    }
+    if (sscanf(p->name, "transformer.h.%d.mlp.router.noise_weight%n", &layer, &end) == 1 && end && !p->name[end]) {
+        memset(p->w, 0, sizeof(float) * p->numel);   // noisy_topk's noise starts at softplus(0)
         return 0;
     }
     const Role *r = NULL;

@@ -5,7 +5,7 @@
 //   expert c·G + j = slice j (c_fc columns, c_fc bias, c_proj rows x G, c_proj bias as is);
 //   router [d, E]: column c·G + j = column c of an N(0, 0.02) matrix [d, E/G] from (seed, its name),
 //   so a token's G slices of one copy score alike and are chosen together;
-//   top_k = K·G, router topk (softmax, top-k renormalised), dropless.
+//   top_k = K·G, router topk (softmax, top-k renormalised; or noisy_topk when G = 1), dropless.
 // With gates renormalised over the K·G chosen slices, each copy's G slices share p_c/(G·Σp), and
 // the G x scale of c_proj gives Σ_chosen g·expert = dense FFN exactly (up to float rounding).
 // The tensors are matched by name pattern (upcycle.c's table), not by a fixed model.
@@ -15,7 +15,7 @@
 typedef struct {
     const char *load, *save;   // dense checkpoint (ted's, or a transformers GPT-2 folder); new folder
     int experts, top_k, granularity, moe_every;   // E, K (0: min(2, E/G)), G, every N-th block MoE
-    const char *router;        // "topk" (the one kind whose equality holds; others refused)
+    const char *router;        // "topk", or "noisy_topk" with G = 1: the kinds whose equality holds
     uint64_t seed;             // the router's initial weights
 } UpcycleOpts;
 
