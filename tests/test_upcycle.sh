@@ -7,9 +7,10 @@
 #    checkpoint's within 1e-6, with granularity 1 (E 4, top-2) and 2 (E 8, top-1 x 2), also
 #    upcycled from the transformers folder, and with router noisy_topk (top-1, granularity 1); then
 #    its loss falls over 30 steps on Moby-Dick
-#  - with bf16, --init-from's fp32 masters are the folder's weights exactly
+#  - with bf16, --init-from's fp32 masters are the folder's weights exactly; under the CUDA emulation
+#    (TED_EMU, where ted_emu is built) --device cuda gives the CPU's losses
 #  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
-# Environment (from CTest): TED, TED_ROOT, TED_TMP.
+# Environment (from CTest): TED, TED_ROOT, TED_TMP (and TED_EMU where built).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 cd "$TED_ROOT"
@@ -111,6 +112,16 @@ a, b = (torch_ref.st_read(p) for p in sys.argv[1:])
 sys.exit(not (a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)))
 PY
   bad "bf16 --init-from: the saved masters differ from the folder's weights"
+
+# --device cuda (under the CUDA emulation, where ted_emu is built): the same two steps as the CPU, 1e-5
+if [ -n "${TED_EMU:-}" ] && [ -x "$TED_EMU" ]; then
+  R=(--steps 2 --init-from "$W/g2")
+  rm -f "$W/cpu.jsonl" "$W/emu.jsonl"
+  "$TED" train "${M[@]}" "${R[@]}" --log "$W/cpu.jsonl" >/dev/null 2>&1 &&
+    "$TED_EMU" train "${M[@]}" "${R[@]}" --device cuda --log "$W/emu.jsonl" >/dev/null 2>&1 &&
+    source tests/mpi_env.sh && d=$(compare_logs "$W/cpu.jsonl" "$W/emu.jsonl" 1e-5 loss,lm_loss) &&
+    ok "--init-from --device cuda (emulated) = the CPU run: within $d" || bad "--init-from --device cuda (emulated)"
+else echo "note: ted_emu not built: --init-from --device cuda not checked here (tests/test_cuda_emu.sh's emulation)"; fi
 
 # bad input: one line naming the problem, a non-zero exit, no folder made, nothing overwritten
 refuse() {   # name pattern command...
