@@ -167,12 +167,15 @@ torch_ref.st_write(f"{d}/model.safetensors", P)
 c = json.load(open(f"{d}/config.json"))
 if how == "act": c["activation_function"] = "gelu"
 if how == "llama": c["model_type"] = "llama"
+if how == "shape": c["n_inner"] = 4 * c["n_embd"] + 32   # the tensors keep 4 x n_embd
 json.dump(c, open(f"{d}/config.json", "w"))
 PY
 }
-for how in missing nan head act llama; do broken "b_$how" $how; done
+for how in missing nan head act llama shape; do broken "b_$how" $how; done
 refuse "a missing tensor" "transformer.h.1.mlp.c_fc.bias is missing" "${U[@]}" --load "$W/b_missing" --num-experts 4
 refuse "a NaN" "transformer.h.0.attn.c_proj.weight holds nan" "${U[@]}" --load "$W/b_nan" --num-experts 4
+refuse "a shape that is not config.json's" "transformer.h.0.mlp.c_fc.weight has shape \[32, 128\], the model needs \[32, 160\]" \
+  "${U[@]}" --load "$W/b_shape" --num-experts 4
 refuse "an untied head" "lm_head.weight differs" "${U[@]}" --load "$W/b_head" --num-experts 4
 refuse "exact GELU" "activation_function \"gelu\"" "${U[@]}" --load "$W/b_act" --num-experts 4
 refuse "model_type llama (not yet)" "model_type \"llama\"" "${U[@]}" --load "$W/b_llama" --num-experts 4
