@@ -27,9 +27,9 @@ foreach(src ${TED_SH_TESTS})
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
 # tests/test_cuda_emu.sh and test_zero_offload_emu.sh run the GPU path under the CPU emulation: it needs ted_emu (and exits
-# 77 without it)
+# 77 without it); test_upcycle.sh checks --init-from --device cuda under it where it is built
 if(TARGET ted_emu)
-  set_property(TEST test_cuda_emu test_zero_offload_emu APPEND PROPERTY ENVIRONMENT "TED_EMU=$<TARGET_FILE:ted_emu>")
+  set_property(TEST test_cuda_emu test_zero_offload_emu test_upcycle APPEND PROPERTY ENVIRONMENT "TED_EMU=$<TARGET_FILE:ted_emu>")
 endif()
 # Programs the script tests run under mpirun (tests/progs/*.c): built beside ted.
 file(GLOB TED_TEST_PROGS ${CMAKE_SOURCE_DIR}/tests/progs/*.c)

@@ -1,4 +1,4 @@
-// main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench.
+// main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench | compare | tune | upcycle.
 #include "parallel/comm.h"
 #include "cli/compare.h"
 #include "cli/plan.h"
@@ -7,6 +7,7 @@
 #include "cli/threads.h"
 #include "cli/train.h"
 #include "cli/tune.h"
+#include "cli/upcycle.h"
 #include "core/util.h"
 #include <stdio.h>
 #include <string.h>
@@ -21,7 +22,8 @@ static void usage(FILE *f) {
             "  plan       model-state memory per GPU under TED, and the largest model that fits\n"
             "  bench      time training steps of the benchmark model\n"
             "  compare    the first step and tensor where two training logs part\n"
-            "  tune       the fastest layouts of a model on a cluster, by the performance model\n");
+            "  tune       the fastest layouts of a model on a cluster, by the performance model\n"
+            "  upcycle    grow a dense checkpoint into an MoE whose first step equals it\n");
 }
 
 static int wants_help(int argc, char **argv) {
@@ -50,6 +52,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "plan")) rc = plan_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "compare")) rc = compare_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "tune")) rc = tune_main(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "upcycle")) rc = upcycle_main(argc - 1, argv + 1);
     else { ted_error("unknown command \"%s\" (ted --help lists them)", cmd); rc = TED_EXIT_USAGE; }
     // every rank ends here together: failures were agreed (ted_agree) where they can happen
     ted_agree(rc != 0);

@@ -273,6 +273,20 @@ static int resume_from(Run *R) {
     return 0;
 }
 
+// --init-from: the folder's weights (each rank its slices), the masters from them; the optimizer
+// state stays fresh and the run starts at step 0.
+static int init_from(Run *R) {
+    Model *M = &R->M;
+    Zero *z = &R->z;
+    host_view(M, z, 0);
+    int bad = ckpt_load_weights(R->c.init_from, M) || ckpt_load_masters(R->c.init_from, M, z);
+    if (ted_agree(bad)) return -1;
+    device_view(M, z, 1);
+    if (!M->reg.half) zero_sync_master(z);
+    if (R->topo.rank == 0) printf("initialised from %s: its weights, a fresh optimizer, step 0\n", R->c.init_from);
+    return 0;
+}
+
 // The memory model (docs/design.md §5, M1) with this rank's parameter counts, next to what was allocated.
 static void print_model_state(const Run *R) {
     const Model *M = &R->M;
@@ -349,6 +363,7 @@ static int run_setup(Run *R, int argc, char **argv) {
     R->ntok_step = (double)R->gbatch * R->T;
     R->st = (TrainerState){.steps = c->steps, .seed = c->seed, .sequential = c->data_sequential, .gbatch = R->gbatch};
     if (R->ckdir[0] && resume_from(R)) return -1;
+    if (c->init_from[0] && init_from(R)) return -1;
     if (ted_agree(tensorlog_init(&R->tlog, &R->M, c) != 0)) return -1;
     if (ted_agree(monitor_open(&R->mon, c, R->topo.rank == 0) != 0)) return -1;
     R->P.after_forward = count_tokens;

@@ -679,9 +679,21 @@ static int unnest_ted_section(cJSON *root, const char *path) {
     return rc;
 }
 
+static int load_model_root(Config *c, cJSON *root, const char *path);
+
 int config_load_model_json(Config *c, const char *path) {
     cJSON *root = parse_json_file(path);
-    if (!root) return -1;
+    return root ? load_model_root(c, root, path) : -1;
+}
+
+int config_load_model_text(Config *c, const char *text, const char *path) {
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) { ted_error("%s: the model keys are not a JSON object", path); cJSON_Delete(root); return -1; }
+    return load_model_root(c, root, path);
+}
+
+// Takes root (deletes it); the model keys, checked as a checkpoint's.
+static int load_model_root(Config *c, cJSON *root, const char *path) {
     if (unnest_ted_section(root, path) != 0) { cJSON_Delete(root); return -1; }
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
@@ -788,6 +800,7 @@ static const Flag flags[] = {
     {"--save", F_STRING, CF(save), "DIR", NULL, "none", "checkpoint directory"},
     {"--save-every", F_INT, CF(save_every), "N", "save_every", "0: at the end only", "save a checkpoint every N steps"},
     {"--resume", F_STRING, CF(resume), "DIR", NULL, "none", "resume from this checkpoint"},
+    {"--init-from", F_STRING, CF(init_from), "DIR", NULL, "none", "start from the weights of a ted or Hugging Face GPT-2 folder (fresh optimizer, step 0)"},
     {"--eval-every", F_INT, CF(eval_every), "N", "eval_every", "0: at the end only", "evaluate every N steps"},
     {"--eval-windows", F_INT, CF(eval_windows), "N", "eval_windows", "0: all", "validation windows per evaluation"},
     {"--tp", F_INT, CF(tp), "N", "tp", NULL, "tensor-parallel degree"},

@@ -118,6 +118,7 @@ typedef struct {
     char save[1024];      // --save DIR
     int save_every;
     char resume[1024];    // --resume DIR
+    char init_from[1024]; // --init-from DIR: weights only (a ted or Hugging Face folder), fresh optimizer, step 0
     int eval_every;       // 0 = only at the end
     int eval_windows;     // windows of the validation split per evaluation; 0 = all
     int log_every;        // progress line every N steps (terminal); DeepSpeed's "steps_per_print"
@@ -156,6 +157,8 @@ char *config_model_json(const Config *c);
 // Reads a checkpoint's config.json (flat model and moe keys, or the same split between the
 // top level and CONFIG_TED_SECTION) into c->model and c->seq_len.
 int config_load_model_json(Config *c, const char *path);
+// The same from the text of such a JSON object; path names it in messages.
+int config_load_model_text(Config *c, const char *text, const char *path);
 // "gpipe" / "1f1b" / "interleaved" → PP_*, or -1.
 int config_pp_schedule(const char *name);
 // Calls fn for every setting (name = the flag without "--", or the JSON key for JSON-only

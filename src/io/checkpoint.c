@@ -7,6 +7,7 @@
 #include "parallel/comm.h"
 #include "core/half.h"
 #include "io/hfconfig.h"
+#include "io/hf_import.h"
 #include "io/safetensors.h"
 #include "io/savedir.h"
 #include "core/util.h"
@@ -227,7 +228,7 @@ static int load_tensors(StFile *f, const char *file, const Model *M, const char 
         snprintf(name, sizeof name, "%s%s", p->name, suffix);
         int nd;
         int64_t sh[4];
-        const float *src = st_get(f, name, &nd, sh);
+        const float *src = hf_import_get(f, name, &nd, sh);
         if (!src) { ted_error("%s: tensor %s is missing", file, name); return -1; }
         long n0 = sh[0], n1 = nd > 1 ? sh[1] : 1;
         if (nd != p->ndim || n0 != p->save_rows || n1 != p->shape[1]) {
@@ -271,8 +272,20 @@ int ckpt_load_weights(const char *dir, Model *M) {
     long big = 0;
     for (int i = 0; i < M->reg.n; i++) if (M->reg.p[i].numel > big) big = M->reg.p[i].numel;
     float *scratch = M->reg.half ? ted_alloc(sizeof(float) * big, MEM_TEMP) : NULL;
-    int rc = load_tensors(f, p, M, "", weights_of, scratch);
+    int rc = hf_import_check_head(f, p) ? -1 : load_tensors(f, p, M, "", weights_of, scratch);
     ted_free(scratch);
+    st_close(f);
+    return rc;
+}
+
+int ckpt_load_masters(const char *dir, Model *M, Zero *z) {
+    if (!M->reg.half) return 0;   // fp32: the caller copies the weights (zero_sync_master)
+    char p[1300];   // the exact fp32 masters, not the 16-bit weights rounded from them
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    StFile *f = st_open(p);
+    if (!f) return -1;
+    const void *w_ctx[2] = {z, z->master};
+    int rc = load_tensors(f, p, M, "", adam_of, w_ctx);
     st_close(f);
     return rc;
 }
@@ -287,14 +300,7 @@ int ckpt_load_state(const char *dir, Model *M, Zero *z, TrainerState *st) {
     if (!rc) rc = load_tensors(f, p, M, ".exp_avg_sq", adam_of, v_ctx);
     st_close(f);
     if (rc) return -1;
-    if (M->reg.half) {   // the exact fp32 masters, not the 16-bit weights rounded from them
-        snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        if (!(f = st_open(p))) return -1;
-        const void *w_ctx[2] = {z, z->master};
-        rc = load_tensors(f, p, M, "", adam_of, w_ctx);
-        st_close(f);
-        if (rc) return -1;
-    }
+    if (ckpt_load_masters(dir, M, z)) return -1;
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     if (read_trainer_state(p, st)) return -1;
     z->t = st->adam_t;

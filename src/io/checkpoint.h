@@ -15,6 +15,10 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
 int ckpt_check_root(const char *root);
 // Checks that the checkpoint's model shape is the run's, then loads the weights.
 int ckpt_load_weights(const char *dir, Model *M);
+// With 16-bit storage, the optimizer's fp32 masters from the checkpoint's weights (exact, not
+// the rounded 16-bit weights; host view). With fp32 storage nothing: the caller then sets the
+// masters from the weights (zero_sync_master, device view).
+int ckpt_load_masters(const char *dir, Model *M, Zero *z);
 // Loads the optimizer state and the trainer state (for --resume); with fp32 storage the
 // caller then sets the masters from the weights (zero_sync_master).
 // Checkpoints read and write the host views (reg_host_view, zero_host_view).

@@ -1,5 +1,6 @@
 // ckpt_meta.c — a checkpoint folder as its small files describe it (see ckpt_meta.h).
 #include "io/ckpt_meta.h"
+#include "io/hf_import.h"
 #include "core/alloc.h"
 #include "core/util.h"
 #include <cjson/cJSON.h>
@@ -34,7 +35,7 @@ int ckpt_resolve(const char *path, char *dir, size_t len) {
 int ckpt_read_config(const char *dir, Config *cfg) {
     char p[1300];
     snprintf(p, sizeof p, "%s/config.json", dir);
-    return config_load_model_json(cfg, p);
+    return hf_import_is_foreign(p) ? hf_import_config(p, cfg) : config_load_model_json(cfg, p);
 }
 
 static int same_shape(const char *dir, const Config *a, const ModelConfig *b) {

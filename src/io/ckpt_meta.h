@@ -19,7 +19,7 @@ typedef struct {
 // newest step_* child. Returns 0 or -1 after one line.
 int ckpt_resolve(const char *path, char *dir, size_t len);
 // Reads dir/config.json into cfg->model / cfg->seq_len (for commands that take the shape
-// from the checkpoint). Returns 0 or -1.
+// from the checkpoint); a folder transformers wrote is read by hf_import. Returns 0 or -1.
 int ckpt_read_config(const char *dir, Config *cfg);
 // The checkpoint's model (ck, from ckpt_read_config) has the run's shape: 0, or -1 after one line.
 int ckpt_check_model(const char *dir, const Config *ck, const ModelConfig *run);

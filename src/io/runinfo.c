@@ -131,8 +131,8 @@ static void warn_training_changes(const Settings *S, const char *dir) {
     cJSON_Delete(root);
 }
 
-// --resume: the model from the checkpoint; a given model key that differs is refused.
-static int adopt_checkpoint(Config *c, Settings *S, const char *dir) {
+// --resume and --init-from (opt): the model from the checkpoint; a given model key that differs is refused.
+static int adopt_checkpoint(Config *c, Settings *S, const char *dir, const char *opt) {
     Config ck = *c;
     if (ckpt_read_config(dir, &ck)) return -1;
     c->model.n_inner = cfg_ffn(&c->model);   // 0 means 4d: compare what it means
@@ -153,8 +153,8 @@ static int adopt_checkpoint(Config *c, Settings *S, const char *dir) {
         if (n > sizeof msg - 100) break;
     }
     if (n) {
-        ted_error("--resume %s: the given model differs from the checkpoint's: %s (leave the model keys out: "
-                  "--resume takes them from the checkpoint)", dir, msg);
+        ted_error("%s %s: the given model differs from the checkpoint's: %s (leave the model keys out: "
+                  "%s takes them from the checkpoint)", opt, dir, msg, opt);
         return -1;
     }
     int given_seq = 0;
@@ -195,13 +195,21 @@ int runinfo_resolve(Config *c, int argc, char **argv, char *ckdir, size_t cklen)
     settings_of(c, S);
     note_sources(S, argc, argv);
     int rc = 0;
-    if (c->resume[0]) {
-        rc = ckpt_resolve(c->resume, ckdir, cklen) || adopt_checkpoint(c, S, ckdir);
+    if (c->resume[0] && c->init_from[0]) {
+        ted_error("--init-from and --resume exclude each other (--resume continues a run with its optimizer state, "
+                  "--init-from starts a new run from the weights)");
+        rc = -1;
+    } else if (c->resume[0]) {
+        rc = ckpt_resolve(c->resume, ckdir, cklen) || adopt_checkpoint(c, S, ckdir, "--resume");
         if (!rc) save_where_resumed(c, ckdir);
         if (!rc && comm_world_rank() == 0) {
             settings_of(c, S);
             warn_training_changes(S, ckdir);
         }
+    } else if (c->init_from[0]) {   // the folder resolved in place (a run's folder: its newest step)
+        char dir[sizeof c->init_from];
+        rc = ckpt_resolve(c->init_from, dir, sizeof dir) || adopt_checkpoint(c, S, dir, "--init-from");
+        if (!rc) snprintf(c->init_from, sizeof c->init_from, "%s", dir);
     }
     ted_free(S);
     return rc ? -1 : 0;

@@ -10,7 +10,9 @@
 // After the JSON and the flags: notes where each key came from; with --resume, resolves the
 // checkpoint into ckdir, takes the model (and seq_len unless given) from its config.json,
 // refuses a given model key that differs (one line naming every such key), and warns (rank 0)
-// about training keys that differ from the checkpoint's run.json. 0 or -1 after one line.
+// about training keys that differ from the checkpoint's run.json. With --init-from, the same
+// for the model keys of that folder (ted's or a transformers GPT-2 folder), whose resolved path
+// (a run's folder: its newest step_N) replaces c->init_from. 0 or -1 after one line.
 int runinfo_resolve(Config *c, int argc, char **argv, char *ckdir, size_t cklen);
 // train_batch_size, when given, must be micro_batch × grad_accum × dp. 0 or -1 after one line.
 int runinfo_check_batch(const Config *c, int dp);

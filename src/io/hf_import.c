@@ -1,0 +1,116 @@
+// hf_import.c — a transformers folder as a starting point (see hf_import.h).
+#include "io/hf_import.h"
+#include "core/alloc.h"
+#include "core/util.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+static cJSON *parse(const char *path) {
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    ted_free(text);
+    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return NULL; }
+    return j;
+}
+
+int hf_import_is_foreign(const char *path) {
+    cJSON *j = parse(path);
+    int foreign = j && !cJSON_GetObjectItemCaseSensitive(j, CONFIG_TED_SECTION) &&
+                  !cJSON_GetObjectItemCaseSensitive(j, "num_experts");
+    cJSON_Delete(j);
+    return foreign;
+}
+
+// A number key (absent: deflt; JSON null: null_val); -1 after one line when not a number.
+static int num(const char *path, const cJSON *j, const char *key, double deflt, double null_val, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    *out = !v ? deflt : cJSON_IsNull(v) ? null_val : cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (isnan(*out)) { ted_error("%s: \"%s\" must be a number", path, key); return -1; }
+    return 0;
+}
+
+static int flag(const cJSON *j, const char *key, int deflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : deflt;
+}
+
+// GPT-2 (transformers' GPT2Config, its defaults where a key is absent): the keys that change
+// the forward must be the ones ted computes; dropout keys are training choices (ted has none).
+static int gpt2_forward(const char *path, const cJSON *j) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
+    const char *act = cJSON_IsString(a) ? a->valuestring : "gelu_new";
+    if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_fast")) {
+        ted_error("%s: activation_function \"%.40s\" is not the tanh GELU ted computes (gelu_new)", path, act);
+        return -1;
+    }
+    double eps;
+    if (num(path, j, "layer_norm_epsilon", 1e-5, 1e-5, &eps)) return -1;
+    if (fabs(eps - 1e-5) > 1e-12) { ted_error("%s: layer_norm_epsilon %g, ted's LayerNorm has 1e-05", path, eps); return -1; }
+    const char *bad = !flag(j, "scale_attn_weights", 1) ? "scale_attn_weights false (ted scales by 1/sqrt(head size))"
+                    : flag(j, "scale_attn_by_inverse_layer_idx", 0) ? "scale_attn_by_inverse_layer_idx true"
+                    : !flag(j, "tie_word_embeddings", 1) ? "tie_word_embeddings false (ted ties the head to wte)"
+                    : flag(j, "add_cross_attention", 0) ? "add_cross_attention true" : NULL;
+    if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
+    return 0;
+}
+
+static int gpt2_config(const char *path, const cJSON *j, Config *c) {
+    if (gpt2_forward(path, j)) return -1;
+    static const char *const keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner"};
+    static const double deflt[] = {50257, 1024, 768, 12, 12, 0};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        if (num(path, j, keys[i], deflt[i], 0, &v[i])) return -1;
+        if (v[i] != floor(v[i]) || v[i] < 0 || v[i] > 1 << 30) { ted_error("%s: \"%s\" must be a whole number", path, keys[i]); return -1; }
+    }
+    Config d;   // a dense ted model of GPT-2's shape, read back through the checkpoint rules
+    config_defaults(&d);
+    ModelConfig *m = &d.model;
+    m->vocab_size = (int)v[0]; m->n_positions = (int)v[1]; m->n_embd = (int)v[2]; m->n_layer = (int)v[3];
+    m->n_head = (int)v[4]; m->n_inner = (int)v[5]; m->num_experts = 1;
+    d.seq_len = 0;
+    char *text = config_model_json(&d);
+    int rc = config_load_model_text(c, text, path);
+    ted_free(text);
+    return rc;
+}
+
+// The architectures ted reads from a transformers folder, by model_type (the llama family adds a row).
+typedef struct { const char *model_type; int (*read)(const char *path, const cJSON *j, Config *c); } Arch;
+static const Arch archs[] = {{"gpt2", gpt2_config}};
+
+int hf_import_config(const char *path, Config *c) {
+    cJSON *j = parse(path);
+    if (!j) { ted_error("%s: cannot read it as a JSON object: %s", path, errno ? strerror(errno) : "malformed"); return -1; }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    const char *type = cJSON_IsString(t) ? t->valuestring : "";
+    int rc = -1, found = 0;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(type, archs[i].model_type)) { found = 1; rc = archs[i].read(path, j, c); }
+    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, or a folder ted saved)", path, type);
+    cJSON_Delete(j);
+    return rc;
+}
+
+const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
+    const float *x = st_get(f, name, ndim, shape);
+    static const char prefix[] = "transformer.";
+    if (!x && !strncmp(name, prefix, sizeof prefix - 1)) x = st_get(f, name + sizeof prefix - 1, ndim, shape);
+    return x;
+}
+
+int hf_import_check_head(StFile *f, const char *file) {
+    int nh, nw;
+    int64_t sh[4], sw[4];
+    const float *head = st_get(f, "lm_head.weight", &nh, sh);
+    if (!head) return 0;
+    const float *wte = hf_import_get(f, "transformer.wte.weight", &nw, sw);
+    int same = wte && nh == nw && nh == 2 && sh[0] == sw[0] && sh[1] == sw[1] &&
+               !memcmp(head, wte, sizeof(float) * (size_t)(sh[0] * sh[1]));
+    if (!same) { ted_error("%s: lm_head.weight differs from transformer.wte.weight: ted ties the head to wte", file); return -1; }
+    return 0;
+}
