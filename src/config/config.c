@@ -320,6 +320,7 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static void sparse_unknown(const char *section, const char *name);
 
 // The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
 static struct { char text[1536]; int n; } key_problems;
@@ -487,7 +488,7 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return 0;
     }
     case J_SPARSE:
-        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
+        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file, sparse_unknown);
     }
     return -1;
 }
@@ -550,6 +551,22 @@ static void did_you_mean(const JKey *keys, const char *name, const char *prefix,
     if (best) snprintf(out, n, " (did you mean \"%s%s%s\"?)", prefix, *prefix ? "." : "", best->name);
     else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
         snprintf(out, n, " (did you mean \"%s\"?)", path);
+}
+
+// An unknown key of the sparse_attention section (read by sparse_config.c): noted like the others.
+static void sparse_unknown(const char *section, const char *name) {
+    const char *best = NULL;
+    int bd = 1000;
+    for (const char *const *k = sparse_config_keys; *k; k++) {
+        int d = edit_distance(name, *k);
+        if (d < bd && near_name(name, *k)) { bd = d; best = *k; }
+    }
+    char hint[200], path[160];
+    hint[0] = 0;
+    if (best) snprintf(hint, sizeof hint, " (did you mean \"%s.%s\"?)", section, best);
+    else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
+        snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", path);
+    key_problem("unknown key \"%s.%s\"%s", section, name, hint);
 }
 
 // Applies every member of obj. An unknown member is noted (key_problem) and the walk goes on, so
