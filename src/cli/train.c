@@ -455,8 +455,8 @@ static void monitor_step(Run *R, const StepMetrics *m) {
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
     char tag[96];
     const RouteLog *r = R->M.rlog;
-    for (int i = 0; r && i < r->nmoe; i++) {
-        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->layer[i]);
+    for (int i = 0; r && i < r->nall; i++) {
+        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->all_layer[i]);
         monitor_scalar(mon, tag, r->out[i].max_mean, s);
     }
     const CommStats *cs = comm_stats();
