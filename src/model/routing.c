@@ -51,6 +51,16 @@ void routing_init(Model *M) {
     }
 }
 
+double routing_act_bytes(const Model *M) {
+    int nmoe = 0;
+    for (int l = 0; l < M->L; l++) nmoe += M->bp[l].moe;
+    if (!nmoe) return 0;
+    double N = (double)M->Bmax * M->T, f = sizeof(float), b = 0;
+    if (M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0) b += 2 * f * N * M->d;
+    if (M->m.router == ROUTER_NOISY_TOPK) b += (2.0 * nmoe + 1) * f * N * M->E;
+    return b;
+}
+
 void routing_free(Model *M) {
     RouteLog *r = M->rlog;
     if (!r) return;

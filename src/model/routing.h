@@ -32,6 +32,8 @@ typedef struct RouteLog {
 // Allocates M->rlog (called by model_build after the parameters).
 void routing_init(Model *M);
 void routing_free(Model *M);
+// The activation bytes routing_init allocates (jitter, noise buffers) for M's blocks.
+double routing_act_bytes(const Model *M);
 // Router logits and routing of block l on ln2 (N tokens). recompute: activation checkpointing's
 // second pass (no statistics); generate: a forward without targets (expert choice routes top-k).
 void routing_forward(Model *M, int l, long N, int recompute, int generate);

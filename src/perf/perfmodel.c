@@ -3,17 +3,9 @@
 #include "parallel/topology.h"
 #include "model/mfu.h"
 #include "model/model.h"
+#include "model/memplan.h"
 #include <math.h>
 #include <string.h>
-
-static double per_param(int n, int wbytes, int zero) {
-    if (zero == 0) n = 1;
-    return wbytes + (zero == 2 ? (double)wbytes / n : wbytes) + 12.0 / n;
-}
-
-double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero) {
-    return per_param(dp, wbytes, zero) * np_nonexp_gpu + per_param(edp, wbytes, zero) * np_exp_gpu;
-}
 
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far) {
     if (n <= 1) return 0;
@@ -75,19 +67,18 @@ static double stage_flops(const ModelConfig *m, int T, const Layout *y, int s) {
     return per_token * tokens / y->tp * (y->ckpt ? 4.0 / 3 : 1);
 }
 
-// Activation bytes one micro-batch keeps on a rank per block (an estimate from the views of
-// model_state.h: inputs, attention, FFN or expert buffers), or only the block input with
-// checkpointing (plus one block's full set while it recomputes).
-static double act_bytes(const ModelConfig *m, int T, const Layout *y, int blocks, int inflight) {
-    double N = (double)y->micro_batch * T, d = m->n_embd, tp = y->tp, H = m->n_head, wb = y->wbytes;
-    double Rs, Rr, moe_every = m->num_experts > 1 ? m->moe_every : 0;
-    traffic_expert_rows(m, y, T, &Rs, &Rr);
-    double fe = cfg_expert_inner(m), mult = m->expert_type == EXPERT_SWIGLU ? 2 : 1;
-    double dense = N * (6 * d + 4 * d / tp + 2.0 * cfg_ffn(m) / tp) + N * H / tp * T;
-    double moe = N * (6 * d + 4 * d / tp) + N * H / tp * T + Rr * ((1 + mult) * fe / tp + 2 * d) + N * m->num_experts * 2;
-    double block = moe_every > 0 ? (moe + (moe_every - 1) * dense) / moe_every : dense;
-    double per_mb = y->ckpt ? blocks * N * d * 4 + block * wb : blocks * block * wb;
-    return per_mb * inflight;
+// c run as layout y: its degrees, ZeRO stage, optimizations, batch split and precision; a
+// pipeline of another depth than c's, or an interleaving y's micro-batches do not allow, runs 1F1B.
+static void config_of(Config *k, const Config *c, const Layout *y) {
+    *k = *c;
+    k->tp = y->tp; k->ep = y->ep; k->pp = y->pp; k->zero_stage = y->zero;
+    k->dtd = y->dtd; k->cac = y->cac; k->activation_checkpointing = y->ckpt;
+    k->micro_batch = y->micro_batch; k->grad_accum = y->accum;
+    if (y->wbytes == 4) k->bf16 = k->fp16 = 0;
+    else if (!k->fp16) k->bf16 = 1;
+    if (y->pp != c->pp || (k->pp_schedule == PP_INTERLEAVED && y->accum % y->pp)) {
+        k->pp_schedule = PP_1F1B; k->pp_virtual = 1; k->pp_nlayers = 0;
+    }
 }
 
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
@@ -95,6 +86,8 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
     const ModelConfig *m = &c->model;
     int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
     double rate = cl->peak * cl->gemm_eff, worst = -1;
+    Config k;
+    config_of(&k, c, y);
     for (int s = 0; s < y->pp; s++) {
         Traffic t;
         Prediction q;
@@ -102,14 +95,13 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         traffic_of(&t, m, T, y, s);
         q.compute_ms = stage_flops(m, T, y, s) / rate * 1e3;
         q.comm_ms = comm_of(&q, &t, y, s, cl);
-        int l0, l1;
-        traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
-        double total = model_num_params(m), ex = model_expert_params(m), share = (double)(l1 - l0) / m->n_layer;
-        q.state_bytes = perf_state_bytes((total - ex) * share / y->tp, ex * share / (y->tp * y->ep), y->dp,
-                                         y->dp / y->ep, y->wbytes, y->zero);
-        int inflight = y->pp > 1 ? (y->pp - s < y->accum ? y->pp - s : y->accum) : 1;
-        q.act_bytes = act_bytes(m, T, y, l1 - l0, inflight);
-        q.mem_bytes = q.state_bytes + q.act_bytes;
+        Topology top;
+        MemPlan mp;
+        memplan_topology(&top, y->tp, y->ep, y->pp, y->dp, s);
+        memplan_of(&mp, &k, &top, c->device == 1);
+        q.state_bytes = mp.state;
+        q.act_bytes = mp.act;
+        q.mem_bytes = mp.total;
         if (q.compute_ms + q.comm_ms > worst) { worst = q.compute_ms + q.comm_ms; *p = q; p->slowest = s; }
         if (q.mem_bytes > p->mem_bytes) { p->mem_bytes = q.mem_bytes; p->state_bytes = q.state_bytes; p->act_bytes = q.act_bytes; }
     }

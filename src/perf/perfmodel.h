@@ -6,8 +6,8 @@
 //            algorithm's steps: ring all-reduce 2(n−1), reduce-scatter and all-gather n−1, pairwise
 //            all-to-all one message per peer at that peer's level, pipeline messages one each;
 //   bubble:  the slowest stage's time × (m + pp − 1)/m for m micro-batches (PipeDream-Flush);
-//   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the activations the
-//            schedule keeps, an estimate from the activation views per token and block.
+//   memory:  model/memplan.h's plan of the fullest stage: the model state under ZeRO's stage and
+//            every activation buffer the layout's run allocates (the schedule's views).
 // Nothing overlaps (ted's collectives are blocking).
 #pragma once
 #include "config/config.h"
@@ -23,10 +23,6 @@ typedef struct {
     int slowest;                                      // the stage that sets the pace
 } Prediction;
 
-// Model-state bytes per device (design §5, M1): weights and gradients (wbytes each per held
-// parameter) plus fp32 master, m and v (12 bytes); ZeRO stage 1 shards the 12 bytes over the
-// parameter's DP group (dp or edp), stage 2 the gradients too, stage 0 nothing.
-double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero);
 // The time of one collective call of `bytes` (send buffer) on a group of n ranks.
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far);
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl);
