@@ -63,7 +63,7 @@ expect "plan --config --pp 3 of 4 GPUs refused: $err" '[ $rc -eq 2 ] && [ "$err"
 # The plan against what ted train's metrics report (the `mem` record of the JSONL log, rank 0): model
 # state (params, grads, optimizer) for ZeRO 0, 1, 2 on 1, 2 and 4 ranks, and the activations (the
 # forward's peak of the activations category), dense and with a sparse layout, checkpointing on and
-# off. Both are counted from the same sizes, so the tolerance is the padding: 0 bytes (tested: 0.1 %).
+# off, 1-bit Adam's error feedback. Both are counted from the same sizes, so the tolerance is the padding: 0 bytes (tested: 0.1 %).
 source tests/mpi_env.sh
 W=${TED_TMP:-/tmp/test_plan}; rm -rf "$W"; mkdir -p "$W"
 cat >"$W/small.json" <<'JSON'
@@ -76,6 +76,8 @@ cat >"$W/sparse.json" <<'JSON'
  "train_micro_batch_size_per_gpu": 2, "seq_len": 256, "train_steps": 1,
  "sparse_attention": {"mode": "fixed", "block": 16, "num_local_blocks": 4, "num_global_blocks": 1}}
 JSON
+sed 's|"train_steps": 1}|"train_steps": 1, "optimizer": {"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 2}}, "zero_optimization": {"stage": 0}}|' \
+  "$W/small.json" >"$W/onebit.json"
 measured() {  # NP CONFIG FLAGS... -> "params+grads+optimizer activations" of rank 0's first step
   local np=$1 cfg=$2; shift 2
   rm -f "$W/m.jsonl"
@@ -103,7 +105,7 @@ close() { /usr/bin/python3 -c "import sys; a, b = float('$1'), float('$2'); sys.
 for run in "1 small 1 1 --zero-stage 0" "1 small 1 1 --zero-stage 1" "1 small 1 1 --zero-stage 2 --bf16" \
            "2 small 1 2 --zero-stage 0" "2 small 1 2 --zero-stage 1" "2 small 1 2 --zero-stage 2" "2 small 2 1 --zero-stage 1 --bf16" \
            "4 small 2 2 --zero-stage 2 --bf16" "4 small 1 2 --zero-stage 1 --activation-checkpointing" \
-           "2 sparse 1 1 --zero-stage 1" "2 sparse 1 1 --zero-stage 1 --activation-checkpointing" "2 small 1 1 --pp 2 --grad-accum 2"; do
+           "2 onebit 1 2" "2 sparse 1 1 --zero-stage 1" "2 sparse 1 1 --zero-stage 1 --activation-checkpointing" "2 small 1 1 --pp 2 --grad-accum 2"; do
   read -r np cfg tp ep rest <<<"$run"
   layout=(--tp "$tp" --ep "$ep")
   m=$(measured "$np" "$W/$cfg.json" "${layout[@]}" $rest); p=$(planned "$np" "$W/$cfg.json" "$tp" "$ep" $rest)
