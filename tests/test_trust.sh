@@ -75,6 +75,13 @@ for kv in "n_head 0" "moe_every 0" "n_layer -3" "num_experts 2147483647" "capaci
   [ "$1" = moe_every ] && expect "resume, config $1 $2" 2 "$1" "$W/cfg" train "${MODEL[@]}" --steps 3 --resume "$W/cfg"
 done
 
+# --- a checkpoint whose config.json is a model past this node's memory (4096 blocks of a 2^20-wide FFN):
+#     eval and generate refuse before allocating, with the numbers (model/memplan.h, as ted train)
+edit big config.json n_inner 1048576
+"$PY" -c "import json; p='$W/big/config.json'; j=json.load(open(p)); j['n_layer']=4096; json.dump(j, open(p, 'w'))"
+expect "eval, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" eval --load "$W/big" --data "$BOOK" --windows 2
+expect "generate, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" generate --load "$W/big" --tokens 2
+
 # --- sizes from flags and JSON, checked in 64 bits before any allocation
 expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
 expect "shared_experts near INT_MAX" 2 "shared_experts (2147483647) x expert_inner" - train "${MODEL[@]}" \

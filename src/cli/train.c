@@ -589,6 +589,17 @@ static int has_help(int argc, char **argv) {
     return 0;
 }
 
+// Whether a model of c with micro-batch B of T tokens fits this node (model/memplan.h; without
+// an optimizer: its state is not counted); 0, or -1 after one line with the numbers.
+static int fits_node(const Config *c, const Topology *t, int B, int T, int optimizer) {
+    Config k = *c;
+    k.micro_batch = B; k.seq_len = T;
+    MemPlan p;
+    memplan_of(&p, &k, t, ted_device == DEV_CUDA);
+    if (!optimizer) { p.total -= p.optimizer; p.state -= p.optimizer; p.optimizer = p.host_optimizer = 0; }
+    return memplan_check(&p, &k, t->rank);
+}
+
 // A one-process model with the checkpoint's weights.
 static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override, char *dir) {
     if (!load || !load[0]) { ted_error("--load: a checkpoint directory is required"); return -1; }
@@ -598,6 +609,7 @@ static int load_model(Model *M, Topology *topo, Config *c, const char *load, int
     int T = T_override > 0 ? T_override : seq_len_of(c);
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1, 1);
+    if (fits_node(c, topo, B, T, 0)) return -1;
     model_build(M, c, topo, B, T);
     return ckpt_load_weights(dir, M);
 }
