@@ -74,13 +74,15 @@ static void row(double N, int E, int G, int tp, int ep, int pp, double mem, cons
     printf("\n");
 }
 
-// A config of the shape flags (d, L, T, B, heads): a MoE FFN of E experts in every other block.
+// A config of the shape flags (d, L, T, B, heads): a MoE FFN of E experts (top-2) in every other
+// block, GPT-2's vocabulary of 50257.
 static int shape_config(Config *c, const double *shape, int E, int m, int v, const PlanOpts *o) {
     if (!(shape[0] > 0 && shape[1] > 0 && shape[2] > 0 && shape[3] > 0 && shape[4] > 0)) return 0;
     config_defaults(c);
     c->model.n_embd = (int)shape[0]; c->model.n_layer = (int)shape[1]; c->model.n_positions = c->seq_len = (int)shape[2];
     c->micro_batch = (int)shape[3]; c->model.n_head = (int)shape[4];
     c->model.num_experts = E > 1 ? E : 1;
+    c->model.vocab_size = 50257;
     c->grad_accum = m; c->pp_virtual = v;
     c->zero_stage = o->zero; c->offload = o->offload; c->bf16 = o->wbytes == 2; c->device = o->gpu;
     return 1;
@@ -199,7 +201,8 @@ static void usage(void) {
            "  an N-parameter base model) under TED with ZeRO stage 0, 1 (default) or 2, the optimizer state\n"
            "  on the host with --offload (docs/design.md §5, M1), and the largest base model that fits in\n"
            "  BYTES (default 80e9). Without --tp/--ep, every layout that divides. Given the shape (--hidden\n"
-           "  ... --heads), each layout's activations too: every buffer ted train would allocate on the rank.\n"
+           "  ... --heads; top-2 routing, GPT-2's vocabulary), each layout's activations too: every buffer\n"
+           "  ted train would allocate on the rank.\n"
            "  With --pp each stage holds 1/P of the model; the ideal bubble of each schedule for M\n"
            "  micro-batches (default 8; interleaved with V chunks per stage, default 2) and, given the\n"
            "  shape, the activations stage 0 holds under each schedule. With --config: the config's own\n"
