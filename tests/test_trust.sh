@@ -82,6 +82,17 @@ edit big config.json n_inner 1048576
 expect "eval, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" eval --load "$W/big" --data "$BOOK" --windows 2
 expect "generate, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" generate --load "$W/big" --tokens 2
 
+# --- activations count: a small model (9 MB of state) at T 16384, micro-batch 512, is refused for its
+#     dense attention (~18 TB of probabilities); at micro-batch 8 with a sparse layout's present blocks,
+#     recompute and checkpointing it fits (under 1 GB), builds, and reports what it predicted as allocated
+LONG=(--data "$BOOK" --n-layer 4 --n-embd 32 --n-head 8 --n-positions 16384 --seq-len 16384 --threads 1 --steps 0)
+expect "activations past this node's memory" 2 "of activations (micro-batch 512, checkpointing off)" - train "${LONG[@]}" --micro-batch 512
+LONG+=(--micro-batch 8)
+printf '{"sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1, "recompute": true}}' >"$W/sp16k.json"
+run_ok train "${LONG[@]}" --config "$W/sp16k.json" --activation-checkpointing
+if grep -q "activations predicted \([0-9]*\), allocated \1$" "$W/out"; then ok "sparse + recompute + checkpointing at T 16384 fits: $(grep -o 'activations predicted.*' "$W/out")"
+else fail "sparse T 16384: $(grep -o 'activations predicted.*' "$W/out")"; fi
+
 # --- sizes from flags and JSON, checked in 64 bits before any allocation
 expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
 expect "shared_experts near INT_MAX" 2 "shared_experts (2147483647) x expert_inner" - train "${MODEL[@]}" \
