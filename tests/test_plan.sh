@@ -112,5 +112,15 @@ for run in "1 small 1 1 --zero-stage 0" "1 small 1 1 --zero-stage 1" "1 small 1 
   expect "$np ranks, $cfg, tp $tp ep $ep $rest: plan (state, activations) $p, measured $m" \
     '[ -n "$m" ] && [ -n "$p" ] && close ${p% *} ${m% *} && close ${p#* } ${m#* }'
 done
+# offload from the config's own key (as train spells it) or --offload: on a GPU the optimizer state (fp32
+# master, m, v: 12 bytes a parameter, never in place) leaves the device for the host
+sed 's|"train_steps": 1}|"train_steps": 1, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}}|' "$W/small.json" >"$W/off.json"
+on=$("$TED" plan --config "$W/small.json" --gpus 1 --device cuda | grep "^  tp 1   ep 1 ")
+for off in "$W/off.json" "$W/small.json --offload"; do
+  row=$("$TED" plan --config $off --gpus 1 --device cuda | grep "^  tp 1   ep 1 ")
+  read -r P G O <<<"$(sed -n 's|.*(params \([0-9]*\), grads \([0-9]*\), optimizer \([0-9]*\)).*|\1 \2 \3|p' <<<"$on")"
+  expect "offload ($off): state $P + $G on the GPU, optimizer $O on the host" \
+    '[ -n "$O" ] && [ "$O" -eq $((12 * P / 4)) ] && grep -q " $((P + G)) bytes  fits  (params $P, grads $G, optimizer 0, on the host $O)" <<<"$row"'
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
