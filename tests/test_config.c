@@ -175,6 +175,13 @@ static void test_json_errors(void) {
     expect_json_error("{\"bf16\": {\"enable\": true}}", "unknown key \"bf16.enable\"");
     expect_json_error("{\"fp16\": {\"auto_scale\": true}}", "unknown key \"fp16.auto_scale\"");
     expect_json_error("{\"zero_optimization\": {\"offload\": true}}", "unknown key \"zero_optimization.offload\"");
+    // the sparse_attention section's unknown keys join the others' in one line, each with its near name
+    expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"blok\": 16, \"num_local_block\": 4, \"zzz\": 1}, "
+                      "\"optimizr\": {}}", "4 keys ted does not know or cannot honour: unknown key \"sparse_attention.blok\" "
+                      "(did you mean \"sparse_attention.block\"?); unknown key \"sparse_attention.num_local_block\" (did you "
+                      "mean \"sparse_attention.num_local_blocks\"?); unknown key \"sparse_attention.zzz\"; unknown key "
+                      "\"optimizr\" (did you mean \"optimizer\"?)");
+    expect_json_error("{\"sparse_attention\": {\"top_k\": 2}}", "unknown key \"sparse_attention.top_k\" (did you mean \"moe.top_k\"?)");
     expect_json_error("{\"activation_checkpointing\": {\"profile\": true}}", "unknown key \"activation_checkpointing.profile\"");
     expect_json_error("{\"model\": {\"d_model\": 64}}", "unknown key \"model.d_model\"");
     expect_json_error("{\"moe\": {\"topk\": 2}}", "unknown key \"moe.topk\"");

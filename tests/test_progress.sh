@@ -75,3 +75,28 @@ import json, sys
 s = [o for o in map(json.loads, open('$W/mfu.jsonl')) if 'mfu' in o]
 assert len(s) == 3 and all(o['mfu'] > 1 for o in s), [o['mfu'] for o in s]" || fail "log mfu"
 echo "ok   --peak-tflops: MFU against the stated peak, one warning above 100 %"
+
+# (d) the MoE load under every pipeline schedule: with pp 2 interleaved (v 2) over 4 blocks and an
+#     MoE FFN in every other block, rank 0 (which prints) holds blocks 0 and 2, both dense; the
+#     progress line still shows `load`, and each step's per-block log (layers 1 and 3) equals
+#     one process's (the stages' logs gathered over the pipeline group)
+source tests/mpi_env.sh
+P=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16
+   --grad-accum 4 --num-experts 4 --top-k 2 --moe-every 2 --steps 2 --eval-windows 2 --log-every 1 --micro-batch 2)
+"$TED" train "${P[@]}" --threads 1 --log "$W/pp1.jsonl" >"$W/pp1.out" 2>&1 || { cat "$W/pp1.out"; fail "one-process MoE run"; }
+for s in 1f1b interleaved; do
+  OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 2 "$TED" train "${P[@]}" --pp 2 --pp-schedule $s --pp-virtual $([ $s = 1f1b ] && echo 1 || echo 2) \
+    --log "$W/pp2-$s.jsonl" >"$W/pp2-$s.out" 2>&1 || { cat "$W/pp2-$s.out"; fail "pp 2 $s run"; }
+  [ "$(grep -c '^step .* | load [0-9.]* |' "$W/pp2-$s.out")" -eq 2 ] || { grep '^step' "$W/pp2-$s.out"; fail "pp 2 $s: no load in the progress line"; }
+  /usr/bin/python3 - "$W/pp1.jsonl" "$W/pp2-$s.jsonl" <<'PY' || fail "pp 2 $s: per-block MoE log differs from one process"
+import json, sys
+a, b = ([o for o in map(json.loads, open(f)) if "moe" in o] for f in sys.argv[1:])
+assert len(a) == len(b) == 2, (len(a), len(b))
+for x, y in zip(a, b):
+    assert [m["layer"] for m in y["moe"]] == [1, 3], y["moe"]
+    for m, n in zip(x["moe"], y["moe"]):
+        assert abs(m["max_mean"] - n["max_mean"]) < 1e-3 and abs(m["dropped"] - n["dropped"]) < 1e-3, (m, n)
+    assert abs(x["max_mean"] - y["max_mean"]) < 1e-3 and y["max_mean"] > 1, (x["max_mean"], y["max_mean"])
+PY
+done
+echo "ok   pp 2 (1f1b, interleaved v 2): the progress line shows load; every block's load log equals one process's"

@@ -75,6 +75,24 @@ for kv in "n_head 0" "moe_every 0" "n_layer -3" "num_experts 2147483647" "capaci
   [ "$1" = moe_every ] && expect "resume, config $1 $2" 2 "$1" "$W/cfg" train "${MODEL[@]}" --steps 3 --resume "$W/cfg"
 done
 
+# --- a checkpoint whose config.json is a model past this node's memory (4096 blocks of a 2^20-wide FFN):
+#     eval and generate refuse before allocating, with the numbers (model/memplan.h, as ted train)
+edit big config.json n_inner 1048576
+"$PY" -c "import json; p='$W/big/config.json'; j=json.load(open(p)); j['n_layer']=4096; json.dump(j, open(p, 'w'))"
+expect "eval, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" eval --load "$W/big" --data "$BOOK" --windows 2
+expect "generate, a model past this node's memory" 2 "predicted memory: the model has" "$W/big" generate --load "$W/big" --tokens 2
+
+# --- activations count: a small model (9 MB of state) at T 16384, micro-batch 512, is refused for its
+#     dense attention (~18 TB of probabilities); at micro-batch 8 with a sparse layout's present blocks,
+#     recompute and checkpointing it fits (under 1 GB), builds, and reports what it predicted as allocated
+LONG=(--data "$BOOK" --n-layer 4 --n-embd 32 --n-head 8 --n-positions 16384 --seq-len 16384 --threads 1 --steps 0)
+expect "activations past this node's memory" 2 "of activations (micro-batch 512, checkpointing off)" - train "${LONG[@]}" --micro-batch 512
+LONG+=(--micro-batch 8)
+printf '{"sparse_attention": {"mode": "fixed", "block": 64, "num_local_blocks": 4, "num_global_blocks": 1, "recompute": true}}' >"$W/sp16k.json"
+run_ok train "${LONG[@]}" --config "$W/sp16k.json" --activation-checkpointing
+if grep -q "activations predicted \([0-9]*\), allocated \1$" "$W/out"; then ok "sparse + recompute + checkpointing at T 16384 fits: $(grep -o 'activations predicted.*' "$W/out")"
+else fail "sparse T 16384: $(grep -o 'activations predicted.*' "$W/out")"; fi
+
 # --- sizes from flags and JSON, checked in 64 bits before any allocation
 expect "num_experts near INT_MAX" 2 num_experts - train "${MODEL[@]}" --num-experts 2147483647
 expect "shared_experts near INT_MAX" 2 "shared_experts (2147483647) x expert_inner" - train "${MODEL[@]}" \

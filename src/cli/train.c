@@ -15,7 +15,7 @@
 #include "model/model.h"
 #include "model/pipeline.h"
 #include "io/progress.h"
-#include "cli/plan.h"
+#include "model/memplan.h"
 #include "core/rng.h"
 #include "io/runinfo.h"
 #include "cli/sample.h"
@@ -212,6 +212,7 @@ typedef struct {
     Topology topo;
     Model M;
     Zero z;
+    MemPlan plan;               // predicted before allocating
     Pipeline P;
     TrainerState st;
     FILE *log;
@@ -287,22 +288,16 @@ static int init_from(Run *R) {
     return 0;
 }
 
-// The memory model (docs/design.md §5, M1) with this rank's parameter counts, next to what was allocated.
+// The memory plan (model/memplan.h) next to what was allocated.
 static void print_model_state(const Run *R) {
-    const Model *M = &R->M;
-    double np_exp = 0, np_all = 0;
-    for (int i = 0; i < M->reg.n; i++) {
-        np_all += M->reg.p[i].numel;
-        if (M->reg.p[i].tag == TAG_EDP) np_exp += M->reg.p[i].numel;
-    }
     const MemStats *ms = mem_stats();
-    int wbytes = M->reg.half ? 2 : 4;
-    double pred = plan_state_bytes(np_all - np_exp, np_exp, R->topo.dp, R->topo.edp, wbytes);
+    const MemPlan *p = &R->plan;
     double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
     if (R->topo.rank == 0)
-        printf("model state per rank: M1 (docs/design.md §5) predicts %.0f bytes (%s weights and gradients), allocated %.0f "
-               "(params %zu + grads %zu + optimizer %zu)\n", pred, wbytes == 2 ? "16-bit" : "fp32", meas,
-               ms->current[MEM_PARAMS], ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER]);
+        printf("memory per rank: model state predicted %.0f bytes (params %.0f + grads %.0f + optimizer %.0f, ZeRO-%d), "
+               "allocated %.0f (params %zu + grads %zu + optimizer %zu); activations predicted %.0f, allocated %zu\n",
+               p->state, p->params, p->grads, p->optimizer, R->c.zero_stage, meas, ms->current[MEM_PARAMS],
+               ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER], p->act, ms->current[MEM_ACTIVATIONS]);
 }
 
 // --log-tensors: tokens per expert after each forward (pipeline callback).
@@ -355,6 +350,8 @@ static int run_setup(Run *R, int argc, char **argv) {
     topo_init(&R->topo, c->tp, c->ep, c->pp);
     topo_print(&R->topo, c->model.num_experts);
     topo_print_placement(&R->topo);
+    memplan_of(&R->plan, c, &R->topo, ted_device == DEV_CUDA);   // before allocating: does it fit?
+    if (ted_agree(memplan_check(&R->plan, c, R->topo.rank))) return -1;
     model_build(&R->M, c, &R->topo, c->micro_batch, R->T);
     pipe_init(&R->P, &R->M, c);
     pipe_print(&R->P, c);
@@ -470,8 +467,8 @@ static void monitor_step(Run *R, const StepMetrics *m) {
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
     char tag[96];
     const RouteLog *r = R->M.rlog;
-    for (int i = 0; r && i < r->nmoe; i++) {
-        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->layer[i]);
+    for (int i = 0; r && i < r->nall; i++) {
+        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->all_layer[i]);
         monitor_scalar(mon, tag, r->out[i].max_mean, s);
     }
     const CommStats *cs = comm_stats();
@@ -607,6 +604,17 @@ static int has_help(int argc, char **argv) {
     return 0;
 }
 
+// Whether a model of c with micro-batch B of T tokens fits this node (model/memplan.h; without
+// an optimizer: its state is not counted); 0, or -1 after one line with the numbers.
+static int fits_node(const Config *c, const Topology *t, int B, int T, int optimizer) {
+    Config k = *c;
+    k.micro_batch = B; k.seq_len = T;
+    MemPlan p;
+    memplan_of(&p, &k, t, ted_device == DEV_CUDA);
+    if (!optimizer) { p.total -= p.optimizer; p.state -= p.optimizer; p.optimizer = p.host_optimizer = 0; }
+    return memplan_check(&p, &k, t->rank);
+}
+
 // A one-process model with the checkpoint's weights.
 static int load_model(Model *M, Topology *topo, Config *c, const char *load, int B, int T_override, char *dir) {
     if (!load || !load[0]) { ted_error("--load: a checkpoint directory is required"); return -1; }
@@ -616,6 +624,7 @@ static int load_model(Model *M, Topology *topo, Config *c, const char *load, int
     int T = T_override > 0 ? T_override : seq_len_of(c);
     if (T > c->model.n_positions) { ted_error("--seq-len %d exceeds the model's n_positions %d", T, c->model.n_positions); return -1; }
     topo_init(topo, 1, 1, 1);
+    if (fits_node(c, topo, B, T, 0)) return -1;
     model_build(M, c, topo, B, T);
     return ckpt_load_weights(dir, M);
 }

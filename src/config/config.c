@@ -320,6 +320,7 @@ static int json_float(const cJSON *j, float *out) {
 }
 
 static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static void sparse_unknown(const char *section, const char *name);
 
 // The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
 static struct { char text[1536]; int n; } key_problems;
@@ -487,7 +488,7 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return 0;
     }
     case J_SPARSE:
-        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file);
+        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file, sparse_unknown);
     }
     return -1;
 }
@@ -550,6 +551,22 @@ static void did_you_mean(const JKey *keys, const char *name, const char *prefix,
     if (best) snprintf(out, n, " (did you mean \"%s%s%s\"?)", prefix, *prefix ? "." : "", best->name);
     else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
         snprintf(out, n, " (did you mean \"%s\"?)", path);
+}
+
+// An unknown key of the sparse_attention section (read by sparse_config.c): noted like the others.
+static void sparse_unknown(const char *section, const char *name) {
+    const char *best = NULL;
+    int bd = 1000;
+    for (const char *const *k = sparse_config_keys; *k; k++) {
+        int d = edit_distance(name, *k);
+        if (d < bd && near_name(name, *k)) { bd = d; best = *k; }
+    }
+    char hint[200], path[160];
+    hint[0] = 0;
+    if (best) snprintf(hint, sizeof hint, " (did you mean \"%s.%s\"?)", section, best);
+    else if (walk_root && find_elsewhere(walk_root, name, "", path, sizeof path))
+        snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", path);
+    key_problem("unknown key \"%s.%s\"%s", section, name, hint);
 }
 
 // Applies every member of obj. An unknown member is noted (key_problem) and the walk goes on, so
@@ -1179,18 +1196,6 @@ static void invalid(const char *fmt, ...) {
 #define MAX_EXPERTS 65536
 #define MAX_TENSORS (1L << 20)
 
-static double mem_physical_bytes(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? (double)pages * size : 0;
-}
-
-// Ranks of this job on this node and in all (Open MPI's environment; 1 and 1 without it).
-static void ranks_here(double *local, double *world) {
-    const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *w = getenv("OMPI_COMM_WORLD_SIZE");
-    *local = l && atoi(l) > 0 ? atoi(l) : 1;
-    *world = w && atoi(w) > 0 ? atoi(w) : 1;
-}
-
 // The widths that size the expert tensors, named: expert_inner, and the shared expert's
 // shared_experts × expert_inner hidden units, each (times n_embd) within an int tensor.
 static int validate_expert_sizes(const ModelConfig *m, int64_t d, int64_t fe) {
@@ -1208,11 +1213,10 @@ static int validate_expert_sizes(const ModelConfig *m, int64_t d, int64_t fe) {
 }
 
 // 64-bit size products of every key that sizes a tensor: the largest tensor, the tensor count,
-// the expert widths; then the model's fp32 training state against this node's memory.
+// the expert widths.
 static int validate_sizes(const ModelConfig *m) {
     int64_t d = m->n_embd, f = m->n_inner > 0 ? m->n_inner : 4 * d, V = m->vocab_size, E = m->num_experts;
-    int64_t fe = m->expert_inner > 0 ? m->expert_inner : f, moe = m->num_experts > 1;
-    int64_t nmoe = moe ? m->n_layer / m->moe_every : 0;
+    int64_t fe = m->expert_inner > 0 ? m->expert_inner : f;
     int64_t tensors = 4 + (int64_t)m->n_layer * (11 + 4 * E);   // the parameter registry's room
     RULE(tensors > MAX_TENSORS, "n_layer %d with num_experts %lld needs room for %lld tensors (at most %ld)", m->n_layer,
          (long long)E, (long long)tensors, MAX_TENSORS);
@@ -1220,17 +1224,9 @@ static int validate_sizes(const ModelConfig *m) {
     if ((int64_t)m->n_positions * d > big) big = (int64_t)m->n_positions * d;
     RULE(big > INT_MAX, "a tensor of %lld elements (vocab_size, n_positions or n_inner times n_embd) exceeds 2^31-1",
          (long long)big);
-    if (validate_expert_sizes(m, d, fe)) return -1;
-    double mats = m->expert_type == EXPERT_SWIGLU ? 3 : 2, shared = moe ? (double)m->shared_experts * fe : 0;
-    double params = (double)(V + m->n_positions) * d + (double)m->n_layer * (4 * d * d + 2 * d * f) +
-                    (double)nmoe * (mats * d * (E * fe + shared) - 2.0 * d * f);
-    double bytes = params * 16, avail = mem_physical_bytes(), local, world;   // fp32 weights, gradients, Adam m and v
-    ranks_here(&local, &world);
-    double here = bytes * local / world;   // at least this node's share, however the layout splits it
-    RULE(avail > 0 && here > avail, "predicted memory: the model has %.4g parameters, %.4g bytes of fp32 training state "
-         "(weights, gradients, Adam m and v); this node's %.0f of %.0f ranks hold at least %.4g bytes, more than its "
-         "%.4g bytes of memory", params, bytes, local, world, here, avail);
-    return 0;
+    // the memory these sizes need, per rank of the layout, is checked by ted train before it
+    // allocates (model/memplan.h)
+    return validate_expert_sizes(m, d, fe);
 }
 
 static int validate_model(const ModelConfig *m) {

@@ -66,7 +66,13 @@ static int json_mode(const cJSON *j, int *mode) {
     return -1;
 }
 
-int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const char *file) {
+const char *const sparse_config_keys[] = {
+    "mode", "block", "num_local_blocks", "num_global_blocks", "num_random_blocks", "num_sliding_window_blocks",
+    "num_different_global_patterns", "different_layout_per_head", "horizontal_global_attention", "recompute",
+    "local_window_blocks", "global_block_indices", "global_block_end_indices", "attention", "seed", NULL};
+
+int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const char *file,
+                       void (*unknown)(const char *key, const char *name)) {
     const cJSON *o = obj;
     if (!cJSON_IsObject(o)) { ted_error("%s: key \"%s\" must be an object", file, key); return -1; }
     for (const cJSON *j = o->child; j; j = j->next) {
@@ -97,7 +103,7 @@ int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const 
             if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
                 j->valuedouble != floor(j->valuedouble)) want = "an integer in [0, 2^53]";
             else { s->seed = (uint64_t)j->valuedouble; s->seed_set = 1; }
-        } else { ted_error("%s: unknown key \"%s.%s\"", file, key, k); return -1; }
+        } else { unknown(key, k); continue; }
         if (want) return bad(file, key, k, want);
     }
     return 0;

@@ -30,9 +30,13 @@ typedef struct {
 
 // DeepSpeed's defaults, mode dense.
 void sparse_config_defaults(SparseConfig *s);
-// Reads the JSON object `j` (a cJSON *) of the section named `key` in `file`. Unknown keys and
-// wrong types: one line, -1.
-int sparse_config_json(SparseConfig *s, const void *j, const char *key, const char *file);
+// The section's key names (NULL-terminated), for "did you mean".
+extern const char *const sparse_config_keys[];
+// Reads the JSON object `j` (a cJSON *) of the section named `key` in `file`. A wrong type: one
+// line, -1. An unknown key goes to unknown(key, name) and the reading goes on, so the caller
+// reports it with the other sections' unknown keys in one line.
+int sparse_config_json(SparseConfig *s, const void *j, const char *key, const char *file,
+                       void (*unknown)(const char *key, const char *name));
 // The section as JSON text (for a checkpoint's config.json), seed resolved; "" when dense.
 // Writes at most n bytes into out.
 void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, int n);

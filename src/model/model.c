@@ -60,7 +60,8 @@ static void add_block(Model *M, int l) {
 }
 
 // The tensors this rank holds: its chunks' blocks, the embedding with chunk 0, ln_f with the last
-// chunk, and the tied wte with either (both stages hold it when they differ).
+// chunk, and the tied wte with either (both stages hold it when they differ). Registered only:
+// alloc_params allocates them.
 static void add_params(Model *M) {
     int d = M->d, E = M->E, L = M->L;
     float std = 0.02f;
@@ -82,6 +83,12 @@ static void add_params(Model *M) {
         M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
     }
     r->grads_external = M->cfg.zero_stage == 2;   // the optimizer's buckets hold the gradients
+}
+
+// Allocates the registered tensors and initialises them.
+static void alloc_params(Model *M) {
+    Registry *r = &M->reg;
+    int d = M->d;
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
@@ -407,7 +414,9 @@ static void plan_chunks(Model *M) {
     }
 }
 
-void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+// What a model is before anything big is allocated: its shape, chunks, expert-buffer rows,
+// sparse layouts and registered tensors (model_build allocates them; model_size only counts).
+static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
     memset(M, 0, sizeof *M);
     M->cfg = *cfg; M->m = cfg->model; M->topo = topo;
     const ModelConfig *m = &M->m;
@@ -449,10 +458,22 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
             sparse_layout_build(&M->sl[l], &cfg->sparse, cfg->seed, l, topo->tp_idx * M->Hl, M->Hl, Tb);
     }
     add_params(M);
+    M->reg.half = cfg->bf16 ? 1 : cfg->fp16 ? 2 : 0;
+}
+
+// 16-bit storage: the fp32 working copies' elements, of the head and of the largest block.
+static void working_copies(const Model *M, long *head, long *big) {
+    *big = 0; *head = stage_numel(M, 0);
+    for (int s = 1; s <= M->L; s++) if (M->bp[s - 1].held && stage_numel(M, s) > *big) *big = stage_numel(M, s);
+}
+
+void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    build_meta(M, cfg, topo, Bmax, T);
+    alloc_params(M);
     routing_init(M);
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
-        long big = 0, head = stage_numel(M, 0);
-        for (int s = 1; s <= M->L; s++) if (M->bp[s - 1].held && stage_numel(M, s) > big) big = stage_numel(M, s);
+        long big, head;
+        working_copies(M, &head, &big);
         M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
         M->stage_w = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS); M->stage_g = ted_alloc_buf(sizeof(float) * big, MEM_ACTIVATIONS);
     }
@@ -471,6 +492,36 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     layout_grads(M, &g);
     use_view(M, 0, 0);
 }
+
+void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    Model *M = ted_alloc(sizeof *M, MEM_TEMP);
+    build_meta(M, cfg, topo, Bmax, T);
+    memset(z, 0, sizeof *z);
+    for (int i = 0; i < M->reg.n; i++) {
+        const Param *p = &M->reg.p[i];
+        z->params[p->tag == TAG_EDP] += p->numel;
+    }
+    double act = routing_act_bytes(M);
+    for (int l = 0; M->sl && l < M->L; l++) act += sparse_layout_bytes(&M->sl[l], ted_device == DEV_CUDA);
+    if (M->reg.half) {
+        long big, head;
+        working_copies(M, &head, &big);
+        act += 2.0 * sizeof(float) * (head + big);
+    }
+    z->reg = M->reg;   // the tensor list (moved: freed by model_size_free)
+    M->reg.p = NULL; M->reg.n = 0;
+    Bump a = {NULL, 0}, h = {NULL, 0}, g = {NULL, 0};
+    layout_acts(M, &a, &h);
+    layout_grads(M, &g);
+    z->act = act + a.off + h.off + g.off;
+    z->shared = act + M->shared_act_bytes + g.off + h.off;
+    for (int i = 0; i < M->nch; i++) { z->per_mb += M->ch_bytes[i]; z->views += M->ch_slots[i]; }
+    z->held = a.off - M->shared_act_bytes;
+    model_free(M);
+    ted_free(M);
+}
+
+void model_size_free(ModelSize *z) { reg_free(&z->reg); }
 
 void model_free(Model *M) {
     routing_free(M);

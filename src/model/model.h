@@ -4,11 +4,26 @@
 #pragma once
 #include "config/config.h"
 #include "model/model_state.h"
+#include "nn/params.h"
 
 // Registers and allocates everything this rank runs (its pipeline stage's chunks, with as many
 // activation views per chunk as cfg's schedule keeps in flight); weights initialised from cfg->seed.
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
 void model_free(Model *M);
+// What model_build would allocate on the rank of `topo` (its degrees and indices; no group is
+// used), counted without allocating it: the tensors, and the activation bytes of every buffer.
+typedef struct {
+    Registry reg;          // this rank's tensors (sizes, tags, layers; no data)
+    double params[2];      // elements: non-expert (DP-synchronised), routed experts' (expert-DP)
+    double act;            // bytes of every activation buffer (the `activations` category)
+    double shared;         // of those, the ones shared by all micro-batches: compute buffers of
+                           // checkpointing or 16-bit storage, backward scratch, router and host buffers
+    double per_mb;         // one micro-batch's activations through this rank's chunks
+    double held;           // the views the schedule keeps in flight: act − shared
+    int views;             // how many views (micro-batch × chunk) those are
+} ModelSize;
+void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax, int T);
+void model_size_free(ModelSize *z);
 // Forward of B sequences of T tokens (B ≤ Bmax, T ≤ the built T). Without targets the whole
 // rows of logits are left in M->full_logits [N,V].
 // Returns the sum of the token losses (0 without targets); router stats add into M->rstats.

@@ -192,8 +192,8 @@ void pipe_print(const Pipeline *P, const Config *c) {
     int views = 0;
     for (int i = 0; i < M->nch; i++) { held += M->ch_bytes[i] * M->ch_slots[i]; views += M->ch_slots[i]; }
     if (pp == 1 && c->pp_schedule == PP_1F1B) {   // no pipeline: one line, the activations held
-        printf("activations: %d view(s) held (micro-batch x chunk), %zu bytes, + %zu shared\n", views, held,
-               M->shared_act_bytes);
+        printf("activations: %d view(s) held (micro-batch x chunk), %zu bytes, + %zu in compute buffers the views share "
+               "(the memory line below counts every buffer)\n", views, held, M->shared_act_bytes);
         return;
     }
     sched_chunks(M->L, M->chunks, c->pp_nlayers ? c->pp_layers : NULL, l0);
@@ -211,6 +211,6 @@ void pipe_print(const Pipeline *P, const Config *c) {
         printf("%s%s, %.4g GFLOP per token\n", s == 0 ? " + embedding" : "", s == (M->chunks - 1) % pp ? " + head" : "",
                flops / 1e9);
     }
-    printf("pipeline: stage 0 holds %d activation view(s) (micro-batch x chunk): %zu bytes, + %zu shared\n", views,
-           held, M->shared_act_bytes);
+    printf("pipeline: stage 0 holds %d activation view(s) (micro-batch x chunk): %zu bytes, + %zu in compute buffers "
+           "the views share\n", views, held, M->shared_act_bytes);
 }

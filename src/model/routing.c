@@ -24,8 +24,16 @@ void routing_init(Model *M) {
     r->kept = ted_alloc(sizeof(double) * n * (2 * E + 2), MEM_TEMP);   // kept | load | drops: one reduction
     r->load = r->kept + n * E;
     r->drops = r->load + n * E;
-    r->out = ted_alloc(sizeof(RouteBlockLog) * n, MEM_TEMP);
-    memset(r->out, 0, sizeof(RouteBlockLog) * n);
+    for (int l = 0; M->E > 1 && l < M->L; l++) r->nall += cfg_is_moe(&M->m, l);
+    int na = r->nall > 0 ? r->nall : 1;
+    r->all_layer = ted_alloc(sizeof(int) * na, MEM_TEMP);
+    r->at = ted_alloc(sizeof(int) * n, MEM_TEMP);
+    for (int l = 0, j = 0; M->E > 1 && l < M->L; l++) {
+        if (!cfg_is_moe(&M->m, l)) continue;
+        for (int i = 0; i < r->nmoe; i++) if (r->layer[i] == l) r->at[i] = j;
+        r->all_layer[j++] = l;
+    }
+    r->out = ted_alloc(sizeof(RouteBlockLog) * na, MEM_TEMP);
     r->acc_step = -1;
     if (!r->nmoe) return;
     if (M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0) {
@@ -43,6 +51,16 @@ void routing_init(Model *M) {
     }
 }
 
+double routing_act_bytes(const Model *M) {
+    int nmoe = 0;
+    for (int l = 0; l < M->L; l++) nmoe += M->bp[l].moe;
+    if (!nmoe) return 0;
+    double N = (double)M->Bmax * M->T, f = sizeof(float), b = 0;
+    if (M->m.router == ROUTER_SWITCH && M->m.jitter_eps > 0) b += 2 * f * N * M->d;
+    if (M->m.router == ROUTER_NOISY_TOPK) b += (2.0 * nmoe + 1) * f * N * M->E;
+    return b;
+}
+
 void routing_free(Model *M) {
     RouteLog *r = M->rlog;
     if (!r) return;
@@ -50,7 +68,7 @@ void routing_free(Model *M) {
         for (int i = 0; i < r->nmoe; i++) { ted_free_buf(r->noise[i]); ted_free_buf(r->hval[i]); }
     ted_free(r->noise); ted_free(r->hval); ted_free_buf(r->dnoise);
     ted_free_buf(r->xr); ted_free_buf(r->dxr);
-    ted_free(r->layer); ted_free(r->kept); ted_free(r->out);
+    ted_free(r->layer); ted_free(r->kept); ted_free(r->out); ted_free(r->all_layer); ted_free(r->at);
     ted_free(r);
     M->rlog = NULL;
 }
@@ -157,7 +175,7 @@ static void set_bias(Model *M, Zero *z, int idx, const float *b) {
     for (long j = 0; j < s->len; j++) z->master[s->base + j] = b[s->off + j];
 }
 
-static void bias_step(Model *M, Zero *z, int i, const double *load) {
+static double bias_step(Model *M, Zero *z, int i, const double *load) {
     int E = M->E, idx = M->bp[M->rlog->layer[i]].bias;
     float b[E];
     const Param *p = &M->reg.p[idx];
@@ -170,38 +188,44 @@ static void bias_step(Model *M, Zero *z, int i, const double *load) {
         norm += (double)b[e] * b[e];
     }
     set_bias(M, z, idx, b);
-    M->rlog->out[i].bias_norm = sqrt(norm);
+    return sqrt(norm);
 }
+
+_Static_assert(sizeof(RouteBlockLog) == 3 * sizeof(double), "RouteBlockLog travels as 3 doubles");
 
 void routing_step_end(Model *M, Zero *z) {
     RouteLog *r = M->rlog;
     int E = M->E, n = r->nmoe;
     M->rng_step = -1;
-    if (!n) return;
-    if (r->acc_step < 0) memset(r->kept, 0, sizeof(double) * n * (2 * E + 2));   // no training forward since the last step
-    comm_allreduce((Group *)&M->topo->g[GROUP_DP], r->kept, (long)n * (2 * E + 2), DT_F64);
+    if (!r->nall) return;
+    if (r->acc_step < 0) memset(r->kept, 0, sizeof(double) * (n ? n : 1) * (2 * E + 2));   // no training forward since the last step
+    if (n) comm_allreduce((Group *)&M->topo->g[GROUP_DP], r->kept, (long)n * (2 * E + 2), DT_F64);
+    memset(r->out, 0, sizeof(RouteBlockLog) * r->nall);
     for (int i = 0; i < n; i++) {
+        RouteBlockLog *o = &r->out[r->at[i]];
         double mx = 0, mean = 0;
         for (int e = 0; e < E; e++) { mean += r->kept[i * E + e] / E; if (r->kept[i * E + e] > mx) mx = r->kept[i * E + e]; }
-        r->out[i].max_mean = mean > 0 ? mx / mean : 0;
-        r->out[i].dropped = r->drops[2 * i + 1] > 0 ? r->drops[2 * i] / r->drops[2 * i + 1] : 0;
-        if (M->bp[r->layer[i]].bias >= 0) bias_step(M, z, i, r->load + (long)i * E);
+        o->max_mean = mean > 0 ? mx / mean : 0;
+        o->dropped = r->drops[2 * i + 1] > 0 ? r->drops[2 * i] / r->drops[2 * i + 1] : 0;
+        if (M->bp[r->layer[i]].bias >= 0) o->bias_norm = bias_step(M, z, i, r->load + (long)i * E);
     }
+    // the other stages' blocks (zero here, each held by one stage): the sum is every block's log
+    comm_allreduce((Group *)&M->topo->g[GROUP_PP], r->out, 3L * r->nall, DT_F64);
     r->acc_step = -1;
 }
 
 double routing_worst_max_mean(const Model *M) {
     double w = 0;
-    for (int i = 0; M->rlog && i < M->rlog->nmoe; i++) if (M->rlog->out[i].max_mean > w) w = M->rlog->out[i].max_mean;
+    for (int i = 0; M->rlog && i < M->rlog->nall; i++) if (M->rlog->out[i].max_mean > w) w = M->rlog->out[i].max_mean;
     return w;
 }
 
 void routing_log_json(const Model *M, char *buf, size_t len) {
     size_t u = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; M->rlog && i < M->rlog->nmoe && u < len; i++) {
+    for (int i = 0; M->rlog && i < M->rlog->nall && u < len; i++) {
         const RouteBlockLog *o = &M->rlog->out[i];
         u += (size_t)snprintf(buf + u, len - u, "%s{\"layer\": %d, \"max_mean\": %.4f, \"dropped\": %.4f, \"bias_norm\": %.6g}",
-                              i ? ", " : "", M->rlog->layer[i], o->max_mean, o->dropped, o->bias_norm);
+                              i ? ", " : "", M->rlog->all_layer[i], o->max_mean, o->dropped, o->bias_norm);
     }
     if (u < len) snprintf(buf + u, len - u, "]");
 }

@@ -21,7 +21,10 @@ typedef struct RouteLog {
     double *kept, *load; // [nmoe][E] tokens processed per expert; choices before dropping
     double *drops;       // [nmoe][2] dropped, choices
     long acc_step;       // the step the sums belong to
-    RouteBlockLog *out;  // [nmoe] after routing_step_end
+    int nall;            // the MoE blocks of the whole model (every pipeline stage's)
+    int *all_layer;      // [nall] their layers
+    int *at;             // [nmoe] each held block's place among them
+    RouteBlockLog *out;  // [nall] after routing_step_end, every stage's blocks
     float *xr, *dxr;     // Switch jitter: the jittered router input and a gradient scratch [N,d]
     float **noise, **hval, *dnoise;   // noisy_topk: per block x·W_noise and H [N,E]; d(x·W_noise) [N,E]
 } RouteLog;
@@ -29,6 +32,8 @@ typedef struct RouteLog {
 // Allocates M->rlog (called by model_build after the parameters).
 void routing_init(Model *M);
 void routing_free(Model *M);
+// The activation bytes routing_init allocates (jitter, noise buffers) for M's blocks.
+double routing_act_bytes(const Model *M);
 // Router logits and routing of block l on ln2 (N tokens). recompute: activation checkpointing's
 // second pass (no statistics); generate: a forward without targets (expert choice routes top-k).
 void routing_forward(Model *M, int l, long N, int recompute, int generate);
@@ -36,9 +41,10 @@ void routing_forward(Model *M, int l, long N, int recompute, int generate);
 void routing_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale);
 // After the optimizer step: sums the step's loads over the data-parallel group, steps the
 // balancing bias (b_e += γ·sign(mean load − load_e), also in z's fp32 master) and fills
-// rlog->out. Ends the step's training mode (rng_step −1).
+// rlog->out: this stage's blocks, then every stage's over the pipeline group (each block is
+// held by one stage), so that any rank logs the whole model. Ends the step's training mode.
 void routing_step_end(Model *M, Zero *z);
-// The worst block's max/mean load of the last step (0 without MoE blocks).
+// The worst block's max/mean load of the last step, over the whole model (0 without MoE blocks).
 double routing_worst_max_mean(const Model *M);
 // Appends the per-block log of the last step as a JSON array to buf (len bytes).
 void routing_log_json(const Model *M, char *buf, size_t len);

@@ -172,6 +172,11 @@ void sparse_layout_build(SparseLayout *L, const SparseConfig *s, uint64_t run_se
     L->cent_d = on_device(L->cent, sizeof(long) * L->nnz);
 }
 
+double sparse_layout_bytes(const SparseLayout *L, int gpu) {
+    double b = sizeof(long) * 2.0 * L->H * (L->nb + 1) + (2.0 * sizeof(int) + sizeof(long)) * L->nnz;
+    return gpu ? 2 * b : b;
+}
+
 void sparse_layout_free(SparseLayout *L) {
     if (L->row_d != L->row) {
         ted_free_buf(L->row_d); ted_free_buf(L->cptr_d); ted_free_buf(L->col_d); ted_free_buf(L->crow_d);

@@ -25,5 +25,7 @@ typedef struct {
 // The layout of `layer` for the model's heads [h0, h0+H), T tokens (T % block == 0).
 void sparse_layout_build(SparseLayout *L, const SparseConfig *s, uint64_t run_seed, int layer, int h0, int H, int T);
 void sparse_layout_free(SparseLayout *L);
+// The bytes of its index arrays (activations category; a GPU run has a device copy too).
+double sparse_layout_bytes(const SparseLayout *L, int gpu);
 // The full 0/1 matrix of one local head [nb,nb] (for tests and the dense reference).
 void sparse_layout_mask(const SparseLayout *L, int h, unsigned char *m);

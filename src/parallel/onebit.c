@@ -23,6 +23,22 @@ static long chunk_len(const OneBitGroup *b, int q) {
     return n < 0 ? 0 : n < b->c ? n : b->c;
 }
 
+// Elements of each rank's chunk of a flat vector of n over S ranks (a multiple of 8, never 0).
+static long chunk_of(long n, int S) {
+    long c = ((n + S - 1) / S + 7) / 8 * 8;
+    return c ? c : 8;
+}
+
+double onebit_optimizer_bytes(const Registry *r, int dp, int edp) {
+    double n[4] = {0}, b = 0;
+    for (int i = 0; i < r->n; i++) n[kind_of(&r->p[i])] += r->p[i].numel;
+    for (int k = 0; k < 4; k++) {
+        int S = k >= 2 ? edp : dp;
+        b += sizeof(float) * (S + 1.0) * chunk_of((long)n[k], S);   // the error feedback: ew, es
+    }
+    return b;
+}
+
 void onebit_init(OneBit *o, Zero *z, const Config *c) {
     memset(o, 0, sizeof *o);
     o->sign = c->compression;
@@ -31,8 +47,7 @@ void onebit_init(OneBit *o, Zero *z, const Config *c) {
     for (int k = 0; k < 4; k++) {
         OneBitGroup *b = &o->g[k];
         int S = group_of(z, k)->size;
-        b->c = ((b->n + S - 1) / S + 7) / 8 * 8;
-        if (!b->c) b->c = 8;
+        b->c = chunk_of(b->n, S);
         b->rec = o->sign ? 4 + b->c / 8 : 4 * b->c;
         b->x = ted_alloc(sizeof(float) * S * b->c, MEM_COMM);
         b->y = ted_alloc(sizeof(float) * b->c, MEM_COMM);

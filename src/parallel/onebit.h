@@ -32,6 +32,9 @@ typedef struct OneBit {
     int freeze_step;
 } OneBit;
 
+// The optimizer-category bytes onebit_init adds (the error feedback) for registry r on DP and
+// expert-DP groups of dp and edp ranks.
+double onebit_optimizer_bytes(const Registry *r, int dp, int edp);
 void onebit_init(OneBit *o, Zero *z, const Config *c);
 void onebit_free(OneBit *o);
 // Steps at or after freeze_step use the compressed update.

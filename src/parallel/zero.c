@@ -34,6 +34,23 @@ static void make_shards(Zero *z) {
     }
 }
 
+void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c, int gpu) {
+    memset(s, 0, sizeof *s);
+    double es = c->bf16 || c->fp16 ? 2 : 4, shard = 0;
+    int whole = 1;
+    for (int i = 0; i < r->n; i++) {   // rank 0's shard (as make_shards): the first chunk of each tensor
+        int n = c->zero_stage == 0 ? 1 : r->p[i].tag == TAG_EDP ? edp : dp;
+        shard += (r->p[i].numel + n - 1) / n;
+        whole &= n == 1;
+    }
+    s->params = es * r->total;
+    s->grads = es * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size) + shard : r->total);
+    int in_place = es == 4 && !gpu && whole;   // masters_are_weights
+    double opt = sizeof(float) * shard * (in_place ? 2 : 3) + (c->onebit ? onebit_optimizer_bytes(r, dp, edp) : 0);
+    if (c->offload && gpu) s->host_optimizer = opt;
+    else s->optimizer = opt;
+}
+
 // fp32 weights on the CPU whose every shard is the whole tensor, at its place (one process, or
 // stage 0): the masters are the weights themselves, updated in place, with no second copy.
 static int masters_are_weights(const Zero *z) {

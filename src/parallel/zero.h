@@ -17,6 +17,13 @@
 // c: zero_optimization.stage and reduce_bucket_size. Stage 2 needs a registry built with
 // grads_external (model_build does so for stage 2) and installs the backward's hook.
 void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c);
+// The model-state bytes zero_init and reg_alloc make for registry r (its sizes only) on rank 0
+// of DP and expert-DP groups of dp and edp ranks, under c's stage, precision, offload and
+// optimizer: the weights and gradients (ZeRO-2: the gradient shard and the bucket buffer), the
+// fp32 master, m and v of the shard (the master is the weights themselves for fp32 on the CPU
+// when every shard is whole), 1-bit Adam's error feedback; offloaded (gpu): on the host.
+typedef struct { double params, grads, optimizer, host_optimizer; } ZeroSize;
+void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c, int gpu);
 void zero_free(Zero *z);
 // master = the registry's weights (after loading them; both in their device views)
 void zero_sync_master(Zero *z);

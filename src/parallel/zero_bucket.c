@@ -31,21 +31,47 @@ static void size_comm(Zero *z) {
     if (z->reg->half) z->acc = ted_alloc_buf(sizeof(float) * chunk, MEM_COMM);
 }
 
-void bucket_plan(Zero *z, long bucket_size) {
-    Registry *r = z->reg;
-    long *lsz, big = 0;
-    int L = block_sizes(z, &lsz);
+// Packs the blocks (lsz[l] slot elements each) into buckets of at least bucket_size: bucket 0 is
+// the deferred region; blocks fill buckets 1, 2, … from the last block down. Each block's
+// bucket and offset in it (when lbk, loff are given); returns the largest bucket's fill.
+static long pack_blocks(const long *lsz, int L, long bucket_size, int *lbk, long *loff, int *nbk) {
+    long big = 0;
     for (int l = 0; l < L; l++) if (lsz[l] > big) big = lsz[l];
     long cap = bucket_size > big ? bucket_size : big;   // whole blocks: never less than the largest
-    // bucket 0 is the deferred region; blocks fill buckets 1, 2, … from the last block down
-    long *loff = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP), cur = cap, used = 0;
-    int *lbk = ted_alloc(sizeof(int) * (L + 1), MEM_TEMP), nbk = 1;
+    long cur = cap, used = 0;
+    *nbk = 1;
     for (int l = L - 1; l >= 0; l--) {
         if (!lsz[l]) continue;
-        if (cur + lsz[l] > cap) { nbk++; cur = 0; }
-        lbk[l] = nbk - 1; loff[l] = cur; cur += lsz[l];
+        if (cur + lsz[l] > cap) { (*nbk)++; cur = 0; }
+        if (lbk) { lbk[l] = *nbk - 1; loff[l] = cur; }
+        cur += lsz[l];
         if (cur > used) used = cur;
     }
+    return used;
+}
+
+long bucket_elems_of(const Registry *r, int dp, int edp, long bucket_size) {
+    int L = 0;
+    for (int i = 0; i < r->n; i++) if (r->p[i].layer + 1 > L) L = r->p[i].layer + 1;
+    long *lsz = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP), deferred = 0;
+    for (int i = 0; i < r->n; i++) {
+        long n = r->p[i].tag == TAG_EDP ? edp : dp, slot = (r->p[i].numel + n - 1) / n * n;
+        if (r->p[i].layer >= 0) lsz[r->p[i].layer] += slot;
+        else deferred += slot;
+    }
+    int nbk;
+    long used = pack_blocks(lsz, L, bucket_size, NULL, NULL, &nbk);
+    ted_free(lsz);
+    return deferred + used;
+}
+
+void bucket_plan(Zero *z, long bucket_size) {
+    Registry *r = z->reg;
+    long *lsz;
+    int L = block_sizes(z, &lsz);
+    long *loff = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP);
+    int *lbk = ted_alloc(sizeof(int) * (L + 1), MEM_TEMP), nbk;
+    long used = pack_blocks(lsz, L, bucket_size, lbk, loff, &nbk);
     z->deferred_elems = 0;
     for (int i = 0; i < r->n; i++) if (r->p[i].layer < 0) z->deferred_elems += slot(z, i);
     z->bucket_elems = z->deferred_elems + used;

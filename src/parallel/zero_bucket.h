@@ -10,6 +10,9 @@
 #include "parallel/zero_state.h"
 
 void bucket_plan(Zero *z, long bucket_size);
+// The bucket buffer's elements bucket_plan makes for registry r on DP and expert-DP groups of
+// dp and edp ranks (counted, nothing allocated).
+long bucket_elems_of(const Registry *r, int dp, int edp, long bucket_size);
 void bucket_free(Zero *z);
 // The backward's hook (Registry.grads_ready): params [i0, i1) are complete for this micro-batch.
 void bucket_ready(void *zero, int i0, int i1);

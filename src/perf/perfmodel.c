@@ -3,17 +3,9 @@
 #include "parallel/topology.h"
 #include "model/mfu.h"
 #include "model/model.h"
+#include "model/memplan.h"
 #include <math.h>
 #include <string.h>
-
-static double per_param(int n, int wbytes, int zero) {
-    if (zero == 0) n = 1;
-    return wbytes + (zero == 2 ? (double)wbytes / n : wbytes) + 12.0 / n;
-}
-
-double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero) {
-    return per_param(dp, wbytes, zero) * np_nonexp_gpu + per_param(edp, wbytes, zero) * np_exp_gpu;
-}
 
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far) {
     if (n <= 1) return 0;
@@ -107,19 +99,18 @@ static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const 
     return hidden;
 }
 
-// Activation bytes one micro-batch keeps on a rank per block (an estimate from the views of
-// model_state.h: inputs, attention, FFN or expert buffers), or only the block input with
-// checkpointing (plus one block's full set while it recomputes).
-static double act_bytes(const ModelConfig *m, int T, const Layout *y, int blocks, int inflight) {
-    double N = (double)y->micro_batch * T, d = m->n_embd, tp = y->tp, H = m->n_head, wb = y->wbytes;
-    double Rs, Rr, moe_every = m->num_experts > 1 ? m->moe_every : 0;
-    traffic_expert_rows(m, y, T, &Rs, &Rr);
-    double fe = cfg_expert_inner(m), mult = m->expert_type == EXPERT_SWIGLU ? 2 : 1;
-    double dense = N * (6 * d + 4 * d / tp + 2.0 * cfg_ffn(m) / tp) + N * H / tp * T;
-    double moe = N * (6 * d + 4 * d / tp) + N * H / tp * T + Rr * ((1 + mult) * fe / tp + 2 * d) + N * m->num_experts * 2;
-    double block = moe_every > 0 ? (moe + (moe_every - 1) * dense) / moe_every : dense;
-    double per_mb = y->ckpt ? blocks * N * d * 4 + block * wb : blocks * block * wb;
-    return per_mb * inflight;
+// c run as layout y: its degrees, ZeRO stage, optimizations, batch split and precision; a
+// pipeline of another depth than c's, or an interleaving y's micro-batches do not allow, runs 1F1B.
+static void config_of(Config *k, const Config *c, const Layout *y) {
+    *k = *c;
+    k->tp = y->tp; k->ep = y->ep; k->pp = y->pp; k->zero_stage = y->zero;
+    k->dtd = y->dtd; k->cac = y->cac; k->activation_checkpointing = y->ckpt;
+    k->micro_batch = y->micro_batch; k->grad_accum = y->accum;
+    if (y->wbytes == 4) k->bf16 = k->fp16 = 0;
+    else if (!k->fp16) k->bf16 = 1;
+    if (y->pp != c->pp || (k->pp_schedule == PP_INTERLEAVED && y->accum % y->pp)) {
+        k->pp_schedule = PP_1F1B; k->pp_virtual = 1; k->pp_nlayers = 0;
+    }
 }
 
 // Step time from the stages (compute and exposed communication; the slowest sets the pace):
@@ -142,11 +133,11 @@ static void step_of(Prediction *p, const Layout *y, double worst_path, double me
     }
 }
 
-// The optimizer's up-cast buffer: fp32 for one tile, or for all the shard elements the rank updates
-// (stage 0: every parameter it holds; 1 and 2: its 1/dp or 1/edp share) when tiling is off.
-static double opt_temp(const Config *c, const Layout *y, double nonexp, double exp) {
+// The optimizer's up-cast buffer (16-bit runs): fp32 for one tile, or with tiling off for every
+// element of the rank's optimizer shards (12 bytes of master, m and v each; offloaded: none here).
+static double opt_temp(const Config *c, const Layout *y, const MemPlan *mp) {
     if (y->wbytes == 4) return 0;   // fp32 gradients are read in place
-    double shard = y->zero ? nonexp / y->dp + exp / (y->dp / y->ep) : nonexp + exp;
+    double shard = mp->optimizer / 12;
     return 4 * (c->tile_size > 0 && c->tile_size < shard ? (double)c->tile_size : shard);
 }
 
@@ -157,6 +148,8 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
     double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, msg = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
     Prediction time, full;
     memset(&full, 0, sizeof full);
+    Config k;
+    config_of(&k, c, y);
     for (int s = 0; s < y->pp; s++) {
         Traffic t;
         Prediction q;
@@ -167,15 +160,14 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         q.hidden_ms = hidden_ms(&q, m, T, y, s, rate);
         q.comm_ms -= q.hidden_ms;
         mean += (q.compute_ms + q.comm_ms) / y->pp;
-        int l0, l1;
-        traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
-        double total = model_num_params(m), ex = model_expert_params(m), share = (double)(l1 - l0) / m->n_layer;
-        double nonexp = (total - ex) * share / y->tp, exp = ex * share / (y->tp * y->ep);
-        q.state_bytes = perf_state_bytes(nonexp, exp, y->dp, y->dp / y->ep, y->wbytes, y->zero);
-        int inflight = y->pp > 1 ? (y->pp - s < y->accum ? y->pp - s : y->accum) : 1;
-        q.act_bytes = act_bytes(m, T, y, l1 - l0, inflight);
-        q.opt_temp_bytes = opt_temp(c, y, nonexp, exp);
-        q.mem_bytes = q.state_bytes + fmax(q.act_bytes, q.opt_temp_bytes);
+        Topology top;
+        MemPlan mp;
+        memplan_topology(&top, y->tp, y->ep, y->pp, y->dp, s);
+        memplan_of(&mp, &k, &top, c->device == 1);
+        q.state_bytes = mp.state;
+        q.act_bytes = mp.act;
+        q.opt_temp_bytes = opt_temp(c, y, &mp);
+        q.mem_bytes = mp.state + fmax(mp.act, q.opt_temp_bytes);
         double path = q.compute_ms / lone + q.comm_ms;
         if (path > worst) { worst = path; time = q; time.slowest = s; }
         if (q.mem_bytes > full.mem_bytes) full = q;

@@ -10,10 +10,10 @@
 //   shared:  devices that share compute units (cluster shared_by > 1, the CPU test bed) lend theirs
 //            while idle in the bubble: the path runs shared_by× faster, and the step is at least the
 //            mean device's compute and communication at the shared rate (perfmodel.c step_of);
-//   memory:  the plan's model state (design §5's M1, with ZeRO's stage) plus the larger of the
-//            activations the schedule keeps (an estimate from the activation views per token and
-//            block) and, in the optimizer step, the fp32 buffer 16-bit gradients are up-cast into:
-//            one tile (optimizer.tile_size), or with tiling off every element of the rank's shards.
+//   memory:  model/memplan.h's plan of the fullest stage: the model state under ZeRO's stage and
+//            the larger of every activation buffer the layout's run allocates (the schedule's views)
+//            and, in the optimizer step, the fp32 buffer 16-bit gradients are up-cast into: one tile
+//            (optimizer.tile_size), or with tiling off every element of the rank's shards;
 //   overlap: moe.overlap_degree N hides min(all-to-all, experts' compute) × (1 − 1/N) of a stage;
 //            overlap_comm hides its gradient reductions behind the backward and the parameter
 //            all-gathers behind the next forward, all but one block's worth (perfmodel.c hidden_ms).
@@ -33,10 +33,6 @@ typedef struct {
     int slowest;                                      // the stage that sets the pace
 } Prediction;
 
-// Model-state bytes per device (design §5, M1): weights and gradients (wbytes each per held
-// parameter) plus fp32 master, m and v (12 bytes); ZeRO stage 1 shards the 12 bytes over the
-// parameter's DP group (dp or edp), stage 2 the gradients too, stage 0 nothing.
-double perf_state_bytes(double np_nonexp_gpu, double np_exp_gpu, int dp, int edp, int wbytes, int zero);
 // The time of one collective call of `bytes` (send buffer) on a group of n ranks.
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far);
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl);

@@ -98,7 +98,7 @@ static void zero_traffic(Traffic *t, const Layout *y, int g, double n, double el
 }
 
 // Once a step: the loss sums (6 doubles) over DP and the stages, each MoE block's expert loads
-// (2E + 2 doubles) over DP, the tied wte's gradient between the first and the last stage, and
+// (2E + 2 doubles) over DP and every MoE block's log (3 doubles) over the stages, the tied wte's gradient between the first and the last stage, and
 // the gradient norm over the world.
 static void step_sums(Traffic *t, const ModelConfig *m, const Layout *y, int s) {
     int l0, l1, nmoe = 0;
@@ -106,6 +106,9 @@ static void step_sums(Traffic *t, const ModelConfig *m, const Layout *y, int s) 
     for (int l = l0; l < l1; l++) nmoe += cfg_is_moe(m, l);
     if (y->dp > 1) add(t, COLL_ALLREDUCE, GROUP_DP, 1 + (nmoe > 0), 48 + 8.0 * nmoe * (2 * m->num_experts + 2));
     if (y->pp > 1) add(t, COLL_ALLREDUCE, GROUP_PP, 1, 48);
+    int nall = 0;   // every block's load log (3 doubles) gathered over the stages
+    for (int l = 0; m->num_experts > 1 && l < m->n_layer; l++) nall += cfg_is_moe(m, l);
+    if (y->pp > 1 && nall) add(t, COLL_ALLREDUCE, GROUP_PP, 1, 24.0 * nall);
     if (y->pp > 1 && (s == 0 || s == y->pp - 1)) {
         double Vp = ceil(m->vocab_size / (128.0 * y->tp)) * 128 * y->tp;
         add(t, COLL_SENDRECV, GROUP_PP, 1, y->wbytes * Vp * m->n_embd / y->tp);
