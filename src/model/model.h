@@ -5,6 +5,9 @@
 #include "config/config.h"
 #include "model/model_state.h"
 
+// moe.overlap_degree against an expert's capacity rows (sequences of T tokens): 0, or 1 after one
+// line saying why (each chunk of the exchange takes rows of every expert).
+int model_overlap_check(const Config *cfg, int T);
 // Registers and allocates everything this rank runs (its pipeline stage's chunks, with as many
 // activation views per chunk as cfg's schedule keeps in flight); weights initialised from cfg->seed.
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);
