@@ -5,6 +5,8 @@
 # Prints per run and as medians: step ms (median over steps 3..), the exposed communication of the
 # step (every collective), the all-to-all's time in flight and exposed time, compute = step - exposed,
 # and the time overlap saved against min(compute, communication) of the runs without it.
+# Environment: STEPS (8), MB micro-batch (2), EXTRA (more ted flags), TED (build/ted), MPIOPTS (more
+# mpirun options).
 set -euo pipefail
 REPS=${1:-3} RATE=${2:-100mbit} N=${3:-4}
 OUT=${4:-/tmp/ted_overlap_bench}
@@ -22,9 +24,12 @@ STEPS=${STEPS:-8}
 model=(--data data/moby-dick.txt --n-layer 4 --n-embd 128 --n-head 4 --n-positions 64 --seq-len 64
        --num-experts 8 --top-k 2 --moe-every 2 --grad-accum 2 --steps "$STEPS" --warmup 2 --eval-windows 2
        --log-every 100 --tp 2 --ep 4 --micro-batch ${MB:-2})
+# shellcheck disable=SC2206
+model+=(${EXTRA:-})   # more ted flags (later flags win)
 for rep in $(seq "$REPS"); do
   for n in 1 "$N"; do
-    $C run "$OUT/hosts" 8 -x OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --overlap-degree "$n" \
+    # shellcheck disable=SC2086
+    $C run "$OUT/hosts" 8 ${MPIOPTS:-} -x OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --overlap-degree "$n" \
       --log "$OUT/n$n-$rep.jsonl" --overwrite >"$OUT/n$n-$rep.out" 2>&1 || echo "run n$n-$rep failed (see $OUT/n$n-$rep.out)"
   done
   echo "rep $rep done ($(cut -d' ' -f1-3 /proc/loadavg) load)"

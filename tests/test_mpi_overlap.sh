@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # moe.overlap_degree (issue 22, docs/overlap.md): the expert-parallel exchange in N chunks overlapped
-# with the experts. For N = 2 and 4, on tp x ep x dp layouts, ZeRO 0/1/2, pp, DTD, CAC (with and
-# without DTD), bf16, capacity and dropless: per-step losses within 1e-6 of the same layout with
+# with the experts. For N = 2 and 4, on tp x ep x dp layouts, ZeRO 0/1/2, pp, DTD, checkpointing, CAC
+# (with and without DTD), bf16, capacity and dropless: per-step losses within 1e-6 of the same layout with
 # N = 1 (OpenBLAS rounds a row of a GEMM differently with the rows in the call, and the weight
 # gradients sum the chunks in another order) and within 1e-5 of one process. bf16: within 1e-4 of
 # N = 1 (a last-bit fp32 change can move a stored bf16 activation by one of its 8-bit ulps) and 2e-2
@@ -24,7 +24,7 @@ done
 # name | ranks | dp | flags
 cases=("tp2-ep2|4|2|--tp 2 --ep 2" "ep4|4|4|--ep 4" "ep2-zero0|4|4|--ep 2 --zero-stage 0"
        "ep2-zero2|4|4|--ep 2 --zero-stage 2" "pp2-ep2|4|2|--pp 2 --ep 2" "tp2-ep2-dtd|4|2|--tp 2 --ep 2 --dtd"
-       "tp2-ep2-cac|4|2|--tp 2 --ep 2 --cac" "tp2-ep2-dtd-cac|4|2|--tp 2 --ep 2 --dtd --cac"
+       "tp2-ep2-ckpt|4|2|--tp 2 --ep 2 --activation-checkpointing" "tp2-ep2-cac|4|2|--tp 2 --ep 2 --cac" "tp2-ep2-dtd-cac|4|2|--tp 2 --ep 2 --dtd --cac"
        "ep4-bf16|4|4|--ep 4 --bf16")
 for cf in 1.0 0; do
   for c in "${cases[@]}"; do
@@ -57,6 +57,22 @@ assert a4["ms"] >= a4["exposed_ms"] and a1["ms"] == a1["exposed_ms"], (a1, a4)
 print(f"bytes {a1['bytes']} both, calls {a1['calls']} -> {a4['calls']}, N 4 in flight {a4['ms']:.2f} ms, exposed {a4['exposed_ms']:.2f} ms")
 PY
 then ok "alltoall.ep counts"; else bad "alltoall.ep counts"; fi
+# resume: a checkpoint of an N = 2 run goes on under N = 4 (nothing saved depends on N)
+R=$TED_TMP/resume
+OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 2 --ep 4 --overlap-degree 2 \
+  --save-every 3 --save $R --log $R-a.jsonl >/dev/null 2>&1
+OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 2 --ep 4 --overlap-degree 4 \
+  --resume $R/step_00000003 --log $R-b.jsonl >/dev/null 2>&1
+if d=$(/usr/bin/python3 - $R-a.jsonl $R-b.jsonl <<'PY'
+import json, sys
+rows = lambda p: {(o["step"], "val_loss" in o): o for o in map(json.loads, open(p)) if o.get("step", 0) > 3}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert a.keys() == b.keys() and len(b) >= 3, (sorted(a), sorted(b))
+w = max(abs(a[k][f] - b[k][f]) / abs(a[k][f]) for k in a for f in ("loss", "val_loss") if f in a[k])
+assert w <= 1e-6, w
+print(f"{w:.1e}")
+PY
+); then ok "resume of N = 2 under N = 4: steps 4-6 within $d"; else bad "resume of N = 2 under N = 4"; fi
 # refusals: one line of ted naming the key (mpiexec adds its own banner), non-zero exit
 refuse() {   # refuse WHAT PATTERN ARGS...
   local what=$1 pat=$2; shift 2

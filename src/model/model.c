@@ -351,6 +351,8 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     }
 }
 
+static int overlap_on(const Model *M);
+
 static void layout_grads(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
     long big = N * 3 * M->Hl * M->hd;
@@ -373,7 +375,7 @@ static void layout_grads(Model *M, Bump *a) {
     M->att_scratch = TAKE(a, float, att_rows * per_row + chunk);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
-        long scratch = M->cfg.overlap_degree > 1 ? chunked_scratch_rows(M->Rs, M->Rr) : 2 * R;
+        long scratch = overlap_on(M) ? chunked_scratch_rows(M->Rs, M->Rr) : 2 * R;
         M->a2a_buf = TAKE(a, float, scratch * M->d);
         M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
     }
@@ -567,7 +569,9 @@ static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, 
         chunked_finish_to_experts(&c, i, exp_in);
         comm_progress();
         long r0 = chunked_rows(&c, i, off);
+        int pt = comm_progress_thread_start();   // moves the requests in flight while the experts run
         work(M, x, e, r0, off, exp_out);
+        comm_progress_thread_stop(pt);
         comm_progress();
         if (!ex->dtd) comm_allreduce(tp_group(M), exp_out + r0 * M->d, off[M->El] * M->d, DT_F32);
         chunked_start_to_tokens(&c, i, exp_out);
