@@ -112,7 +112,8 @@ static void test_defaults(void) {
     EXPECT(feq(c.beta1, 0.9f) && feq(c.beta2, 0.95f) && feq(c.eps, 1e-8f) && feq(c.weight_decay, 0.1f) &&
            feq(c.clip, 1), "optimizer defaults");
     EXPECT(c.seed == 1337 && !c.data_sequential && c.zero_stage == 1 && !c.bf16 && !c.fp16 &&
-           !c.activation_checkpointing && !c.dtd && !c.cac && c.tile_size == 1800000, "misc defaults");
+           !c.activation_checkpointing && !c.dtd && !c.cac && c.tile_size == 1800000 && c.overlap_degree == 1,
+           "misc defaults");
     EXPECT(c.tp == 1 && c.ep == 1 && c.save_every == 0 && c.eval_every == 0 && c.eval_windows == 0 &&
            c.log_every == 1 && c.sample_every == 0 && c.threads == 0, "layout/io defaults");
     EXPECT(!c.data[0] && !c.log[0] && !c.save[0] && !c.resume[0], "string defaults");
@@ -138,7 +139,8 @@ static const char *full_json =
     "  \"model\": {\"vocab_size\": 50257, \"n_positions\": 128, \"n_embd\": 96, \"n_layer\": 6, \"n_head\": 6,\n"
     "            \"n_inner\": 200},\n"
     "  \"moe\": {\"num_experts\": 8, \"top_k\": 1, \"moe_every\": 1, \"capacity_factor\": 1.25,\n"
-    "          \"min_capacity\": 2, \"group_size\": 2, \"aux_coef\": 0.02, \"z_coef\": 0.001}\n"
+    "          \"min_capacity\": 2, \"group_size\": 2, \"aux_coef\": 0.02, \"z_coef\": 0.001,\n"
+    "          \"overlap_degree\": 3}\n"
     "}\n";
 
 static void test_full_json(void) {
@@ -152,7 +154,7 @@ static void test_full_json(void) {
     EXPECT(feq(c.clip, 0.5f) && c.data_sequential == 1, "clip/data_order");
     EXPECT(c.eval_every == 10 && c.eval_windows == 5 && c.save_every == 20 && c.log_every == 2 &&
            c.sample_every == 30 && c.threads == 3 && c.tp == 2 && c.ep == 4, "io/layout keys");
-    EXPECT(c.dtd == 1 && c.cac == 1 && c.tile_size == 4096, "dtd/cac/tile_size");
+    EXPECT(c.dtd == 1 && c.cac == 1 && c.tile_size == 4096 && c.overlap_degree == 3, "dtd/cac/tile_size/overlap_degree");
     EXPECT(feq(c.lr, 0.001f) && feq(c.beta1, 0.8f) && feq(c.beta2, 0.99f) && feq(c.eps, 1e-6f) &&
            feq(c.weight_decay, 0.05f), "optimizer params");
     EXPECT(c.warmup == 7 && feq(c.min_lr, 0.0002f) && c.min_lr_set, "scheduler params");
@@ -526,7 +528,7 @@ static void test_help(void) {
         "--eval-every", "--eval-windows", "--tp", "--ep", "--seq-len", "--log-every", "--sample-every",
         "--threads", "--tile-size", "--vocab-size", "--n-positions", "--n-embd", "--n-layer", "--n-head",
         "--n-inner", "--num-experts", "--top-k", "--moe-every", "--capacity-factor", "--min-capacity",
-        "--group-size", "--aux-coef", "--z-coef", "--bf16", "--fp16", "--activation-checkpointing", "--dtd", "--cac",
+        "--group-size", "--aux-coef", "--z-coef", "--bf16", "--fp16", "--activation-checkpointing", "--dtd", "--cac", "--overlap-degree",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char want[64];

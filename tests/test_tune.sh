@@ -21,7 +21,8 @@ cat >"$TED_TMP/model.json" <<'JSON'
  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "seq_len": 16}
 JSON
 layouts=("--tp 2 --ep 2" "--tp 1 --ep 4 --zero-stage 2" "--pp 2 --tp 1 --ep 2" "--tp 2 --ep 2 --dtd"
-         "--tp 2 --ep 2 --activation-checkpointing" "--tp 2 --ep 2 --activation-checkpointing --cac")
+         "--tp 2 --ep 2 --activation-checkpointing" "--tp 2 --ep 2 --activation-checkpointing --cac"
+         "--tp 2 --ep 2 --overlap-degree 2" "--tp 2 --ep 2 --dtd --overlap-degree 2")
 for lay in "${layouts[@]}"; do
   read -ra flags <<<"$lay"
   log=$TED_TMP/$(echo "$lay" | tr -d ' -').jsonl

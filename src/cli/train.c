@@ -176,6 +176,7 @@ static int prepare(Config *c, int argc, char **argv, Dataset *ds, char *ckdir, s
     int T = seq_len_of(c), dp = comm_world_size() / (c->tp * c->pp);
     if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
     if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
+    if (model_overlap_check(c, T)) return TED_EXIT_USAGE;
     if (c->resume[0]) {   // the checkpoint must be of this model
         if (ckpt_resolve(c->resume, ckdir, cklen)) return TED_EXIT_USAGE;
         Config k = *c;

@@ -91,6 +91,7 @@ void config_defaults(Config *c) {
     c->seq_len = 0;
     c->micro_batch = 8;
     c->grad_accum = 1;
+    c->overlap_degree = 1;
     c->steps = 1000;
     c->lr = 6e-4f;
     c->min_lr_set = 0;
@@ -154,7 +155,8 @@ typedef struct JKey {
 
 #define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
 static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
-static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
+static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY)
+                                  {"overlap_degree", J_INT, CF(overlap_degree), NULL}, {NULL, 0, 0, NULL} };
 // A checkpoint's config.json: model and moe keys flat, plus seq_len; the keys before
 // N_FLAT_REQUIRED must be present, the routing family's may be missing (older checkpoints).
 static const JKey flat_model_keys[] = {
@@ -863,6 +865,7 @@ static const Flag flags[] = {
     {"--activation-checkpointing", F_SWITCH, CF(activation_checkpointing), NULL, "activation_checkpointing.enabled", "off", "recompute blocks in backward"},
     {"--dtd", F_SWITCH, CF(dtd), NULL, "dtd", "off", "duplicate token dropping"},
     {"--cac", F_SWITCH, CF(cac), NULL, "cac", "off", "communication-aware checkpointing"},
+    {"--overlap-degree", F_INT, CF(overlap_degree), "N", "moe.overlap_degree", "1", "expert-parallel exchange in N chunks, overlapped with the experts"},
     {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
     {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
     {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
@@ -1274,6 +1277,9 @@ static int validate_training(const Config *c) {
     RULE(c->onebit && c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
          c->freeze_step);
     RULE(c->onebit && c->device == 1, "OneBitAdam runs on the CPU only (--device cuda given)");
+    RULE(c->overlap_degree < 1 || c->overlap_degree > 64, "moe.overlap_degree (%d) must be in [1, 64]", c->overlap_degree);
+    RULE(c->overlap_degree > 1 && c->device == 1, "moe.overlap_degree %d runs on the CPU only (--device cuda given)",
+         c->overlap_degree);
     RULE(c->sparse.recompute && c->device == 1, "sparse_attention.recompute runs on the CPU only (--device cuda given)");
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
     RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);

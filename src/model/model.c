@@ -4,6 +4,7 @@
 #include "core/alloc.h"
 #include "parallel/comm.h"
 #include "moe/dispatcher.h"
+#include "moe/chunked.h"
 #include "moe/experts.h"
 #include "core/half.h"
 #include "nn/ops.h"
@@ -357,6 +358,8 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     }
 }
 
+static int overlap_on(const Model *M);
+
 static void layout_grads(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
     long big = N * 3 * M->Hl * M->hd;
@@ -379,7 +382,8 @@ static void layout_grads(Model *M, Bump *a) {
     M->att_scratch = TAKE(a, float, att_rows * per_row + chunk);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
         M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
-        M->a2a_buf = TAKE(a, float, 2 * R * M->d);
+        long scratch = overlap_on(M) ? chunked_scratch_rows(M->Rs, M->Rr) : 2 * R;
+        M->a2a_buf = TAKE(a, float, scratch * M->d);
         M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
     }
 }
@@ -414,6 +418,23 @@ static void plan_chunks(Model *M) {
     }
 }
 
+int model_overlap_max(const Config *cfg, int T) {
+    const ModelConfig *m = &cfg->model;
+    if (m->num_experts <= 1 || m->capacity_factor <= 0) return 64;   // dropless: no capacity
+    int k = m->router == ROUTER_EXPERT_CHOICE ? m->num_experts : m->top_k;
+    RouterCfg rc = RCFG(m->num_experts, k, m->capacity_factor, m->min_capacity, m->group_size * T);
+    rc.kind = m->router;
+    int C = router_capacity(&rc, rc.group_tokens);
+    return C < 64 ? C : 64;
+}
+
+int model_overlap_check(const Config *cfg, int T) {
+    int C = model_overlap_max(cfg, T);
+    if (cfg->overlap_degree <= 1 || cfg->overlap_degree <= C) return 0;
+    ted_error("moe.overlap_degree (%d) is larger than an expert's capacity rows (%d)", cfg->overlap_degree, C);
+    return 1;
+}
+
 // What a model is before anything big is allocated: its shape, chunks, expert-buffer rows,
 // sparse layouts and registered tensors (model_build allocates them; model_size only counts).
 static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
@@ -437,6 +458,7 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts;
     M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
     M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
+    CHECK(!model_overlap_check(cfg, T), "moe.overlap_degree: refused");
     // expert buffer rows: token side (this rank's choices), expert side (what its experts receive)
     long N = (long)Bmax * T;
     if (m->capacity_factor > 0) {
@@ -572,6 +594,66 @@ static void shared_backward(Model *M, int l, long N) {
     residual_forward(M->dln, M->dln, M->tmp, N * M->d);
 }
 
+// moe.overlap_degree (docs/overlap.md): the exchange in chunks, overlapped with the experts, when
+// anything travels (one EP rank without DTD keeps the token and expert sides as one buffer).
+static int overlap_on(const Model *M) { return M->cfg.overlap_degree > 1 && !(M->topo->ep == 1 && !dtd_on(M)); }
+
+// The work on one chunk of the expert side: rows [r0, r0 + off[El]), expert offsets off.
+typedef void (*ChunkWork)(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *out);
+
+static void chunk_forward(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *y) {
+    long f = M->fel, mult = M->kind->hidden_mult, d = M->d;
+    experts_forward(e, x->h + r0 * f * mult, x->hg + r0 * f, y + r0 * d, x->xexp + r0 * d, off, M->topo->tp_idx == 0);
+}
+
+static void chunk_backward(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *dexp) {
+    long f = M->fel, mult = M->kind->hidden_mult, d = M->d;
+    float *g = dexp + r0 * d;   // d y in, d xexp out
+    experts_backward(e, g, M->dbig, g, x->xexp + r0 * d, x->h + r0 * f * mult, x->hg + r0 * f, off, 1);
+}
+
+// tok_in → experts (exp_in) → work → exp_out → tok_out, chunk i's experts running while chunk
+// i+1's rows travel to them and chunk i−1's travel back. Without DTD the expert outputs are summed
+// over TP per chunk (DTD sums them inside the exchange).
+static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, const float *tok_in, float *exp_in,
+                        float *exp_out, float *tok_out, ChunkWork work) {
+    Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
+    long off[M->El + 1];
+    chunked_start_to_experts(&c, 0, tok_in);
+    for (int i = 0; i < c.n; i++) {
+        if (i + 1 < c.n) chunked_start_to_experts(&c, i + 1, tok_in);
+        chunked_finish_to_experts(&c, i, exp_in);
+        comm_progress();
+        long r0 = chunked_rows(&c, i, off);
+        int pt = comm_progress_thread_start();   // moves the requests in flight while the experts run
+        work(M, x, e, r0, off, exp_out);
+        comm_progress_thread_stop(pt);
+        comm_progress();
+        if (!ex->dtd) comm_allreduce(tp_group(M), exp_out + r0 * M->d, off[M->El] * M->d, DT_F32);
+        chunked_start_to_tokens(&c, i, exp_out);
+        if (i > 0) chunked_finish_to_tokens(&c, i - 1, tok_out);
+    }
+    chunked_finish_to_tokens(&c, c.n - 1, tok_out);
+}
+
+// CAC's recompute over the chunk-major expert side: the experts again, nothing travels.
+static void moe_chunked_recompute(Model *M, BlockActs *x, Exchange *ex, const Experts *e) {
+    Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
+    long off[M->El + 1];
+    for (int i = 0; i < c.n; i++) {
+        long r0 = chunked_rows(&c, i, off);
+        chunk_forward(M, x, e, r0, off, M->exp_buf);
+    }
+}
+
+// The whole exchange of block l after its forward (the counts stay in its BlockActs).
+static Exchange exchange_done(Model *M, BlockActs *x) {
+    Exchange ex = exchange_of(M, x);
+    ex.Rs = 0; ex.Rr = x->exp_off[M->El];
+    for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
+    return ex;
+}
+
 // MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
 // → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
 // A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
@@ -593,7 +675,9 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     buf_copy(x->row, row, sizeof(int) * Nk);
     Experts e = experts_of(M, b->et, M->El, M->fel);
     if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
-        experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
+        Exchange ex = exchange_done(M, x);
+        if (overlap_on(M)) moe_chunked_recompute(M, x, &ex, &e);
+        else experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
         return;
     }
     Exchange ex = exchange_of(M, x);
@@ -601,11 +685,14 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     float *tok = alias ? x->xexp : M->tok_buf;
     if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
-    exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
     float *y = alias ? x->ysend : M->exp_buf;
-    experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
-    if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
-    exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
+    if (overlap_on(M)) moe_chunked(M, x, &ex, &e, tok, x->xexp, y, x->ysend, chunk_forward);
+    else {
+        exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
+        experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
+        if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
+        exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
+    }
     if (recompute) return;
     float *out = M->resid[l + 1];
     buf_copy(out, x->mid, sizeof(float) * N * d);
@@ -726,18 +813,19 @@ static void moe_backward(Model *M, int l, long N, float lm_scale, float aux_scal
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
     int d = M->d, k = M->k, dtd = dtd_on(M), alias = M->topo->ep == 1 && !dtd;
-    Exchange ex = exchange_of(M, x);
-    ex.Rs = 0; ex.Rr = x->exp_off[M->El];
-    for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
+    Exchange ex = exchange_done(M, x);
     float *dtok = M->tok_buf, *dexp = alias ? M->tok_buf : M->exp_buf;
     buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
     combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
-    exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
     Experts e = experts_of(M, b->et, M->El, M->fel);
-    // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
-    experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
-    if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
-    exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
+    if (overlap_on(M)) moe_chunked(M, x, &ex, &e, dtok, dexp, dexp, dtok, chunk_backward);
+    else {
+        exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
+        // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
+        experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
+        if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
+        exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
+    }
     buf_zero(M->dln, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);
     routing_backward(M, l, N, lm_scale, aux_scale, z_scale);

@@ -6,6 +6,12 @@
 #include "model/model_state.h"
 #include "nn/params.h"
 
+// moe.overlap_degree against an expert's capacity rows (sequences of T tokens): 0, or 1 after one
+// line saying why (each chunk of the exchange takes rows of every expert).
+// moe.overlap_degree: the largest degree c allows (an expert's capacity rows, at most 64), and the
+// check of c's (0, or 1 after one line).
+int model_overlap_max(const Config *cfg, int T);
+int model_overlap_check(const Config *cfg, int T);
 // Registers and allocates everything this rank runs (its pipeline stage's chunks, with as many
 // activation views per chunk as cfg's schedule keeps in flight); weights initialised from cfg->seed.
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T);

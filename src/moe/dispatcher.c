@@ -57,8 +57,7 @@ void exchange_plan(Exchange *x, const long *exp_rows, int known_sizes) {
     x->exp_off[El] = x->Rr = r;
 }
 
-// all-to-all counts in elements: per destination (send) and per source (receive)
-static void a2a_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, long *rd) {
+void exchange_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, long *rd) {
     int P = x->ep->size, El = x->El;
     long so = 0, ro = 0;
     for (int s = 0; s < P; s++) {
@@ -91,7 +90,7 @@ static void exchange(Exchange *x, const float *in, float *buf, float *out, int d
     if (P == 1) { if (in != out) buf_copy(out, in, sizeof(float) * (to_experts ? x->Rr : x->Rs) * d); return; }
     long cnt[4 * 64] = {0}, *sc = cnt, *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
     CHECK(P <= 64, "expert-parallel groups of more than 64 ranks are not supported (ep %d)", P);
-    a2a_counts(x, d, sc, sd, rc, rd);
+    exchange_counts(x, d, sc, sd, rc, rd);
     if (to_experts) {
         comm_alltoallv(x->ep, in, sc, sd, buf, rc, rd, DT_F32);     // buf: [source][local expert][rows]
         reorder(x, buf, out, d, 1);
@@ -109,7 +108,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
     int P = x->ep->size, El = x->El, E = x->E, tp = x->tp->size, j = x->tp->rank;
     long cnt[4 * 64] = {0}, *sc = cnt, *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
     CHECK(P <= 64, "expert-parallel groups of more than 64 ranks are not supported (ep %d)", P);
-    a2a_counts(x, d, sc, sd, rc, rd);
+    exchange_counts(x, d, sc, sd, rc, rd);
     long slice_s = x->Rs / tp, slice_r = x->Rr / tp;   // rows one TP rank sends / receives
     float *A = buf, *B = buf + (x->Rs > x->Rr ? x->Rs : x->Rr) * d;
     if (to_experts) {

@@ -32,6 +32,8 @@ void exchange_plan(Exchange *x, const long *exp_rows, int known_sizes);
 // buf is a scratch of 2·max(Rs, Rr)·d floats. Without dtd, exchange_to_tokens moves the expert
 // side as it is (the caller has summed it over TP); with dtd it sums it over TP itself
 // (a reduce-scatter), and both directions end with full rows on every TP rank.
+// The all-to-all's counts in elements of rows of d floats: per destination (sc, sd) and per source (rc, rd).
+void exchange_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, long *rd);
 void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d);
 void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d);
 

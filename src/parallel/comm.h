@@ -82,6 +82,11 @@ void comm_req_wait(CommReq *r);
 void comm_req_waitall(CommReq *r, int n);
 void comm_progress(void);        // tests every request in flight
 int comm_in_flight(void);        // how many requests are in flight
+// A thread that drives the requests in flight while the caller computes: between start and stop
+// the caller makes no MPI call (MPI_THREAD_SERIALIZED). start returns whether a thread runs
+// (none without MPI or with nothing in flight); stop takes that value.
+int comm_progress_thread_start(void);
+void comm_progress_thread_stop(int started);
 // Agreement: returns the largest value over the group (used to stop together on errors).
 int comm_max_int(Group *g, int v);
 

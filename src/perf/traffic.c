@@ -44,12 +44,13 @@ static void micro_step(Traffic *t, const ModelConfig *m, int T, const Layout *y,
         ar += passes; arb += passes * N * d;                         // attention output / input
         if (!moe) { ar += passes; arb += passes * N * d; continue; }
         if (m->shared_experts > 0) { ar += 2; arb += 2 * N * d; }    // shared expert (not recomputed)
-        double a2a = dtd ? Rs / y->tp : Rs, N_ = y->ep > 1 && y->overlap_degree > 1 ? y->overlap_degree : 1;   // chunks
+        double a2a = dtd ? Rs / y->tp : Rs;
+        double N_ = y->overlap_degree > 1 && (y->ep > 1 || dtd) ? y->overlap_degree : 1;   // moe.overlap_degree's chunks
         add(t, COLL_ALLTOALL, GROUP_EP, A * epc * 2 * passes * N_, A * epc * 2 * passes * 4 * a2a * d);
         if (dtd) {   // the expert rows gathered inside TP, their output reduce-scattered (forward and backward)
             add(t, COLL_ALLGATHER, GROUP_TP, A * tpc * 2 * passes * N_, A * tpc * 2 * passes * 4 * Rr / y->tp * d);
             add(t, COLL_REDUCE_SCATTER, GROUP_TP, A * tpc * passes * N_, A * tpc * passes * 4 * Rr * d);
-        } else { ar += passes; arb += passes * Rr * d; }
+        } else { ar += passes * N_; arb += passes * Rr * d; }   // the experts' output, summed per chunk
     }
     add(t, COLL_ALLREDUCE, GROUP_TP, A * tpc * ar, A * tpc * 4 * arb);
     if (y->pp > 1) {   // activations forward and gradients back, one message each per boundary
