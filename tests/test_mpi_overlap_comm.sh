@@ -3,7 +3,7 @@
 # backward and the parameter all-gathers run ahead of the next forward, on the same buffers with
 # the same collectives, so
 #  - where every reducing group has 2 ranks (dp 2 at ZeRO 0/1/2, dp 2 with ep 2, tp 2 x dp 2 with
-#    DTD + CAC, pp 2 x dp 2, bf16, ZeRO-Offload, resume) overlap on writes the same weights as
+#    DTD + CAC, pp 2 x dp 2, bf16, fp16, ZeRO-Offload, resume) overlap on writes the same weights as
 #    off, byte for byte (a two-term sum has one order), and (fp32) equals one process within 1e-5;
 #  - on groups of 4 (dp 4 at ZeRO 0/1/2, dp 4 with ep 2) Open MPI's non-blocking reductions add in
 #    another order (libnbc's binomial tree to rank 0, not the blocking call's algorithm): losses within
@@ -58,13 +58,16 @@ dp4=(4 --micro-batch 2 --capacity-factor 0)
 pair dp4-z0 1e-6 "${dp4[@]}" --zero-stage 0
 pair dp4-z1 1e-6 "${dp4[@]}" --zero-stage 1
 pair dp4-ep2-z2 1e-6 "${dp4[@]}" --ep 2 --config $W/z2.json
-# bf16: on = off byte for byte (one process is not within 1e-5 in bf16: the 16-bit gradient sums
-# round differently; test_mpi_zero_stages compares bf16 layouts at 2e-2)
-for st in 1 2; do
-  cfg=(--zero-stage 1); [ $st = 2 ] && cfg=(--config $W/z2.json)
-  run bf16-z$st-off "${dp2[@]}" --bf16 "${cfg[@]}" && run bf16-z$st-on "${dp2[@]}" --bf16 "${cfg[@]}" --overlap-comm &&
-    { same_weights bf16-z$st-off bf16-z$st-on && ok "bf16 dp 2 stage $st: overlap on = off, byte for byte" ||
-        bad "bf16 dp 2 stage $st: overlap on differs from off"; }
+# bf16 and fp16 (loss scaling): on = off byte for byte (one process is not within 1e-5 in 16 bits: the
+# 16-bit gradient sums round differently; test_mpi_zero_stages compares bf16 layouts at 2e-2)
+for prec in bf16 fp16; do
+  for st in 1 2; do
+    cfg=(--zero-stage 1); [ $st = 2 ] && cfg=(--config $W/z2.json)
+    n=$prec-z$st
+    run $n-off "${dp2[@]}" --$prec "${cfg[@]}" && run $n-on "${dp2[@]}" --$prec "${cfg[@]}" --overlap-comm &&
+      { same_weights $n-off $n-on && ok "$prec dp 2 stage $st: overlap on = off, byte for byte" ||
+          bad "$prec dp 2 stage $st: overlap on differs from off"; }
+  done
 done
 # resume: 2 steps with overlap, saved, resumed to step 4 = the uninterrupted dp2-z1-on run
 if OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 2 "$TED" train "${model[@]}" --micro-batch 4 --capacity-factor 0 --zero-stage 1 \
