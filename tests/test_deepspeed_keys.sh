@@ -83,8 +83,8 @@ refuse "min_loss_scale above the initial scale" "min_loss_scale" '{"fp16": {"ena
 refuse "partition_activations true" "partition_activations\" true (ted cannot honour it" \
   '{"activation_checkpointing": {"enabled": true, "partition_activations": true}}'
 # every unknown or refused key in one line, "did you mean" where a name is near
-refuse "all unknown keys at once" '5 keys ted does not know or cannot honour: unknown key "steps_per_prnt" (did you mean "steps_per_print"?); unknown key "fp16.loss_scal" (did you mean "fp16.loss_scale"?); "zero_optimization.overlap_comm" (ted cannot honour it' \
-  '{"steps_per_prnt": 10, "fp16": {"enabled": false, "loss_scal": 0}, "zero_optimization": {"overlap_comm": true, "contiguous_gradientz": true}, "loss_scale_window": 100}'
+refuse "all unknown keys at once" '5 keys ted does not know or cannot honour: unknown key "steps_per_prnt" (did you mean "steps_per_print"?); unknown key "fp16.loss_scal" (did you mean "fp16.loss_scale"?); "zero_optimization.allgather_bucket_size" (ted cannot honour it' \
+  '{"steps_per_prnt": 10, "fp16": {"enabled": false, "loss_scal": 0}, "zero_optimization": {"allgather_bucket_size": 5, "contiguous_gradientz": true}, "loss_scale_window": 100}'
 grep -qF 'unknown key "zero_optimization.contiguous_gradientz"; unknown key "loss_scale_window" (did you mean "fp16.loss_scale_window"?)' \
   "$W/all unknown keys at once.err" && ok "...with the key of another section named" || bad "the list: $(cat "$W/all unknown keys at once.err")"
 # partition_activations false is what ted does: accepted

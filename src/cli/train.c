@@ -45,7 +45,11 @@ static int start_device(const Config *c) {
 }
 
 // Checkpoints read and write the host copies of the weights and the optimizer state.
-static void host_view(Model *M, Zero *z, int copy) { reg_host_view(&M->reg, copy); zero_host_view(z, copy); }
+static void host_view(Model *M, Zero *z, int copy) {
+    zero_params_wait(z, 0, M->reg.n);   // overlap_comm: the weights whole before anything reads them
+    reg_host_view(&M->reg, copy);
+    zero_host_view(z, copy);
+}
 static void device_view(Model *M, Zero *z, int copy) { reg_device_view(&M->reg, copy); zero_device_view(z, copy); }
 
 // MFU against the run's peak (mfu.c); 0 when the peak is not known (an unknown GPU).

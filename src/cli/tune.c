@@ -46,12 +46,13 @@ static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl
     s->n++;
 }
 
-// Overlap: the all-to-all in 1, 2 or 4 chunks (with expert parallelism), overlap_comm off or on (with
-// data parallelism).
+// Overlap: the all-to-all in 1, 2 or 4 chunks (with expert parallelism, as far as the capacity allows),
+// overlap_comm off or on (with data parallelism); neither on a GPU run (they are refused there).
 static void each_overlap(Options *s, Layout y, const Config *c, const Cluster *cl, const Layout *w) {
     int moe = c->model.num_experts > 1 && y.ep > 1, most = model_overlap_max(c, c->seq_len > 0 ? c->seq_len : c->model.n_positions);
-    for (y.overlap_degree = 1; y.overlap_degree <= (moe ? 4 : 1) && y.overlap_degree <= most; y.overlap_degree *= 2)
-        for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1); y.overlap_comm++)
+    int cpu = c->device != 1;   // both run on the CPU only; overlap_comm not with OneBitAdam
+    for (y.overlap_degree = 1; y.overlap_degree <= (moe && cpu ? 4 : 1) && y.overlap_degree <= most; y.overlap_degree *= 2)
+        for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1 && cpu && !c->onebit); y.overlap_comm++)
             if (wanted(&y, w)) keep(s, &y, c, cl);
 }
 
@@ -212,7 +213,7 @@ static void train_defaults(Layout *w, const Config *c) {
     int *f[] = {&w->pp, &w->tp, &w->ep, &w->zero, &w->micro_batch, &w->accum, &w->dtd, &w->cac, &w->ckpt};
     for (int i = 0; i < 9; i++) if (*f[i] < 0) *f[i] = given[i] > 0 ? given[i] : i < 3 ? 1 : given[i];
     if (w->overlap_degree < 0) w->overlap_degree = c->overlap_degree > 0 ? c->overlap_degree : 1;
-    if (w->overlap_comm < 0) w->overlap_comm = 0;
+    if (w->overlap_comm < 0) w->overlap_comm = c->overlap_comm;
 }
 
 // The predicted traffic of a layout's first stage, in the log's `comm` form.

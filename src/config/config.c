@@ -213,6 +213,7 @@ static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), N
 static const JKey zero_keys[] = {
     {"stage", J_INT, CF(zero_stage), NULL},
     {"reduce_bucket_size", J_LONG, CF(reduce_bucket_size), NULL},
+    {"overlap_comm", J_BOOL, CF(overlap_comm), NULL},
     {"offload_optimizer", J_SECTION, 0, offload_keys},
     {NULL, 0, 0, NULL}
 };
@@ -348,7 +349,6 @@ static const char *const not_honoured[][2] = {
     {"activation_checkpointing.contiguous_memory_optimization", "ted's checkpointed activations are not moved into one buffer"},
     {"activation_checkpointing.cpu_checkpointing", "ted keeps checkpointed activations in device memory"},
     {"zero_optimization.offload_param", "ted offloads the optimizer state only (offload_optimizer)"},
-    {"zero_optimization.overlap_comm", "ted reduces the gradients after the backward, not during it"},
     {"zero_optimization.allgather_bucket_size", "ted gathers each parameter whole"},
     {"zero_optimization.stage3_max_live_parameters", "ted has ZeRO stages 0, 1 and 2"},
     {"fp16.auto_cast", "ted casts inside its own mixed-precision ops"},
@@ -834,6 +834,7 @@ static const Flag flags[] = {
     {"--device", F_DEVICE, CF(device), "DEV", NULL, "cpu", "cpu, or cuda: model, optimizer and collectives on this rank's GPU"},
     {"--peak-tflops", F_FLOAT, CF(peak_tflops), "X", NULL, "0: measured", "peak TFLOP/s per process that MFU is against"},
     {"--zero-stage", F_INT, CF(zero_stage), "N", "zero_optimization.stage", NULL, "ZeRO stage: 0 all-reduce, 1 optimizer state sharded, 2 gradients too"},
+    {"--overlap-comm", F_SWITCH, CF(overlap_comm), NULL, "zero_optimization.overlap_comm", "off", "gradient reductions during the backward, parameter gathers ahead of the forward"},
     {"--tile-size", F_LONG, CF(tile_size), "N", "optimizer.tile_size", NULL, "elements per tile of the tiled optimizer (0: off)"},
     {"--vocab-size", F_INT, CF(model.vocab_size), "N", "model.vocab_size", NULL, "vocabulary size V"},
     {"--n-positions", F_INT, CF(model.n_positions), "N", "model.n_positions", NULL, "maximum sequence length"},
@@ -1280,6 +1281,11 @@ static int validate_training(const Config *c) {
     RULE(c->overlap_degree < 1 || c->overlap_degree > 64, "moe.overlap_degree (%d) must be in [1, 64]", c->overlap_degree);
     RULE(c->overlap_degree > 1 && c->device == 1, "moe.overlap_degree %d runs on the CPU only (--device cuda given)",
          c->overlap_degree);
+    RULE(c->overlap_comm && c->device == 1, "zero_optimization.overlap_comm runs on the CPU only (--device cuda given)");
+    RULE(c->overlap_comm && c->onebit, "zero_optimization.overlap_comm is not supported with OneBitAdam (its "
+         "compressed all-reduce runs after the backward)");
+    RULE(c->overlap_comm && c->debug_expert_grad_scale != 1.0f, "zero_optimization.overlap_comm is not supported with "
+         "--debug-expert-grad-scale (it scales gradients that are already travelling)");
     RULE(c->sparse.recompute && c->device == 1, "sparse_attention.recompute runs on the CPU only (--device cuda given)");
     RULE(c->bf16 && c->fp16, "bf16 and fp16 are both enabled");
     RULE(c->tile_size < 0, "tile_size (%ld) must be >= 0 (0 turns tiling off)", c->tile_size);

@@ -92,6 +92,7 @@ typedef struct {
     int data_sequential;  // --data-order sequential|shuffled
     int zero_stage;       // zero_optimization.stage (1); --zero-stage
     long reduce_bucket_size; // zero_optimization.reduce_bucket_size: stage-2 bucket elements (5e8)
+    int overlap_comm;     // zero_optimization.overlap_comm: reductions during the backward, prefetched gathers (0)
     int offload;          // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
     int onebit;           // optimizer.type "OneBitAdam" (docs/parallel.md)
     int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps

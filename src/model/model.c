@@ -773,6 +773,16 @@ static int last_chunk(const Model *M, int i) { return M->ch_id[i] == M->chunks -
 float *model_chunk_input(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l0[i]]; }
 float *model_chunk_output(Model *M, int i, int slot) { return M->views[M->ch_view[i] + slot].resid[M->ch_l1[i]]; }
 
+// The optimizer may still be gathering the weights of params [i0, i1) (overlap_comm): wait for them.
+static void weights_needed(Model *M, int i0, int i1) {
+    if (M->reg.weights_needed && i0 >= 0) M->reg.weights_needed(M->reg.weights_ctx, i0, i1);
+}
+static void head_weights_needed(Model *M) {
+    weights_needed(M, M->wte, M->wte + 1);
+    weights_needed(M, M->wpe, M->wpe + 1);
+    weights_needed(M, M->lnfw, M->lnfb + 1);
+}
+
 double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T) {
     int d = M->d;
     long N = (long)B * T;
@@ -785,11 +795,13 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     M->rcfg.generate = targets == NULL;
     if (first_chunk(M, i)) {
         buf_copy(M->tok, tokens, sizeof(int) * N);
+        head_weights_needed(M);
         stage_in(M, 0, 0);
         encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->topo->tp_idx == 0 ? W(M->wpe) : NULL, B, T, d);
         comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
     }
     for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) {
+        weights_needed(M, M->bp[l].p0, M->bp[l].p1);
         stage_in(M, l + 1, 0);
         block_forward(M, l, B, T, 0);
         pack_block(M, l, B, T, 0);
@@ -797,7 +809,7 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     watchdog_block(-1, 0, NULL);
     if (!last_chunk(M, i)) return 0;
     if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
-    if (!first_chunk(M, i)) stage_in(M, 0, 0);
+    if (!first_chunk(M, i)) { head_weights_needed(M); stage_in(M, 0, 0); }
     return head_forward(M, N, targets != NULL);
 }
 

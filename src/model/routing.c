@@ -179,6 +179,7 @@ static double bias_step(Model *M, Zero *z, int i, const double *load) {
     int E = M->E, idx = M->bp[M->rlog->layer[i]].bias;
     float b[E];
     const Param *p = &M->reg.p[idx];
+    zero_params_wait(z, idx, idx + 1);   // overlap_comm: its gather may still be in flight
     if (M->reg.half) convert_to_f32(b, p->w16, E, M->reg.half);
     else memcpy(b, p->w, sizeof b);
     double mean = 0, norm = 0;

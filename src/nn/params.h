@@ -48,6 +48,10 @@ typedef struct {
     int grads_external;
     void (*grads_ready)(void *ctx, int i0, int i1);
     void *grads_ctx;
+    // zero_optimization.overlap_comm: the forward calls weights_needed(ctx, i0, i1) before it reads
+    // the weights of params [i0, i1), whose all-gathers may still be in flight (see zero_overlap.h).
+    void (*weights_needed)(void *ctx, int i0, int i1);
+    void *weights_ctx;
 } Registry;
 
 void reg_init(Registry *r, int cap, int tp, int tp_idx);

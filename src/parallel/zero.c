@@ -2,6 +2,7 @@
 #include "parallel/zero.h"
 #include "parallel/adam_cuda.h"
 #include "parallel/zero_bucket.h"
+#include "parallel/zero_overlap.h"
 #include "parallel/onebit.h"
 #include "parallel/adam.h"
 #include "parallel/offload.h"
@@ -44,7 +45,7 @@ void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c,
         whole &= n == 1;
     }
     s->params = es * r->total;
-    s->grads = es * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size) + shard : r->total);
+    s->grads = es * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size, c->overlap_comm) + shard : r->total);
     int in_place = es == 4 && !gpu && whole;   // masters_are_weights
     double opt = sizeof(float) * shard * (in_place ? 2 : 3) + (c->onebit ? onebit_optimizer_bytes(r, dp, edp) : 0);
     if (c->offload && gpu) s->host_optimizer = opt;
@@ -81,7 +82,8 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
     z->loss_scale = scaler_init(&z->scaler, &c->scaler, reg->half == 2);
     CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
-    if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size);
+    if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size, c->overlap_comm);
+    if (c->overlap_comm) overlap_init(z, c->grad_accum);
     if (c->onebit) onebit_init(ted_alloc(sizeof(OneBit), MEM_TEMP), z, c);
     if (z->stage == 2 && topo->rank == 0)
         printf("ZeRO-2: gradient shard %ld elements, bucket %ld elements (%ld deferred: the tensors outside the "
@@ -107,6 +109,7 @@ void zero_host_view(Zero *z, int copy) { view(z, z->dev, z->host, copy); }
 void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
 
 void zero_free(Zero *z) {
+    overlap_free(z);   // waits for whatever is still in flight
     for (int i = 0; i < 3; i++) {
         if (z->host[i] != z->dev[i]) ted_free(z->host[i]);
         if (z->offload) ted_free(z->dev[i]);
@@ -128,7 +131,7 @@ static void plan_buffers(Zero *z, long tile) {
     z->planned = 1;
     // the up-cast tile (offloaded: the host stages its own tiles)
     if (z->reg->half && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
-    if (z->stage == 0) return;   // all-reduced in place, nothing gathered
+    if (z->stage == 0 || z->ov) return;   // all-reduced in place, nothing gathered; overlap: its own regions
     // stage 2: the bucket buffer is free in the optimizer step and holds every tensor's padded
     // slot; recv holds the largest chunk. Both serve the gather (the bucket is zeroed after).
     if (z->stage == 2) { z->comm[0] = z->bucket; z->comm[1] = z->recv; return; }
@@ -176,6 +179,14 @@ static void gather_param(Zero *z, Param *p, const Shard *s) {
     comm_allgather(g, mine, buf, s->chunk * (long)es, DT_BYTE);
     buf_copy(w, buf, es * p->numel);
 }
+
+// Tensor i's all-gather: now, or (overlap) started and waited for before the next forward reads it.
+static void gather(Zero *z, int i) {
+    if (z->ov) overlap_gather(z, i);
+    else gather_param(z, &z->reg->p[i], &z->sh[i]);
+}
+
+void zero_params_wait(Zero *z, int i0, int i1) { if (z->ov) overlap_params_wait(z, i0, i1); }
 
 // Σ (s·x)² over a shard, in double, by one thread: vectorised (an OpenMP SIMD reduction), in an
 // order fixed by the code, not by the thread count.
@@ -226,7 +237,9 @@ static void sumsq_all(Zero *z, float unscale) {
 // parameter counted once, whatever the layout.
 static double reduce_and_norm(Zero *z, float unscale) {
     Registry *r = z->reg;
-    for (int i = 0; i < r->n; i++) reduce_grad(z, &r->p[i], &z->sh[i]);
+    if (z->ov && z->stage == 2) { bucket_wait_all(z); z->ov->mb = 0; }
+    else if (z->ov) overlap_reduce_wait(z);
+    else for (int i = 0; i < r->n; i++) reduce_grad(z, &r->p[i], &z->sh[i]);
     sumsq_all(z, unscale);
     const double *part = buf_to_host(z->sq_host, z->sq, sizeof(double) * r->n);
     double sq = 0;
@@ -250,7 +263,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
         Param *p = &r->p[i];
         Shard *s = &z->sh[i];
         AdamHyper a = {lr, p->decay ? 1.0f - lr * c->weight_decay : 1.0f, c->beta1, c->beta2, c->eps, bc1, bc2};
-        if (z->offload) { offload_step(z, i, shard_grad(z, i), &a, gscale); gather_param(z, p, s); continue; }
+        if (z->offload) { offload_step(z, i, shard_grad(z, i), &a, gscale); gather(z, i); continue; }
         long step = half ? tile : s->len;   // fp32 gradients need no up-cast: one pass
         for (long j0 = 0; j0 < s->len; j0 += step) {
             long n = s->len - j0 < step ? s->len - j0 : step, at = s->base + j0;
@@ -262,7 +275,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
                           z->in_place ? NULL : p->w + s->off + j0);
         }
         // every rank of the group gets the whole updated tensor
-        gather_param(z, p, s);
+        gather(z, i);
     }
 }
 
@@ -270,6 +283,7 @@ double zero_step(Zero *z, const Config *c, float lr) {
     float unscale = 1.0f / z->loss_scale;
     long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
     plan_buffers(z, tile);
+    zero_params_wait(z, 0, z->reg->n);   // overlap: the last step's gathers (the forward waited for them)
     int compressed = onebit_active(z);   // 1-bit Adam after its warm-up
     double norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
     // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale

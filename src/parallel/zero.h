@@ -37,3 +37,7 @@ void zero_device_view(Zero *z, int copy);
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW
 // on the shard, gathers the parameters. Returns the gradient norm before clipping.
 double zero_step(Zero *z, const Config *c, float lr);
+// zero_optimization.overlap_comm: the gathers of params [i0, i1) that zero_step started are done
+// (the forward waits through the registry's hook; checkpoints and the routing bias call this).
+// Without overlap a no-op.
+void zero_params_wait(Zero *z, int i0, int i1);

@@ -1,5 +1,6 @@
 // zero_bucket.c — ZeRO-2 gradient buckets (see zero_bucket.h).
 #include "parallel/zero_bucket.h"
+#include "parallel/zero_overlap.h"
 #include "core/alloc.h"
 #include "parallel/comm.h"
 #include "nn/ops.h"
@@ -50,7 +51,7 @@ static long pack_blocks(const long *lsz, int L, long bucket_size, int *lbk, long
     return used;
 }
 
-long bucket_elems_of(const Registry *r, int dp, int edp, long bucket_size) {
+long bucket_elems_of(const Registry *r, int dp, int edp, long bucket_size, int overlap) {
     int L = 0;
     for (int i = 0; i < r->n; i++) if (r->p[i].layer + 1 > L) L = r->p[i].layer + 1;
     long *lsz = ted_alloc(sizeof(long) * (L + 1), MEM_TEMP), deferred = 0;
@@ -62,10 +63,10 @@ long bucket_elems_of(const Registry *r, int dp, int edp, long bucket_size) {
     int nbk;
     long used = pack_blocks(lsz, L, bucket_size, NULL, NULL, &nbk);
     ted_free(lsz);
-    return deferred + used;
+    return deferred + used + (overlap && nbk > 2 ? used : 0);   // overlap: a second half
 }
 
-void bucket_plan(Zero *z, long bucket_size) {
+void bucket_plan(Zero *z, long bucket_size, int overlap) {
     Registry *r = z->reg;
     long *lsz;
     int L = block_sizes(z, &lsz);
@@ -74,7 +75,8 @@ void bucket_plan(Zero *z, long bucket_size) {
     long used = pack_blocks(lsz, L, bucket_size, lbk, loff, &nbk);
     z->deferred_elems = 0;
     for (int i = 0; i < r->n; i++) if (r->p[i].layer < 0) z->deferred_elems += slot(z, i);
-    z->bucket_elems = z->deferred_elems + used;
+    long half = overlap && nbk > 2 ? used : 0;   // overlap: the second half's offset
+    z->bucket_elems = z->deferred_elems + used + half;
     size_t es = elem_size(z);
     z->bucket = ted_alloc_buf(es * (z->bucket_elems ? z->bucket_elems : 1), MEM_GRADS);
     z->gshard = ted_alloc_buf(es * (z->total ? z->total : 1), MEM_GRADS);
@@ -87,7 +89,11 @@ void bucket_plan(Zero *z, long bucket_size) {
         Param *p = &r->p[i];
         long at;
         if (p->layer < 0) { at = def; def += slot(z, i); z->bk_of[i] = 0; }
-        else { at = z->deferred_elems + loff[p->layer]; loff[p->layer] += slot(z, i); z->bk_of[i] = lbk[p->layer]; }
+        else {
+            z->bk_of[i] = lbk[p->layer];
+            at = z->deferred_elems + ((z->bk_of[i] - 1) & 1) * half + loff[p->layer];
+            loff[p->layer] += slot(z, i);
+        }
         if (r->half) p->g16 = (uint16_t *)z->bucket + at;
         else p->g = (float *)z->bucket + at;
         z->bk_need[z->bk_of[i]]++;
@@ -104,31 +110,74 @@ void bucket_free(Zero *z) {
     ted_free_buf(z->acc); ted_free(z->bk_of); ted_free(z->bk_need); ted_free(z->bk_ready);
 }
 
+static DType dtype_of(const Zero *z) { return z->reg->half == 1 ? DT_BF16 : z->reg->half == 2 ? DT_F16 : DT_F32; }
+
+// This rank's reduced part of tensor i added into the shard's gradients, and its slot zeroed.
+static void add_part(Zero *z, int i, const void *part) {
+    const Registry *r = z->reg;
+    const Param *p = &r->p[i];
+    const Shard *s = &z->sh[i];
+    if (r->half) {
+        convert_to_f32(z->acc, part, s->len, r->half);
+        accumulate_half((uint16_t *)z->gshard + s->base, z->acc, s->len, r->half);
+    } else {
+        float *dst = (float *)z->gshard + s->base;
+        residual_forward(dst, dst, part, s->len);
+    }
+    buf_zero(grad_of(z, p), elem_size(z) * p->numel);
+}
+
 // Each tensor of bucket b reduce-scattered over its group from its padded slot, this rank's
 // part added into the shard's gradients, and the slot zeroed for the next bucket.
 static void reduce_bucket(Zero *z, int b) {
     const Registry *r = z->reg;
-    DType t = r->half == 1 ? DT_BF16 : r->half == 2 ? DT_F16 : DT_F32;
     for (int i = 0; i < r->n; i++) {
         if (z->bk_of[i] != b) continue;
-        const Param *p = &r->p[i];
-        const Shard *s = &z->sh[i];
-        comm_reduce_scatter(zero_group(z, p), grad_of(z, p), z->recv, s->chunk, t);
-        if (r->half) {
-            convert_to_f32(z->acc, z->recv, s->len, r->half);
-            accumulate_half((uint16_t *)z->gshard + s->base, z->acc, s->len, r->half);
-        } else {
-            float *dst = (float *)z->gshard + s->base;
-            residual_forward(dst, dst, z->recv, s->len);
-        }
-        buf_zero(grad_of(z, p), elem_size(z) * p->numel);
+        comm_reduce_scatter(zero_group(z, &r->p[i]), grad_of(z, &r->p[i]), z->recv, z->sh[i].chunk, dtype_of(z));
+        add_part(z, i, z->recv);
     }
+}
+
+// overlap: the same reduce-scatters, non-blocking, each into its own region.
+static void bucket_start(Zero *z, int b) {
+    const Registry *r = z->reg;
+    ZeroOverlap *o = z->ov;
+    for (int i = 0; i < r->n; i++)
+        if (z->bk_of[i] == b && o->roff[i] >= 0)
+            comm_ireduce_scatter(zero_group(z, &r->p[i]), grad_of(z, &r->p[i]), o->rbuf + o->roff[i], z->sh[i].chunk,
+                                 dtype_of(z), &o->red[i]);
+    o->bk_fly[b] = 1;
+}
+
+static void bucket_wait(Zero *z, int b) {
+    ZeroOverlap *o = z->ov;
+    if (!o->bk_fly[b]) return;
+    for (int i = 0; i < z->reg->n; i++) {
+        if (z->bk_of[i] != b) continue;
+        comm_req_wait(&o->red[i]);   // a group of one: the slot is this rank's part
+        add_part(z, i, o->roff[i] >= 0 ? o->rbuf + o->roff[i] : grad_of(z, &z->reg->p[i]));
+    }
+    o->bk_fly[b] = 0;
+}
+
+void bucket_wait_all(Zero *z) { for (int b = 0; b < z->nbk; b++) bucket_wait(z, b); }
+
+// overlap: bucket b is complete. The next bucket writes into b − 1's half; after the deferred
+// region (the micro-batch's end) the next micro-batch writes everywhere.
+static void bucket_overlap(Zero *z, int b) {
+    bucket_start(z, b);
+    if (b > 1) bucket_wait(z, b - 1);
+    if (b == 0 && ++z->ov->mb < z->ov->accum) bucket_wait_all(z);
 }
 
 void bucket_ready(void *zero, int i0, int i1) {
     Zero *z = zero;
     for (int i = i0; i < i1; i++) {
         int b = z->bk_of[i];
-        if (++z->bk_ready[b] == z->bk_need[b]) { reduce_bucket(z, b); z->bk_ready[b] = 0; }
+        if (++z->bk_ready[b] < z->bk_need[b]) continue;
+        z->bk_ready[b] = 0;
+        if (z->ov) bucket_overlap(z, b);
+        else reduce_bucket(z, b);
     }
+    if (z->ov) comm_progress();
 }

@@ -42,6 +42,7 @@ typedef struct Zero {
     void *recv;              // MEM_COMM: this rank's reduced part of one tensor
     float *acc;              // 16-bit storage: that part up-cast before it is added to the shard
     struct OneBit *onebit;   // optimizer.type OneBitAdam (onebit.h), or NULL
+    struct ZeroOverlap *ov;  // zero_optimization.overlap_comm (zero_overlap.h), or NULL
     int offload;             // ZeRO-Offload (offload.h): master, m, v and the step on the host
     void *gstage, *wstage;   // its host staging tiles (gradients down, weights up) of stage_n elements
     long stage_n;

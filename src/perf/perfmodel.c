@@ -106,7 +106,7 @@ static void config_of(Config *k, const Config *c, const Layout *y) {
     k->tp = y->tp; k->ep = y->ep; k->pp = y->pp; k->zero_stage = y->zero;
     k->dtd = y->dtd; k->cac = y->cac; k->activation_checkpointing = y->ckpt;
     k->micro_batch = y->micro_batch; k->grad_accum = y->accum;
-    k->overlap_degree = y->overlap_degree;
+    k->overlap_degree = y->overlap_degree; k->overlap_comm = y->overlap_comm;
     if (y->wbytes == 4) k->bf16 = k->fp16 = 0;
     else if (!k->fp16) k->bf16 = 1;
     if (y->pp != c->pp || (k->pp_schedule == PP_INTERLEAVED && y->accum % y->pp)) {
