@@ -668,8 +668,12 @@ int config_load_json(Config *c, const char *path) {
 // io/hfconfig.c): the reader of the flat keys passes over them.
 static const char *const hf_keys[] = {
     "model_type", "architectures", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
-    "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "tie_word_embeddings", "bos_token_id",
-    "eos_token_id", "torch_dtype", "use_cache", "ted_note", NULL
+    "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "bos_token_id",
+    "eos_token_id", "torch_dtype", "use_cache", "ted_note",
+    // Llama's and Mixtral's (docs/llama.md); tie_word_embeddings, rms_norm_eps, rope_theta are ted's keys too
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "max_position_embeddings", "hidden_act", "attention_bias", "attention_dropout", "pretraining_tp", "rope_scaling",
+    "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits", "sliding_window", NULL
 };
 
 static void hf_config_strip(cJSON *root) {
