@@ -58,7 +58,7 @@ static cJSON *namespaced(const Config *c) {
 }
 
 // Llama's shape keys (transformers v4.39 LlamaConfig; MixtralConfig shares them): what ted's
-// llama computes — SiLU, no attention bias, one pretraining TP slice, no rope scaling.
+// llama computes: SiLU, no dropout.
 static void add_llama_shape(cJSON *o, const ModelConfig *m, int intermediate) {
     cJSON_AddNumberToObject(o, "hidden_size", m->n_embd);
     cJSON_AddNumberToObject(o, "intermediate_size", intermediate);
@@ -68,7 +68,6 @@ static void add_llama_shape(cJSON *o, const ModelConfig *m, int intermediate) {
     cJSON_AddNumberToObject(o, "max_position_embeddings", m->n_positions);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "initializer_range", 0.02);
-    cJSON_AddFalseToObject(o, "attention_bias");
     cJSON_AddNumberToObject(o, "attention_dropout", 0);
     int eot = m->vocab_size > 50256 ? 50256 : m->vocab_size - 1;
     cJSON_AddNumberToObject(o, "bos_token_id", eot);
@@ -90,6 +89,7 @@ static void add_llama(cJSON *o, const ModelConfig *m) {
         add_class(o, "llama", "LlamaForCausalLM");
         add_llama_shape(o, m, cfg_ffn(m));
         cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+        cJSON_AddFalseToObject(o, "attention_bias");
         cJSON_AddNullToObject(o, "rope_scaling");
     } else if (!why) {
         add_class(o, "mixtral", "MixtralForCausalLM");
