@@ -1534,6 +1534,8 @@ void config_warn_unused(const Config *c, FILE *out) {
         {"zero_optimization.reduce_bucket_size", c->zero_stage != 2, "the buckets are ZeRO stage 2's", NULL},
         {"pipeline.virtual_stages", c->pp == 1, "pp is 1 (no pipeline)", NULL},
         {"pipeline.layers", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+        {"model.rope_theta", !cfg_is_llama(m), "model.arch is gpt2 (learned positions)", NULL},
+        {"model.rms_norm_eps", !cfg_is_llama(m), "model.arch is gpt2 (LayerNorm, eps 1e-5)", NULL},
     };
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
         if (off[i].off) warn_group(&off[i], out);
