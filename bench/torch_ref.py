@@ -24,7 +24,7 @@ The model, in short (design §2):
   where l_aux = E * sum_e f_e P_e, f_e = (#choices of e before dropping)/(k S) (no gradient),
   P_e = mean over the group's tokens of p_e.
 
-The llama family (design §8.4, model.arch "llama" in the "ted" object of config.json), written
+The llama family (docs/llama.md, model.arch "llama" in the "ted" object of config.json), written
 from the Hugging Face Llama/Mixtral modeling code's definitions, not from ted's C:
   x = embed_tokens[tok]; L pre-RMSNorm blocks x += o_proj(Attn(rope(q), rope(k), v)) with
   n_kv_head key/value heads repeated to the query heads (repeat_kv), x += FFN(RMSNorm x) with

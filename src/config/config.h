@@ -33,7 +33,7 @@ typedef struct {
     int expert_inner;    // f_e (0 = n_inner)
     int expert_type;     // EXPERT_* ("gelu", "swiglu")
     // the block family (docs/llama.md); JSON section "model"
-    int arch;            // ARCH_GPT2 (design §2) or ARCH_LLAMA (design §8.4)
+    int arch;            // ARCH_GPT2 (design §2) or ARCH_LLAMA (docs/llama.md)
     int n_kv_head;       // llama: key/value heads (0 = n_head), dividing n_head
     float rms_norm_eps;  // llama: RMSNorm eps (1e-5)
     float rope_theta;    // llama: rotary base (10000)

@@ -1,4 +1,4 @@
-// llama.h — the pieces of a `llama` block (design §8.4, docs/llama.md) that differ from GPT-2's:
+// llama.h — the pieces of a `llama` block (docs/llama.md) that differ from GPT-2's:
 // its tensors under Hugging Face Llama/Mixtral names in nn.Linear's [out, in] layout, RMSNorm,
 // rotary q and k with grouped-query attention, the SwiGLU FFN and the untied head. model.c runs
 // the block around them: the TP all-reduces, attention itself, the MoE FFN, checkpointing.

@@ -1,4 +1,4 @@
-// expert_mixtral.c — the swiglu expert in Mixtral's layout (design §8.4), the kind of llama's
+// expert_mixtral.c — the swiglu expert in Mixtral's layout (docs/llama.md), the kind of llama's
 // experts: w1 [f, d] (gate), w3 [f, d] (up), w2 [d, f] (down), torch.nn.Linear's [out, in], no
 // biases; down(silu(gate(x))·up(x)). The same function as expert_swiglu.c's c_fc = w1ᵀ | w3ᵀ,
 // c_proj = w2ᵀ. Under TP w1 and w3 split by rows, w2 by columns. w3 fills the Experts view

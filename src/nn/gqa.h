@@ -1,4 +1,4 @@
-// gqa.h — grouped-query attention's key/value heads (design §8.4): nkv heads serve nh query heads,
+// gqa.h — grouped-query attention's key/value heads (docs/llama.md): nkv heads serve nh query heads,
 // query head h reading key/value head h / (nh/nkv) (Hugging Face's repeat_kv). The attention
 // itself runs on whole heads: the kv heads are repeated before it and their gradients summed after.
 #pragma once

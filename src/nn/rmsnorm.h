@@ -1,4 +1,4 @@
-// rmsnorm.h — RMSNorm (Llama's norm, design §8.4): weight only, no mean subtracted.
+// rmsnorm.h — RMSNorm (Llama's norm, docs/llama.md): weight only, no mean subtracted.
 #pragma once
 
 // out[N,d] = inp·rstd·w, rstd[N] = 1/sqrt(mean(inp²) + eps) saved for the backward

@@ -1,4 +1,4 @@
-// rope.h — rotary position embeddings (design §8.4), as Hugging Face Llama applies them: in each
+// rope.h — rotary position embeddings (docs/llama.md), as Hugging Face Llama applies them: in each
 // head of size hd, element i < hd/2 pairs with i + hd/2 ("rotate_half") and turns by the angle
 // pos·theta^(−2i/hd).
 #pragma once

@@ -1,4 +1,4 @@
-// swiglu.h — the SwiGLU activation (design §6.5, §8.4): silu(gate)·up, for dense llama FFNs and
+// swiglu.h — the SwiGLU activation (docs/llama.md): silu(gate)·up, for dense llama FFNs and
 // the swiglu experts.
 #pragma once
 
