@@ -68,6 +68,15 @@ static int name_index(const char *const *names, int n, const char *name) {
 
 static void resolve_min_lr(Config *c);
 
+// The block family's keys (ARCH_FIELDS) as a gpt2 model has them.
+static void arch_defaults(ModelConfig *m) {
+    m->arch = ARCH_GPT2;
+    m->n_kv_head = 0;
+    m->rms_norm_eps = 1e-5f;
+    m->rope_theta = 10000.0f;
+    m->tie_word_embeddings = 1;
+}
+
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
     ModelConfig *m = &c->model;
@@ -92,11 +101,7 @@ void config_defaults(Config *c) {
     m->num_groups = 1;
     m->topk_groups = 1;
     m->expert_type = EXPERT_GELU;
-    m->arch = ARCH_GPT2;
-    m->n_kv_head = 0;
-    m->rms_norm_eps = 1e-5f;
-    m->rope_theta = 10000.0f;
-    m->tie_word_embeddings = 1;
+    arch_defaults(m);
     c->seq_len = 0;
     c->micro_batch = 8;
     c->grad_accum = 1;
@@ -706,6 +711,7 @@ int config_load_model_json(Config *c, const char *path) {
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
+    arch_defaults(&tmp.model);             // no llama keys: a gpt2 checkpoint
     int rc = walk_file(&tmp, root, flat_model_keys, path);
     for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
