@@ -24,6 +24,16 @@ The model, in short (design §2):
   where l_aux = E * sum_e f_e P_e, f_e = (#choices of e before dropping)/(k S) (no gradient),
   P_e = mean over the group's tokens of p_e.
 
+The llama family (docs/llama.md, model.arch "llama" in the "ted" object of config.json), written
+from the Hugging Face Llama/Mixtral modeling code's definitions, not from ted's C:
+  x = embed_tokens[tok]; L pre-RMSNorm blocks x += o_proj(Attn(rope(q), rope(k), v)) with
+  n_kv_head key/value heads repeated to the query heads (repeat_kv), x += FFN(RMSNorm x) with
+  FFN = down(silu(gate x) * up x) or Mixtral's MoE (router logits = x @ gate^T, softmax, top-k,
+  the k weights renormalised; experts w2(silu(w1 x) * w3 x)); logits = RMSNorm(x) @ lm_head^T
+  (embed_tokens when tied). nn.Linear layout, no biases. Rotary: cos/sin of pos * theta^(-2i/hd),
+  q*cos + rotate_half(q)*sin with rotate_half(x) = (-x2, x1) over the two halves of a head.
+  Capacity, groups and the aux/z losses are those of the GPT-2 family below.
+
 Subcommands (all take checkpoint directories holding model.safetensors + config.json):
   init   write a random checkpoint (the init of design §2, optionally perturbed biases/LN for testing)
   train  train from a checkpoint with sequential data order; per-step metrics to --out JSON
@@ -70,6 +80,10 @@ CONFIG_KEYS = {
     "n_inner": 0, "num_experts": 1, "top_k": 1, "moe_every": 2, "capacity_factor": 1.25,
     "min_capacity": 4, "group_size": 1, "aux_coef": 0.01, "z_coef": 0.0, "seq_len": 0,
 }
+# The llama family's keys (optional: a gpt2 checkpoint has none of them) and the routing keys
+# the reference honours (router "mixtral" renormalises a single choice's gate too).
+ARCH_KEYS = {"arch": "gpt2", "n_kv_head": 0, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": True, "router": "topk"}
 INT_KEYS = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "num_experts",
             "top_k", "moe_every", "min_capacity", "group_size", "seq_len"}
 
@@ -83,6 +97,14 @@ class Config:
             if val is None:
                 raise ValueError(f"config: missing key '{key}'")
             setattr(self, key, int(val) if key in INT_KEYS else float(val))
+        for key, default in ARCH_KEYS.items():
+            setattr(self, key, kw.get(key, default))
+        self.n_kv_head = int(self.n_kv_head) or self.n_head
+        if self.router not in ("topk", "mixtral"):
+            raise ValueError(f"config: router {self.router} is not in the reference (topk, mixtral)")
+        if self.arch == "llama" and self.num_experts > 1 and (kw.get("shared_experts", 0) or
+                                                              kw.get("expert_type", "swiglu") != "swiglu"):
+            raise ValueError("config: the llama reference has swiglu experts and no shared experts")
         if self.n_inner <= 0:
             self.n_inner = 4 * self.n_embd
         if self.seq_len <= 0:
@@ -100,7 +122,10 @@ class Config:
         return self.num_experts > 1 and (layer + 1) % self.moe_every == 0
 
     def to_dict(self):
-        return {k: getattr(self, k) for k in CONFIG_KEYS}
+        out = {k: getattr(self, k) for k in CONFIG_KEYS}
+        if self.arch == "llama":
+            out.update({k: getattr(self, k) for k in ARCH_KEYS}, expert_type="swiglu")
+        return out
 
     @staticmethod
     def load(path):
@@ -173,8 +198,36 @@ def st_write(path, tensors):
 # parameters
 # --------------------------------------------------------------------------------------------
 
+def llama_shapes(cfg):
+    """A llama model's parameters: Hugging Face Llama / Mixtral names, nn.Linear [out, in]."""
+    d, f, E, hd = cfg.n_embd, cfg.n_inner, cfg.num_experts, cfg.head_dim
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, d)}
+    for i in range(cfg.n_layer):
+        h = f"model.layers.{i}."
+        shapes[h + "input_layernorm.weight"] = (d,)
+        shapes[h + "self_attn.q_proj.weight"] = (cfg.n_head * hd, d)
+        shapes[h + "self_attn.k_proj.weight"] = (cfg.n_kv_head * hd, d)
+        shapes[h + "self_attn.v_proj.weight"] = (cfg.n_kv_head * hd, d)
+        shapes[h + "self_attn.o_proj.weight"] = (d, cfg.n_head * hd)
+        shapes[h + "post_attention_layernorm.weight"] = (d,)
+        if cfg.is_moe(i):
+            shapes[h + "block_sparse_moe.gate.weight"] = (E, d)
+            for e in range(E):
+                x = h + f"block_sparse_moe.experts.{e}."
+                shapes[x + "w1.weight"], shapes[x + "w2.weight"], shapes[x + "w3.weight"] = (f, d), (d, f), (f, d)
+        else:
+            shapes[h + "mlp.gate_proj.weight"], shapes[h + "mlp.up_proj.weight"] = (f, d), (f, d)
+            shapes[h + "mlp.down_proj.weight"] = (d, f)
+    shapes["model.norm.weight"] = (d,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, d)
+    return shapes
+
+
 def param_shapes(cfg):
     """Every parameter name (Hugging Face GPT-2 naming) with its shape, in a fixed order."""
+    if cfg.arch == "llama":
+        return llama_shapes(cfg)
     d, f, E = cfg.n_embd, cfg.n_inner, cfg.num_experts
     shapes = {"transformer.wte.weight": (cfg.vocab_size, d),
               "transformer.wpe.weight": (cfg.n_positions, d)}
@@ -210,9 +263,10 @@ def init_params(cfg, seed=0, perturb=0.0, dtype=torch.float32):
     params = {}
     for name, shape in param_shapes(cfg).items():
         if name.endswith(".weight") and len(shape) == 2:
-            std = 0.02 / math.sqrt(2 * cfg.n_layer) if ".c_proj." in name else 0.02
+            residual = any(x in name for x in (".c_proj.", ".o_proj.", ".down_proj.", ".w2."))
+            std = 0.02 / math.sqrt(2 * cfg.n_layer) if residual else 0.02
             t = torch.randn(shape, generator=g, dtype=torch.float64) * std
-        elif ".ln_" in name and name.endswith(".weight"):
+        elif (".ln_" in name or "norm." in name) and name.endswith(".weight"):
             t = torch.ones(shape, dtype=torch.float64)
         else:
             t = torch.zeros(shape, dtype=torch.float64)
@@ -314,7 +368,7 @@ def route(logits, cfg, n_seq, T):
     p = torch.softmax(logits, dim=-1)
     experts = top_k_first(p, k)
     gp = p.gather(1, experts)
-    gates = gp if k == 1 else gp / gp.sum(dim=-1, keepdim=True)
+    gates = gp if k == 1 and cfg.router != "mixtral" else gp / gp.sum(dim=-1, keepdim=True)
 
     bounds = group_bounds(n_seq, T, cfg.group_size)
     # Full-size groups are handled together, a shorter last group on its own.
@@ -383,13 +437,13 @@ def ffn(x, P, pre):
     return linear(h, P[pre + "c_proj.weight"], P[pre + "c_proj.bias"])
 
 
-def moe(x, P, pre, cfg, stats):
+def moe(x, P, pre, cfg, stats, llama=False):
     """Eager MoE: route, then per expert gather its kept tokens (index_select), run the FFN,
     and scatter the gated outputs back (index_add). Adds aux/z sums to stats."""
     B, T, d = x.shape
     E, k = cfg.num_experts, cfg.top_k
     xf = x.reshape(B * T, d)
-    w_router = P[pre + "router.weight"]
+    w_router = P[pre + "gate.weight"].t() if llama else P[pre + "router.weight"]
     rdtype = torch.float32 if xf.dtype in (torch.float16, torch.bfloat16) else xf.dtype
     logits = xf.to(rdtype) @ w_router.to(rdtype)       # router in fp32 (or wider)
     r = route(logits, cfg, B, T)
@@ -415,10 +469,66 @@ def moe(x, P, pre, cfg, stats):
         if n == 0:
             continue
         tok = tokens[start:start + n]
-        y = ffn(xf.index_select(0, tok), P, pre + f"experts.{e}.")
+        xe, ex = xf.index_select(0, tok), pre + f"experts.{e}."
+        y = mixtral_expert(xe, P, ex) if llama else ffn(xe, P, ex)
         out.index_add_(0, tok, y * gates[start:start + n, None])
         start += n
     return out.view(B, T, d)
+
+
+def rms_norm(x, w, eps):
+    """Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * w."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotary(T, hd, theta, dtype, device):
+    """cos, sin [T, hd] as Hugging Face's LlamaRotaryEmbedding: inv_freq over the even indices,
+    the frequencies repeated over the two halves of a head."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64, device=device) / hd))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64, device=device), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_attention(x, P, pre, cfg):
+    B, T, d = x.shape
+    H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    q = (x @ P[pre + "q_proj.weight"].t()).view(B, T, H, hd).transpose(1, 2)
+    k = (x @ P[pre + "k_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
+    v = (x @ P[pre + "v_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
+    cos, sin = rotary(T, hd, cfg.rope_theta, x.dtype, x.device)
+    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    k, v = (t.repeat_interleave(H // KV, dim=1) for t in (k, v))   # repeat_kv: kv head j serves heads j*g..
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    att = torch.softmax(att.masked_fill(_causal_mask(T, x.device), float("-inf")), dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, H * hd)
+    return y @ P[pre + "o_proj.weight"].t()
+
+
+def llama_mlp(x, P, pre):
+    return (F.silu(x @ P[pre + "gate_proj.weight"].t()) * (x @ P[pre + "up_proj.weight"].t())) @ P[pre + "down_proj.weight"].t()
+
+
+def mixtral_expert(x, P, pre):
+    return (F.silu(x @ P[pre + "w1.weight"].t()) * (x @ P[pre + "w3.weight"].t())) @ P[pre + "w2.weight"].t()
+
+
+def llama_body(P, cfg, idx, stats):
+    """The llama family's hidden states after the final norm."""
+    x = P["model.embed_tokens.weight"][idx]
+    eps = cfg.rms_norm_eps
+    for i in range(cfg.n_layer):
+        h = f"model.layers.{i}."
+        x = x + llama_attention(rms_norm(x, P[h + "input_layernorm.weight"], eps), P, h + "self_attn.", cfg)
+        m = rms_norm(x, P[h + "post_attention_layernorm.weight"], eps)
+        x = x + (moe(m, P, h + "block_sparse_moe.", cfg, stats, llama=True) if cfg.is_moe(i) else llama_mlp(m, P, h + "mlp."))
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    return x @ P["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"].t()
 
 
 def forward(P, cfg, idx, targets=None):
@@ -428,12 +538,14 @@ def forward(P, cfg, idx, targets=None):
     per MoE layer), dropped/choices counts, routes [(experts, slot)] per MoE layer, and the
     logits when targets is None."""
     B, T = idx.shape
+    zero = next(iter(P.values())).new_zeros(())
+    stats = {"aux_sum": zero, "z_sum": zero, "dropped": 0, "choices": 0, "routes": [],
+             "n_groups": len(group_bounds(B, T, cfg.group_size))}
+    if cfg.arch == "llama":
+        return finish(stats, llama_body(P, cfg, idx, stats), targets, B, T)
     pos = torch.arange(T, device=idx.device)
     x = P["transformer.wte.weight"][idx] + P["transformer.wpe.weight"][pos][None]
     d = cfg.n_embd
-    zero = x.new_zeros(())
-    stats = {"aux_sum": zero, "z_sum": zero, "dropped": 0, "choices": 0, "routes": [],
-             "n_groups": len(group_bounds(B, T, cfg.group_size))}
     for i in range(cfg.n_layer):
         h = f"transformer.h.{i}."
         a = F.layer_norm(x, (d,), P[h + "ln_1.weight"], P[h + "ln_1.bias"], LN_EPS)
@@ -442,6 +554,10 @@ def forward(P, cfg, idx, targets=None):
         x = x + (moe(m, P, h + "mlp.", cfg, stats) if cfg.is_moe(i) else ffn(m, P, h + "mlp."))
     x = F.layer_norm(x, (d,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], LN_EPS)
     logits = x @ P["transformer.wte.weight"].t()        # tied LM head
+    return finish(stats, logits, targets, B, T)
+
+
+def finish(stats, logits, targets, B, T):
     if targets is None:
         stats["logits"] = logits
         return stats

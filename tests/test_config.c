@@ -401,6 +401,16 @@ CASE(v_aux, c->model.aux_coef = -1)
 CASE(v_threads, c->threads = -2)
 CASE(v_save_every, c->save_every = -1)
 
+static void v_llama(Config *c) { c->model.arch = ARCH_LLAMA; }
+static void v_kv_div(Config *c) { v_llama(c); c->model.n_kv_head = 3; }
+static void v_kv_tp(Config *c) { v_llama(c); c->model.n_kv_head = 2; c->tp = 4; }
+static void v_kv_gpt2(Config *c) { c->model.n_kv_head = 2; }
+static void v_untied_gpt2(Config *c) { c->model.tie_word_embeddings = 0; }
+static void v_llama_gelu(Config *c) { v_llama(c); c->model.num_experts = 4; }
+static void v_llama_cuda(Config *c) { v_llama(c); c->device = 1; }
+static void v_llama_odd(Config *c) { v_llama(c); c->model.n_embd = 12; c->model.n_head = 4; c->model.n_inner = 48; }
+static void v_llama_eps(Config *c) { v_llama(c); c->model.rms_norm_eps = 0; }
+
 static void test_validate(void) {
     static const struct { Mutate f; const char *want; } cases[] = {
         {v_head, "n_embd (256) is not a multiple of n_head (3)"},
@@ -442,6 +452,14 @@ static void test_validate(void) {
         {v_aux, "aux_coef (-1)"},
         {v_threads, "threads (-2)"},
         {v_save_every, "save_every (-1)"},
+        {v_kv_div, "n_kv_head (3) must divide n_head (4)"},
+        {v_kv_tp, "n_kv_head (2) is not a multiple of tp (4)"},
+        {v_kv_gpt2, "n_kv_head (2) needs model.arch llama"},
+        {v_untied_gpt2, "tie_word_embeddings false needs model.arch llama"},
+        {v_llama_gelu, "moe.expert_type must be swiglu"},
+        {v_llama_cuda, "model.arch llama runs on the CPU only"},
+        {v_llama_odd, "head size n_embd/n_head (3) must be even"},
+        {v_llama_eps, "rms_norm_eps (0) must be > 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Config c;
@@ -594,6 +612,25 @@ static void test_routing(void) {
            r->topk_groups == m->topk_groups && r->shared_experts == m->shared_experts &&
            r->expert_inner == m->expert_inner && r->expert_type == m->expert_type, "routing config.json round trip differs");
     expect_json_error("{\"moe\": {\"router\": \"hash\"}}", "moe.router");
+    // the llama family's keys: read, validated, carried by config.json; a gpt2 config.json has none of them
+    EXPECT(load_text(&c, "{\"model\": {\"arch\": \"llama\", \"n_kv_head\": 2, \"rope_theta\": 500, "
+                         "\"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": false}, \"moe\": {\"router\": \"mixtral\"}}",
+                   &err) == 0, "llama keys rejected: %s", err);
+    free(err);
+    EXPECT(m->arch == ARCH_LLAMA && m->n_kv_head == 2 && m->rope_theta == 500 && m->rms_norm_eps == 1e-6f &&
+           !m->tie_word_embeddings && m->router == ROUTER_MIXTRAL, "llama keys not stored");
+    js = config_model_json(&c);
+    write_text(json_path, js);
+    ted_free(js);
+    config_defaults(&back);
+    EXPECT(config_load_model_json(&back, json_path) == 0 && back.model.arch == ARCH_LLAMA && back.model.n_kv_head == 2 &&
+           back.model.rope_theta == 500 && back.model.rms_norm_eps == 1e-6f && !back.model.tie_word_embeddings &&
+           back.model.router == ROUTER_MIXTRAL, "llama config.json round trip differs");
+    config_defaults(&c);
+    js = config_model_json(&c);
+    EXPECT(!strstr(js, "arch") && !strstr(js, "rope_theta"), "a gpt2 config.json names llama keys: %s", js);
+    ted_free(js);
+    expect_json_error("{\"model\": {\"arch\": \"mistral\"}}", "model.arch");
     expect_json_error("{\"moe\": {\"expert_type\": 3}}", "moe.expert_type");
     char *bad[] = {"--router", "hash"};
     expect_flag_error(bad, 2, "--router");

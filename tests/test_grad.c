@@ -1,6 +1,6 @@
 // test_grad.c — finite-difference checks of every op's backward and of the whole model
 // (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses; the routing family's routers and
-// expert kinds: swiglu and shared experts, noisy_topk with its losses, switch jitter, gshard,
+// expert kinds: swiglu and shared experts, the llama block with Mixtral's router and experts, noisy_topk with its losses, switch jitter, gshard,
 // RTS, expert choice, group-limited routing). Central differences
 // in fp32 on functions whose gradients are O(0.1): a wrong factor or a missing term shows
 // as a relative error near 1, while the differences themselves agree to ~1e-3.
@@ -284,7 +284,7 @@ static void test_model_opts(const char *name, int E, int k, int moe_every, float
     for (int i = 0; i < M.reg.n; i++) {
         Param *p = &M.reg.p[i];
         float s = p->ndim == 2 ? 0.5f : 0.2f;
-        for (long j = 0; j < p->numel; j++) p->w[j] = (strstr(p->name, "ln_") && strstr(p->name, "weight") ? 1.0f : 0.0f) + s * randn();
+        for (long j = 0; j < p->numel; j++) p->w[j] = ((strstr(p->name, "ln_") || strstr(p->name, "norm")) && strstr(p->name, "weight") ? 1.0f : 0.0f) + s * randn();
     }
     int tok[24], tgt[24];
     for (int i = 0; i < B * T; i++) { tok[i] = (i * 7 + 3) % 11; tgt[i] = (i * 5 + 1) % 11; }
@@ -340,6 +340,20 @@ static void tw_gshard(ModelConfig *m) { m->router = ROUTER_GSHARD; m->use_rts = 
 static void tw_ec(ModelConfig *m) { m->router = ROUTER_EXPERT_CHOICE; }
 static void tw_groups(ModelConfig *m) { m->num_groups = 2; m->topk_groups = 1; m->bias_update_rate = 0.01f; }
 
+// llama (docs/llama.md): RMSNorm, rotary q/k, 2 query heads on 1 kv head, SwiGLU; untied head;
+// Mixtral's router (top-1 renormalised: gate 1) and layout of experts
+static void tw_llama(ModelConfig *m) { m->arch = ARCH_LLAMA; m->n_kv_head = 1; m->tie_word_embeddings = 0; m->rope_theta = 50; }
+static void tw_llama_moe(ModelConfig *m) {
+    tw_llama(m); m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; m->expert_inner = 6;
+}
+static void tw_llama_shared(ModelConfig *m) { tw_llama_moe(m); m->tie_word_embeddings = 1; m->shared_experts = 1; }
+
+static void test_llama(void) {
+    test_model_opts("llama dense, GQA 2:1, untied", 1, 1, 2, 1.0f, 1, 0.01f, 0, tw_llama, 0);
+    test_model_opts("llama MoE mixtral top-1, cap 0.5", 4, 1, 1, 0.5f, 1, 0.1f, 0, tw_llama_moe, 0);
+    test_model_opts("llama MoE mixtral top-2 dropless + shared, tied", 4, 2, 2, 0.0f, 1, 0.1f, 0.01f, tw_llama_shared, 0);
+}
+
 static void test_routing_family(void) {
     test_model_opts("swiglu experts f_e 6 + 2 shared, top-2 cap 0.6", 4, 2, 1, 0.6f, 1, 0.1f, 0, tw_swiglu, 0);
     test_model_opts("gelu experts f_e 4 + 1 shared, dropless", 4, 2, 1, 0.0f, 1, 0.1f, 0.01f, tw_gelu_shared, 0);
@@ -361,6 +375,7 @@ int main(void) {
     test_model("MoE top-2, capacity 0.6, group 2, z-loss", 4, 2, 2, 0.6f, 2, 0.1f, 0.01f);
     test_model("MoE top-2 dropless, aux + z", 3, 2, 1, 0.0f, 1, 0.05f, 0.02f);
     test_routing_family();
+    test_llama();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

@@ -2,7 +2,8 @@
 // (ties, a token taken by none and one taken by all, generation's top-k), group-limited routing
 // and bias-balanced choosing; the reductions (noisy_topk without noise, gshard keeping every
 // second choice, RTS without drops all equal top-k); and the statistics of the random draws
-// (GShard's kept-second fraction, Switch's jitter range, noisy_topk's load term by Monte Carlo).
+// (GShard's kept-second fraction, Switch's jitter range, noisy_topk's load term by Monte Carlo);
+// Mixtral's router against top-k.
 #include "core/alloc.h"
 #include "moe/dispatcher.h"
 #include "core/rng.h"
@@ -222,7 +223,28 @@ static void case_noisy_load(void) {
     EXPECT(worst < 0.004, "noisy load vs Monte Carlo: worst |diff| %.4f", worst);
 }
 
+// Mixtral's router: the same choices, slots and gates as top-k for k = 2; for k = 1 the same
+// choices with gate 1 (the single chosen p renormalised), where top-k keeps p.
+static void case_mixtral(void) {
+    long N = 64;
+    int E = 8;
+    float *lg = random_logits(N, E, 1.0f, 12);
+    Run t2 = route(lg, N, cfg(E, 2, 1.0f, 1, 16, ROUTER_TOPK)), m2 = route(lg, N, cfg(E, 2, 1.0f, 1, 16, ROUTER_MIXTRAL));
+    EXPECT(same_routing(&t2, &m2, N, 2, 1) && t2.st.dropped == m2.st.dropped, "mixtral top-2 = topk top-2");
+    Run t1 = route(lg, N, cfg(E, 1, 1.0f, 1, 16, ROUTER_TOPK)), m1 = route(lg, N, cfg(E, 1, 1.0f, 1, 16, ROUTER_MIXTRAL));
+    int gates_one = 1, p_gates = 1, same = t1.st.dropped == m1.st.dropped;
+    for (long t = 0; t < N; t++) {
+        same &= t1.choice[t] == m1.choice[t] && t1.slot[t] == m1.slot[t];
+        gates_one &= m1.gate[t] == 1.0f;
+        p_gates &= t1.gate[t] == t1.probs[t * E + t1.choice[t]] && t1.gate[t] < 1.0f;
+    }
+    EXPECT(same && gates_one && p_gates, "mixtral top-1: topk's choices with gate 1");
+    done(&t2); done(&m2); done(&t1); done(&m1);
+    free(lg);
+}
+
 int main(void) {
+    case_mixtral();
     case_expert_choice();
     case_group_limited();
     case_bias();

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/backend.h"
 #include "io/checkpoint.h"
+#include "io/hfconfig.h"
 #include "parallel/comm.h"
 #include "io/agree.h"
 #include "io/data.h"
@@ -331,8 +332,11 @@ static void print_model_line(const Run *R) {
         snprintf(att, sizeof att, "sparse attention %s (block %d, %.1f%% of the causal blocks)",
                  sparse_mode_name(c->sparse.mode), c->sparse.block, all > 0 ? 100 * nnz / all : 100.0);
     }
-    printf("model: %ld parameters, %s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
-           model_num_params(m), ffn, att, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+    printf("model: %ld parameters, %s%s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
+           model_num_params(m), cfg_is_llama(m) ? "llama, " : "", ffn, att, R->T, R->gbatch, R->peak_kind, R->peak * 1e-9);
+    const char *why = cfg_is_llama(m) ? hf_llama_layout(m) : NULL;
+    if (why && c->save[0])   // docs/llama.md: no Hugging Face export for these
+        printf("checkpoints: ted's own layout (model_type ted_moe), no Hugging Face export: %s\n", why);
 }
 
 // The checkpoint resumed from is --save's step_N of its step (one folder, however named).

@@ -50,8 +50,12 @@ static int given(const char *path) {
 #define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
     X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
     X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
+// The block family (docs/llama.md): optional in a checkpoint's config.json, written for llama only.
+#define ARCH_FIELDS(X) X(arch, J_ARCH) X(n_kv_head, J_INT) X(rms_norm_eps, J_FLOAT) X(rope_theta, J_FLOAT) \
+    X(tie_word_embeddings, J_BOOL)
 
-const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice"};
+const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice", "mixtral"};
+const char *const arch_names[ARCH_KINDS] = {"gpt2", "llama"};
 const char *const expert_type_names[EXPERT_KINDS] = {"gelu", "swiglu"};
 const char *const sched_names[SCHED_KINDS] = {"WarmupCosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
 
@@ -63,6 +67,15 @@ static int name_index(const char *const *names, int n, const char *name) {
 }
 
 static void resolve_min_lr(Config *c);
+
+// The block family's keys (ARCH_FIELDS) as a gpt2 model has them.
+static void arch_defaults(ModelConfig *m) {
+    m->arch = ARCH_GPT2;
+    m->n_kv_head = 0;
+    m->rms_norm_eps = 1e-5f;
+    m->rope_theta = 10000.0f;
+    m->tie_word_embeddings = 1;
+}
 
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
@@ -88,6 +101,7 @@ void config_defaults(Config *c) {
     m->num_groups = 1;
     m->topk_groups = 1;
     m->expert_type = EXPERT_GELU;
+    arch_defaults(m);
     c->seq_len = 0;
     c->micro_batch = 8;
     c->grad_accum = 1;
@@ -142,7 +156,7 @@ static void resolve_min_lr(Config *c) {
 
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
-    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
+    J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_ARCH, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
     J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE, J_PATH, J_NAME
 } JKind;
 
@@ -154,14 +168,15 @@ typedef struct JKey {
 } JKey;
 
 #define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
-static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
+static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) ARCH_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
 static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY)
                                   {"overlap_degree", J_INT, CF(overlap_degree), NULL}, {NULL, 0, 0, NULL} };
 // A checkpoint's config.json: model and moe keys flat, plus seq_len; the keys before
 // N_FLAT_REQUIRED must be present, the routing family's may be missing (older checkpoints).
 static const JKey flat_model_keys[] = {
     MODEL_FIELDS(MODEL_KEY) MOE_FIELDS(MODEL_KEY)
-    {"seq_len", J_INT, CF(seq_len), NULL}, ROUTE_FIELDS(MODEL_KEY) {"sparse_attention", J_SPARSE, CF(sparse), NULL},
+    {"seq_len", J_INT, CF(seq_len), NULL}, ROUTE_FIELDS(MODEL_KEY) ARCH_FIELDS(MODEL_KEY)
+    {"sparse_attention", J_SPARSE, CF(sparse), NULL},
     {NULL, 0, 0, NULL}
 };
 #define COUNT_KEY(name, kind) + 1
@@ -461,8 +476,14 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
             i = router ? name_index(router_names, ROUTER_KINDS, j->valuestring)
                        : name_index(expert_type_names, EXPERT_KINDS, j->valuestring);
         if (i < 0)
-            return type_error(file, key, router ? "\"topk\", \"noisy_topk\", \"switch\", \"gshard\" or \"expert_choice\""
+            return type_error(file, key, router ? "\"topk\", \"noisy_topk\", \"switch\", \"gshard\", \"expert_choice\" or \"mixtral\""
                                                 : "\"gelu\" or \"swiglu\"", j);
+        *FIELD(c, k->off, int) = i;
+        return 0;
+    }
+    case J_ARCH: {
+        int i = cJSON_IsString(j) ? name_index(arch_names, ARCH_KINDS, j->valuestring) : -1;
+        if (i < 0) return type_error(file, key, "\"gpt2\" or \"llama\"", j);
         *FIELD(c, k->off, int) = i;
         return 0;
     }
@@ -671,8 +692,12 @@ int config_load_json(Config *c, const char *path) {
 // io/hfconfig.c): the reader of the flat keys passes over them.
 static const char *const hf_keys[] = {
     "model_type", "architectures", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
-    "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "tie_word_embeddings", "bos_token_id",
-    "eos_token_id", "torch_dtype", "use_cache", "ted_note", NULL
+    "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "bos_token_id",
+    "eos_token_id", "torch_dtype", "use_cache", "ted_note",
+    // Llama's and Mixtral's (docs/llama.md); tie_word_embeddings, rms_norm_eps, rope_theta are ted's keys too
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "max_position_embeddings", "hidden_act", "attention_bias", "attention_dropout", "pretraining_tp", "rope_scaling",
+    "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits", "sliding_window", NULL
 };
 
 static void hf_config_strip(cJSON *root) {
@@ -717,6 +742,7 @@ static int load_model_root(Config *c, cJSON *root, const char *path) {
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
+    arch_defaults(&tmp.model);             // no llama keys: a gpt2 checkpoint
     int rc = walk_file(&tmp, root, flat_model_keys, path);
     for (const JKey *k = flat_model_keys; rc == 0 && k < flat_model_keys + N_FLAT_REQUIRED; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
@@ -757,8 +783,9 @@ char *config_model_json(const Config *c) {
 #define PUT_J_FLOAT(name) PUT_FLOAT(#name, m->name)
 #define PUT_STR(name, value) len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, value);
 #define PUT_J_BOOL(name) PUT_STR(#name, m->name ? "true" : "false")
-#define PUT_J_ROUTER(name) PUT_STR(#name, m->name == ROUTER_TOPK ? "\"topk\"" : m->name == ROUTER_NOISY_TOPK ? \
-    "\"noisy_topk\"" : m->name == ROUTER_SWITCH ? "\"switch\"" : m->name == ROUTER_GSHARD ? "\"gshard\"" : "\"expert_choice\"")
+#define PUT_NAME(name, value) len += (size_t)snprintf(out + len, cap - len, "  \"%s\": \"%s\",\n", name, value);
+#define PUT_J_ROUTER(name) PUT_NAME(#name, router_names[m->name])
+#define PUT_J_ARCH(name) PUT_NAME(#name, arch_names[m->name])
 #define PUT_J_EXPERT_TYPE(name) PUT_STR(#name, m->name == EXPERT_SWIGLU ? "\"swiglu\"" : "\"gelu\"")
 #define PUT(name, kind) PUT_##kind(name)
     PUT_INT("vocab_size", m->vocab_size)
@@ -772,11 +799,14 @@ char *config_model_json(const Config *c) {
     sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);
     if (sparse[0]) len += (size_t)snprintf(out + len, cap - len, "  \"sparse_attention\": %s,\n", sparse);
     ROUTE_FIELDS(PUT)
+    if (cfg_is_llama(m)) { ARCH_FIELDS(PUT) }   // a gpt2 checkpoint's config.json stays as it was
     len += (size_t)snprintf(out + len, cap - len, "  \"seq_len\": %d\n}\n", c->seq_len > 0 ? c->seq_len : m->n_positions);
 #undef PUT
 #undef PUT_STR
 #undef PUT_J_BOOL
 #undef PUT_J_ROUTER
+#undef PUT_J_ARCH
+#undef PUT_NAME
 #undef PUT_J_EXPERT_TYPE
 #undef PUT_J_FLOAT
 #undef PUT_J_INT
@@ -789,7 +819,7 @@ char *config_model_json(const Config *c) {
 // Flags
 
 typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE,
-               F_ROUTER, F_EXPERT_TYPE } FKind;
+               F_ROUTER, F_EXPERT_TYPE, F_ARCH } FKind;
 
 typedef struct {
     const char *flag;
@@ -850,7 +880,7 @@ static const Flag flags[] = {
     {"--group-size", F_INT, CF(model.group_size), "N", "moe.group_size", NULL, "sequences per routing group"},
     {"--aux-coef", F_FLOAT, CF(model.aux_coef), "X", "moe.aux_coef", NULL, "load-balancing loss coefficient"},
     {"--z-coef", F_FLOAT, CF(model.z_coef), "X", "moe.z_coef", NULL, "router z-loss coefficient"},
-    {"--router", F_ROUTER, CF(model.router), "NAME", "moe.router", "topk", "topk, noisy_topk, switch, gshard or expert_choice"},
+    {"--router", F_ROUTER, CF(model.router), "NAME", "moe.router", "topk", "topk, noisy_topk, switch, gshard, expert_choice or mixtral"},
     {"--use-rts", F_SWITCH, CF(model.use_rts), NULL, "moe.use_rts", "off", "random token selection for capacity slots"},
     {"--jitter-eps", F_FLOAT, CF(model.jitter_eps), "X", "moe.jitter_eps", NULL, "switch: router input jitter U(1-X, 1+X) in training"},
     {"--importance-coef", F_FLOAT, CF(model.importance_coef), "X", "moe.importance_coef", NULL, "noisy_topk: CV(importance)^2 loss coefficient"},
@@ -860,6 +890,10 @@ static const Flag flags[] = {
     {"--topk-groups", F_INT, CF(model.topk_groups), "N", "moe.topk_groups", NULL, "group-limited routing: groups a token may use"},
     {"--shared-experts", F_INT, CF(model.shared_experts), "N", "moe.shared_experts", NULL, "always-on expert of N*expert_inner hidden units"},
     {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
+    {"--arch", F_ARCH, CF(model.arch), "A", "model.arch", NULL, "block family: gpt2 or llama (docs/llama.md)"},
+    {"--n-kv-head", F_INT, CF(model.n_kv_head), "N", "model.n_kv_head", "n_head", "llama: key/value heads (grouped-query attention)"},
+    {"--rope-theta", F_FLOAT, CF(model.rope_theta), "X", "model.rope_theta", NULL, "llama: rotary embedding base"},
+    {"--rms-norm-eps", F_FLOAT, CF(model.rms_norm_eps), "X", "model.rms_norm_eps", NULL, "llama: RMSNorm eps"},
     {"--expert-type", F_EXPERT_TYPE, CF(model.expert_type), "KIND", "moe.expert_type", "gelu", "expert kind: gelu or swiglu"},
     {"--bf16", F_SWITCH, CF(bf16), NULL, "bf16.enabled", "off", "bf16 mixed precision"},
     {"--fp16", F_SWITCH, CF(fp16), NULL, "fp16.enabled", "off", "fp16 mixed precision with loss scaling"},
@@ -953,7 +987,11 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
         return 0;
     case F_ROUTER:
         if ((rc = name_index(router_names, ROUTER_KINDS, v)) < 0)
-            return bad_value(f, "topk, noisy_topk, switch, gshard or expert_choice", v);
+            return bad_value(f, "topk, noisy_topk, switch, gshard, expert_choice or mixtral", v);
+        *FIELD(c, f->off, int) = rc;
+        return 0;
+    case F_ARCH:
+        if ((rc = name_index(arch_names, ARCH_KINDS, v)) < 0) return bad_value(f, "gpt2 or llama", v);
         *FIELD(c, f->off, int) = rc;
         return 0;
     case F_EXPERT_TYPE:
@@ -1072,6 +1110,7 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     case F_PP_SCHEDULE: snprintf(buf, n, "%s", sched_name_of(*FIELD(c, f->off, int))); return 's';
     case F_ROUTER: snprintf(buf, n, "%s", router_names[*FIELD(c, f->off, int)]); return 's';
     case F_EXPERT_TYPE: snprintf(buf, n, "%s", expert_type_names[*FIELD(c, f->off, int)]); return 's';
+    case F_ARCH: snprintf(buf, n, "%s", arch_names[*FIELD(c, f->off, int)]); return 's';
     case F_STRING: snprintf(buf, n, "%s", FIELD(c, f->off, char)); return 's';
     case F_CONFIG: break;   // every kind is listed: a new one is a -Wswitch warning here
     }
@@ -1110,6 +1149,7 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
     case J_PP_LAYERS: put_ints(buf, n, c->pp_layers, c->pp_nlayers); return 'r';
     case J_ROUTER: snprintf(buf, n, "%s", router_names[*FIELD(c, k->off, int)]); return 's';
     case J_EXPERT_TYPE: snprintf(buf, n, "%s", expert_type_names[*FIELD(c, k->off, int)]); return 's';
+    case J_ARCH: snprintf(buf, n, "%s", arch_names[*FIELD(c, k->off, int)]); return 's';
     case J_BETAS:
         format_float(b1, sizeof b1, c->beta1);
         format_float(b2, sizeof b2, c->beta2);
@@ -1233,6 +1273,25 @@ static int validate_sizes(const ModelConfig *m) {
     return validate_expert_sizes(m, d, fe);
 }
 
+// The block family (docs/llama.md): llama's own keys, and what gpt2 does not have.
+static int validate_arch(const ModelConfig *m) {
+    int kv = cfg_kv_heads(m);
+    RULE(m->n_kv_head < 0, "n_kv_head (%d) must be >= 0 (0 = n_head)", m->n_kv_head);
+    if (!cfg_is_llama(m)) {
+        RULE(kv != m->n_head, "n_kv_head (%d) needs model.arch llama (gpt2 has one key/value head per head)", kv);
+        RULE(!m->tie_word_embeddings, "tie_word_embeddings false needs model.arch llama (gpt2's head is wte)");
+        return 0;
+    }
+    RULE(m->n_head % kv != 0, "n_kv_head (%d) must divide n_head (%d)", kv, m->n_head);
+    RULE((m->n_embd / m->n_head) % 2 != 0, "model.arch llama: the head size n_embd/n_head (%d) must be even (rotary pairs)",
+         m->n_embd / m->n_head);
+    RULE(!(m->rms_norm_eps > 0), "rms_norm_eps (%g) must be > 0", (double)m->rms_norm_eps);
+    RULE(!(m->rope_theta > 1), "rope_theta (%g) must be > 1", (double)m->rope_theta);
+    RULE(m->num_experts > 1 && m->expert_type != EXPERT_SWIGLU,
+         "model.arch llama: moe.expert_type must be swiglu (Mixtral's w1/w3/w2 experts), not %s", expert_type_names[m->expert_type]);
+    return 0;
+}
+
 static int validate_model(const ModelConfig *m) {
     RULE(m->vocab_size < 2 || m->vocab_size > 65536, "vocab_size (%d) must be in [2, 65536] (token shards are uint16)", m->vocab_size);
     RULE(m->n_positions < 1 || m->n_positions > MAX_POSITIONS, "n_positions (%d) must be in [1, %d]", m->n_positions, MAX_POSITIONS);
@@ -1254,6 +1313,7 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->group_size < 1, "group_size (%d) must be >= 1", m->group_size);
     RULE(!(m->aux_coef >= 0), "aux_coef (%g) must be >= 0", (double)m->aux_coef);
     RULE(!(m->z_coef >= 0), "z_coef (%g) must be >= 0", (double)m->z_coef);
+    if (validate_arch(m) != 0) return -1;
     return validate_sizes(m);
 }
 
@@ -1310,6 +1370,10 @@ static int validate_layout(const Config *c) {
     RULE(m->num_experts % c->ep != 0, "num_experts (%d) is not a multiple of ep (%d)", m->num_experts, c->ep);
     RULE(m->n_head % c->tp != 0, "n_head (%d) is not a multiple of tp (%d)", m->n_head, c->tp);
     RULE(cfg_ffn(m) % c->tp != 0, "FFN size (%d) is not a multiple of tp (%d)", cfg_ffn(m), c->tp);
+    RULE(cfg_is_llama(m) && cfg_kv_heads(m) % c->tp != 0,
+         "n_kv_head (%d) is not a multiple of tp (%d): tensor parallelism splits llama's attention by key/value head",
+         cfg_kv_heads(m), c->tp);
+    RULE(cfg_is_llama(m) && c->device == 1, "model.arch llama runs on the CPU only for now (--device cuda given)");
     return 0;
 }
 
@@ -1497,6 +1561,8 @@ void config_warn_unused(const Config *c, FILE *out) {
         {"zero_optimization.reduce_bucket_size", c->zero_stage != 2, "the buckets are ZeRO stage 2's", NULL},
         {"pipeline.virtual_stages", c->pp == 1, "pp is 1 (no pipeline)", NULL},
         {"pipeline.layers", c->pp == 1, "pp is 1 (no pipeline)", NULL},
+        {"model.rope_theta", !cfg_is_llama(m), "model.arch is gpt2 (learned positions)", NULL},
+        {"model.rms_norm_eps", !cfg_is_llama(m), "model.arch is gpt2 (LayerNorm, eps 1e-5)", NULL},
     };
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
         if (off[i].off) warn_group(&off[i], out);

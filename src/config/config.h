@@ -32,6 +32,12 @@ typedef struct {
     int shared_experts;  // always-on FFN of n·expert_inner hidden units (0: none)
     int expert_inner;    // f_e (0 = n_inner)
     int expert_type;     // EXPERT_* ("gelu", "swiglu")
+    // the block family (docs/llama.md); JSON section "model"
+    int arch;            // ARCH_GPT2 (design §2) or ARCH_LLAMA (docs/llama.md)
+    int n_kv_head;       // llama: key/value heads (0 = n_head), dividing n_head
+    float rms_norm_eps;  // llama: RMSNorm eps (1e-5)
+    float rope_theta;    // llama: rotary base (10000)
+    int tie_word_embeddings; // llama: the LM head is the embedding (1) or a tensor of its own (0)
 } ModelConfig;
 
 enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
@@ -62,7 +68,9 @@ typedef struct {
     int consecutive_hysteresis; // a clean step refills the hysteresis (false)
     float min_scale;           // min_loss_scale (1)
 } LossScaleConfig;
-enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_KINDS };
+enum { ROUTER_TOPK, ROUTER_NOISY_TOPK, ROUTER_SWITCH, ROUTER_GSHARD, ROUTER_EXPERT_CHOICE, ROUTER_MIXTRAL, ROUTER_KINDS };
+enum { ARCH_GPT2, ARCH_LLAMA, ARCH_KINDS };
+extern const char *const arch_names[ARCH_KINDS];
 enum { EXPERT_GELU, EXPERT_SWIGLU, EXPERT_KINDS };
 extern const char *const router_names[ROUTER_KINDS];
 extern const char *const expert_type_names[EXPERT_KINDS];
@@ -173,6 +181,8 @@ void config_print_train_help(void);
 // Derived values.
 static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
 static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
+static inline int cfg_kv_heads(const ModelConfig *m) { return m->n_kv_head > 0 ? m->n_kv_head : m->n_head; }
+static inline int cfg_is_llama(const ModelConfig *m) { return m->arch == ARCH_LLAMA; }
 static inline int cfg_is_moe(const ModelConfig *m, int layer) {
     return m->num_experts > 1 && (layer + 1) % m->moe_every == 0;
 }

@@ -148,7 +148,7 @@ static __global__ void router_backward_kernel(float *dlogits, const float *dgate
     int g = (int)(t / gt);
     long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
     router_backward_token(dlogits + t * E, probs + t * E, fcount + (long)g * E, choice + t * k, dgate + t * k, lse[t],
-                          E, k, S, aux_scale, z_scale);
+                          E, k, S, aux_scale, z_scale, 0);   // the GPU runs the topk router only
 }
 
 extern "C" void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,

@@ -2,6 +2,8 @@
 #include "io/hfconfig.h"
 #include "core/alloc.h"
 #include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 // GPT-2's forward as ted computes it: tanh GELU, LayerNorm eps 1e-5, no dropout, the LM head
@@ -29,32 +31,101 @@ static void add_gpt2(cJSON *o, const ModelConfig *m) {
 // top level. Every other ted key goes into the "ted" object, so that none of them is read by
 // transformers as a config or generation setting of its own (the MoE top_k as sampling's top_k).
 static const char *const gpt2_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", NULL};
+// Llama's and Mixtral's config keys that ted's share in name and meaning (the others, as
+// hidden_size for n_embd, are written beside ted's own).
+static const char *const llama_keys[] = {"vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings", NULL};
 
-static int is_gpt2_key(const char *k) {
-    for (int i = 0; gpt2_keys[i]; i++)
-        if (strcmp(gpt2_keys[i], k) == 0) return 1;
+static int is_top_key(const char *const *keys, const char *k) {
+    for (int i = 0; keys[i]; i++)
+        if (strcmp(keys[i], k) == 0) return 1;
     return 0;
 }
 
 // The flat keys of config_model_json, the ted-only ones moved into "ted".
 static cJSON *namespaced(const Config *c) {
+    const char *const *top = cfg_is_llama(&c->model) ? llama_keys : gpt2_keys;
     char *flat = config_model_json(c);
     cJSON *src = cJSON_Parse(flat);
     ted_free(flat);
     cJSON *o = cJSON_CreateObject(), *ted = cJSON_CreateObject();
     while (src->child) {
         cJSON *j = cJSON_DetachItemViaPointer(src, src->child);
-        cJSON_AddItemToObject(is_gpt2_key(j->string) ? o : ted, j->string, j);
+        cJSON_AddItemToObject(is_top_key(top, j->string) ? o : ted, j->string, j);
     }
     cJSON_Delete(src);
     cJSON_AddItemToObject(o, CONFIG_TED_SECTION, ted);
     return o;
 }
 
+// Llama's shape keys (transformers v4.39 LlamaConfig; MixtralConfig shares them): what ted's
+// llama computes: SiLU, no dropout.
+static void add_llama_shape(cJSON *o, const ModelConfig *m, int intermediate) {
+    cJSON_AddNumberToObject(o, "hidden_size", m->n_embd);
+    cJSON_AddNumberToObject(o, "intermediate_size", intermediate);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", m->n_layer);
+    cJSON_AddNumberToObject(o, "num_attention_heads", m->n_head);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", cfg_kv_heads(m));
+    cJSON_AddNumberToObject(o, "max_position_embeddings", m->n_positions);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(o, "attention_dropout", 0);
+    int eot = m->vocab_size > 50256 ? 50256 : m->vocab_size - 1;
+    cJSON_AddNumberToObject(o, "bos_token_id", eot);
+    cJSON_AddNumberToObject(o, "eos_token_id", eot);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+}
+
+static void add_class(cJSON *o, const char *model_type, const char *arch) {
+    cJSON_AddStringToObject(o, "model_type", model_type);
+    cJSON *a = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch));
+}
+
+// A dense llama as LlamaForCausalLM, an MoE llama in Mixtral's form as MixtralForCausalLM;
+// another MoE llama stays ted's own (hf_llama_layout says why).
+static void add_llama(cJSON *o, const ModelConfig *m) {
+    const char *why = hf_llama_layout(m);
+    if (m->num_experts == 1) {
+        add_class(o, "llama", "LlamaForCausalLM");
+        add_llama_shape(o, m, cfg_ffn(m));
+        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+        cJSON_AddFalseToObject(o, "attention_bias");
+        cJSON_AddNullToObject(o, "rope_scaling");
+    } else if (!why) {
+        add_class(o, "mixtral", "MixtralForCausalLM");
+        add_llama_shape(o, m, cfg_expert_inner(m));
+        cJSON_AddNumberToObject(o, "num_local_experts", m->num_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", m->top_k);
+        // Mixtral counts a token's k choices each as a whole token (ted: 1/k each): the same loss at coef/k
+        char coef[32];
+        snprintf(coef, sizeof coef, "%.6g", (double)m->aux_coef / m->top_k);
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", strtod(coef, NULL));
+        cJSON_AddFalseToObject(o, "output_router_logits");
+        cJSON_AddNullToObject(o, "sliding_window");
+    } else {
+        cJSON_AddStringToObject(o, "model_type", "ted_moe");
+        char note[300];
+        snprintf(note, sizeof note, "a llama Mixture-of-Experts that no Hugging Face class computes: %s; ted eval and ted "
+                                    "generate load it", why);
+        cJSON_AddStringToObject(o, "ted_note", note);
+    }
+}
+
+const char *hf_llama_layout(const ModelConfig *m) {
+    if (m->num_experts == 1) return NULL;
+    if (m->moe_every != 1) return "MoE in every k-th block only (moe_every > 1); Mixtral has it in every block";
+    if (m->shared_experts > 0) return "shared experts (Qwen2-MoE's also has a sigmoid gate and q/k/v biases, which ted's lacks)";
+    if (m->router != ROUTER_MIXTRAL && !(m->router == ROUTER_TOPK && m->top_k > 1))
+        return "a router other than Mixtral's (moe.router mixtral, or topk with top_k >= 2)";
+    if (m->bias_update_rate > 0 || m->num_groups > 1) return "aux-loss-free bias or group-limited routing";
+    return NULL;
+}
+
 char *hf_config_json(const Config *c) {
     cJSON *o = namespaced(c);
     const ModelConfig *m = &c->model;
-    if (m->num_experts == 1) add_gpt2(o, m);
+    if (cfg_is_llama(m)) add_llama(o, m);
+    else if (m->num_experts == 1) add_gpt2(o, m);
     else {
         cJSON_AddStringToObject(o, "model_type", "ted_moe");
         cJSON_AddStringToObject(o, "ted_note", "a Mixture-of-Experts GPT (ted.num_experts experts, ted.top_k chosen per token, "

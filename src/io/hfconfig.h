@@ -7,5 +7,12 @@
 #pragma once
 #include "config/config.h"
 
+// model.arch llama (docs/llama.md): Llama's shared keys (vocab_size, rms_norm_eps, rope_theta,
+// tie_word_embeddings) at the top level and the rest of ted's in "ted"; a dense model as
+// LlamaForCausalLM, an MoE model in Mixtral's form as MixtralForCausalLM (keys of transformers v4.39),
+// any other MoE llama as "ted_moe" with a note saying why.
 // The config.json text (allocated through ted_alloc, MEM_TEMP).
 char *hf_config_json(const Config *c);
+// Why an MoE llama has no Hugging Face layout (one phrase), or NULL when it has (dense: Llama;
+// MoE: Mixtral).
+const char *hf_llama_layout(const ModelConfig *m);

@@ -9,6 +9,8 @@
 #include "core/half.h"
 #include "nn/ops.h"
 #include "model/routing.h"
+#include "model/llama.h"
+#include "nn/rmsnorm.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
 #include "core/util.h"
@@ -53,11 +55,28 @@ static void add_block(Model *M, int l) {
     // not trained (zero gradient, no decay): routing.c steps it after each optimizer step
     b->bias = m->bias_update_rate > 0 ? reg_add(r, NAME("mlp.router.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
     // the local experts' tensors, each contiguous over the experts (one batched pass)
-    experts_register(r, M->kind, l, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
-    if (M->fs) experts_register(r, M->kind, l, 0, 1, 1, d, M->fs, std, pstd, b->sh);
+    char blk[64];
+    snprintf(blk, sizeof blk, "transformer.h.%d.mlp", l);
+    experts_register(r, M->kind, blk, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
+    if (M->fs) experts_register(r, M->kind, blk, 0, 1, 1, d, M->fs, std, pstd, b->sh);
     else for (int s = 0; s < 4; s++) b->sh[s] = -1;
 #undef NAME
     b->p1 = r->n;
+}
+
+// The head of the last chunk: the final norm, and llama's untied lm_head [Vp, d] (vocab-parallel like wte).
+static void add_head(Model *M) {
+    Registry *r = &M->reg;
+    int d = M->d;
+    if (M->llama) M->lnfw = reg_add(r, "model.norm.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
+    else {
+        M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
+        M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
+    }
+    M->lmh = M->wte;
+    if (M->m.tie_word_embeddings) return;
+    M->lmh = reg_add(r, "lm_head.weight", 2, M->Vp, d, 0, 1, TAG_DP, 0.02f, 0);
+    r->p[M->lmh].save_rows = M->V;
 }
 
 // The tensors this rank holds: its chunks' blocks, the embedding with chunk 0, ln_f with the last
@@ -69,20 +88,18 @@ static void add_params(Model *M) {
     int cap = 4 + L * (10 + 3 + 4 * (E > 1 ? E : 1) + 4);
     Registry *r = &M->reg;
     reg_init(r, cap, M->topo->tp, M->topo->tp_idx);
-    M->wte = M->wpe = M->lnfw = M->lnfb = -1;
+    M->wte = M->wpe = M->lnfw = M->lnfb = M->lmh = -1;
+    int tied = M->m.tie_word_embeddings;
     // vocab-parallel: padded to Vp rows, split over TP; the padding rows stay zero
-    if (M->has_embed || M->has_head) {
-        M->wte = reg_add(r, "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
+    if (M->has_embed || (M->has_head && tied)) {
+        M->wte = reg_add(r, M->llama ? "model.embed_tokens.weight" : "transformer.wte.weight", 2, M->Vp, d, 0, 1, TAG_DP, std, 0);
         r->p[M->wte].save_rows = M->V;
         r->p[M->wte].tied_copy = !M->has_embed;   // the last stage's copy: counted once, saved once
     }
-    if (M->has_embed) M->wpe = reg_add(r, "transformer.wpe.weight", 2, M->m.n_positions, d, -1, 1, TAG_DP, std, 0);
+    if (M->has_embed && !M->llama) M->wpe = reg_add(r, "transformer.wpe.weight", 2, M->m.n_positions, d, -1, 1, TAG_DP, std, 0);
     for (int i = 0; i < M->nch; i++)
-        for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) add_block(M, l);
-    if (M->has_head) {
-        M->lnfw = reg_add(r, "transformer.ln_f.weight", 1, d, 1, -1, 1, TAG_DP, 0, 1);
-        M->lnfb = reg_add(r, "transformer.ln_f.bias", 1, d, 1, -1, 1, TAG_DP, 0, 0);
-    }
+        for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) (M->llama ? llama_add_block : add_block)(M, l);
+    if (M->has_head) add_head(M);
     r->grads_external = M->cfg.zero_stage == 2;   // the optimizer's buckets hold the gradients
 }
 
@@ -93,8 +110,10 @@ static void alloc_params(Model *M) {
     reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
-    if (M->wte >= 0) {   // zero the padding rows (never indexed, never a gradient)
-        Param *wte = &r->p[M->wte];
+    int vocab[2] = {M->wte, M->lmh};
+    for (int k = 0; k < 2; k++) {   // zero the padding rows (never indexed, never a gradient)
+        if (vocab[k] < 0 || (k == 1 && M->lmh == M->wte)) continue;
+        Param *wte = &r->p[vocab[k]];
         for (long i = 0; i < wte->numel; i++)
             if (param_full_index(r, wte, i) / d >= M->V) {
                 if (r->half) wte->w16[i] = 0;
@@ -111,12 +130,12 @@ static void alloc_params(Model *M) {
 // (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors are contiguous in
 // the registry. With fp32 storage the stages are the weights themselves and this does nothing.
 
-// The registry indices of stage s: idx[0..n) — the head's four, or a block's contiguous range
+// The registry indices of stage s: idx[0..n) — the head's (up to five), or a block's contiguous range
 // (returned as first index with n; idx unused).
-static int stage_params(const Model *M, int s, int idx[4], int *first) {
+static int stage_params(const Model *M, int s, int idx[5], int *first) {
     if (s == 0) {   // those of the head this pipeline stage holds
-        int all[4] = {M->wte, M->wpe, M->lnfw, M->lnfb}, n = 0;
-        for (int k = 0; k < 4; k++) if (all[k] >= 0) idx[n++] = all[k];
+        int all[5] = {M->wte, M->wpe, M->lnfw, M->lnfb, M->lmh != M->wte ? M->lmh : -1}, n = 0;
+        for (int k = 0; k < 5; k++) if (all[k] >= 0) idx[n++] = all[k];
         *first = -1;
         return n;
     }
@@ -130,7 +149,7 @@ static int stage_params(const Model *M, int s, int idx[4], int *first) {
 static void stage_in(Model *M, int s, int grads) {
     Registry *r = &M->reg;
     if (!r->half) return;
-    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     float *w = s ? M->stage_w : M->head_w, *g = s ? M->stage_g : M->head_g;
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
@@ -145,7 +164,7 @@ static void stage_in(Model *M, int s, int grads) {
 static void stage_out(Model *M, int s) {
     Registry *r = &M->reg;
     if (!r->half) return;
-    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
         accumulate_half(p->g16, p->g, p->numel, r->half);
@@ -153,7 +172,7 @@ static void stage_out(Model *M, int s) {
 }
 
 static long stage_numel(const Model *M, int s) {
-    int idx[4] = {0}, first, n = stage_params(M, s, idx, &first);
+    int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     long t = 0;
     for (int k = 0; k < n; k++) t += M->reg.p[STAGE_PARAM(k)].numel;
     return t;
@@ -220,7 +239,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     x->atty = TAKE(a, float, N * M->Hl * M->hd);
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
-    if (dense) { x->fch = TAKE(a, float, N * M->fl); x->fchg = TAKE(a, float, N * M->fl); }
+    if (dense) { x->fch = TAKE(a, float, N * M->fl * M->ffn_mult); x->fchg = TAKE(a, float, N * M->fl); }
     if (moe) {
         int mult = M->kind->hidden_mult;
         x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
@@ -246,7 +265,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
 static long packed_floats(const Model *M, int l) {
     long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
     long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
-    if (!M->bp[l].moe) return n + 2 * N * M->fl;
+    if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
     n += (mult + 1) * (M->Rr * M->fel + N * M->fsl);
     return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
@@ -341,7 +360,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     t[k].p = x->atty; t[k++].n = N * Dl;
     t[k].p = x->mid; t[k++].n = N * d;
     t[k].p = x->ln2; t[k++].n = N * d;
-    if (!M->bp[l].moe) { t[k].p = x->fch; t[k++].n = N * M->fl; t[k].p = x->fchg; t[k++].n = N * M->fl; }
+    if (!M->bp[l].moe) { t[k].p = x->fch; t[k++].n = N * M->fl * M->ffn_mult; t[k].p = x->fchg; t[k++].n = N * M->fl; }
     else {
         long Rr = x->exp_off[M->El], Rs = 0;
         for (int e = 0; e < M->E; e++) Rs += x->exp_rows[e];
@@ -363,7 +382,7 @@ static int overlap_on(const Model *M);
 static void layout_grads(Model *M, Bump *a) {
     long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
     long big = N * 3 * M->Hl * M->hd;
-    if (N * M->fl > big) big = N * M->fl;
+    if (N * M->fl * M->ffn_mult > big) big = N * M->fl * M->ffn_mult;
     long mult = M->kind->hidden_mult;
     if (M->E > 1 && M->Rr * M->fel * mult > big) big = M->Rr * M->fel * mult;
     if (M->E > 1 && N * M->fsl * mult > big) big = N * M->fsl * mult;
@@ -446,7 +465,8 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     M->f = cfg_ffn(m); M->fl = M->f / topo->tp;
     M->fe = cfg_expert_inner(m); M->fel = M->fe / topo->tp;
     M->fs = m->num_experts > 1 ? m->shared_experts * M->fe : 0; M->fsl = M->fs / topo->tp;
-    M->kind = expert_kind(m->expert_type);
+    M->kind = expert_kind_of(m);
+    M->llama = cfg_is_llama(m); M->KV = cfg_kv_heads(m); M->KVl = M->KV / topo->tp; M->ffn_mult = M->llama ? 2 : 1;
     M->rng_step = -1;
     M->V = m->vocab_size; M->L = m->n_layer;
     int pad = 128 * topo->tp;
@@ -492,6 +512,7 @@ static void working_copies(const Model *M, long *head, long *big) {
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
     build_meta(M, cfg, topo, Bmax, T);
     alloc_params(M);
+    if (M->llama) llama_build(M);
     routing_init(M);
     if (M->reg.half) {   // fp32 working copies: the head, and the largest block
         long big, head;
@@ -523,7 +544,7 @@ void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax,
         const Param *p = &M->reg.p[i];
         z->params[p->tag == TAG_EDP] += p->numel;
     }
-    double act = routing_act_bytes(M);
+    double act = routing_act_bytes(M) + (M->llama ? sizeof(float) * M->T * M->hd : 0);   // llama: the rotary table
     for (int l = 0; M->sl && l < M->L; l++) act += sparse_layout_bytes(&M->sl[l], ted_device == DEV_CUDA);
     if (M->reg.half) {
         long big, head;
@@ -554,6 +575,7 @@ void model_free(Model *M) {
     ted_free(M->bp); ted_free(M->views);
     for (int l = 0; M->sl && l < M->L; l++) sparse_layout_free(&M->sl[l]);
     ted_free(M->sl);
+    ted_free(M->rope);
     memset(M, 0, sizeof *M);
 }
 
@@ -712,27 +734,55 @@ static void row_parallel_end(Model *M, float *out, const float *base, float *par
     residual_forward(out, base, part, n);
 }
 
-// One block forward: the first pass, or the recompute of activation checkpointing.
-static void block_forward(Model *M, int l, int B, int T, int recompute) {
+// The attention half of block l: norm, q k v, attention, and the row-parallel part of its output
+// projection in M->tmp (not in a recompute that has CAC's stash of the sum).
+static void attn_forward(Model *M, int l, int B, int T, int recompute) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
     int d = M->d, Dl = M->Hl * M->hd, tp0 = M->topo->tp_idx == 0;
     long N = (long)B * T;
-    float *in = M->resid[l];
-    watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
-    layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, in, W(b->ln1w), W(b->ln1b), N, d);
-    matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+    if (M->llama) {
+        llama_norm_forward(M, x->ln1, x->ln1_rstd, M->resid[l], b->ln1w, N);
+        llama_qkv_forward(M, l, B, T);
+    } else {
+        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
+        matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+    }
     if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
     else attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
-    if (!(recompute && x->ar_attn))
-        matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
-    row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
-    layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
-    if (b->moe) { moe_forward(M, l, N, recompute); return; }
-    matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, d, M->fl, 0);
+    if (recompute && x->ar_attn) return;
+    if (M->llama) llama_out_forward(M, l, M->tmp, N);
+    else matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
+}
+
+// The dense FFN's hidden state, and (unless a CAC recompute, whose backward needs nothing further)
+// the row-parallel part of its output in M->tmp. Returns whether that part was computed.
+static int ffn_forward(Model *M, int l, long N, int recompute) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int skip = recompute && x->ar_ffn;
+    if (M->llama) { llama_ffn_forward(M, l, M->tmp, N, skip); return !skip; }
+    matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl, 0);
     gelu_forward(x->fchg, x->fch, N * M->fl);
-    if (recompute && x->ar_ffn) return;                        // the backward needs nothing further
-    matmul_forward(M->tmp, x->fchg, W(b->fcprojw), tp0 ? W(b->fcprojb) : NULL, N, M->fl, d, 0);
+    if (skip) return 0;
+    matmul_forward(M->tmp, x->fchg, W(b->fcprojw), M->topo->tp_idx == 0 ? W(b->fcprojb) : NULL, N, M->fl, M->d, 0);
+    return 1;
+}
+
+// One block forward: the first pass, or the recompute of activation checkpointing.
+static void block_forward(Model *M, int l, int B, int T, int recompute) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d;
+    long N = (long)B * T;
+    float *in = M->resid[l];
+    watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
+    attn_forward(M, l, B, T, recompute);
+    row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
+    if (M->llama) llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
+    else layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
+    if (b->moe) { moe_forward(M, l, N, recompute); return; }
+    if (!ffn_forward(M, l, N, recompute)) return;
     row_parallel_end(M, recompute ? M->tmp : M->resid[l + 1], x->mid, M->tmp, x->ar_ffn, N * d, recompute);
 }
 
@@ -755,8 +805,9 @@ static void gather_logits(Model *M, long N) {
 // token losses (without targets: whole rows of logits into full_logits, and 0).
 static double head_forward(Model *M, long N, int has_targets) {
     int d = M->d;
-    layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->wte), d, 0.0f, M->logits, M->Vl);
+    if (M->llama) llama_norm_forward(M, M->lnf, M->lnf_rstd, M->resid[M->L], M->lnfw, N);
+    else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
+    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->lmh), d, 0.0f, M->logits, M->Vl);
     if (!has_targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
@@ -797,7 +848,8 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
         buf_copy(M->tok, tokens, sizeof(int) * N);
         head_weights_needed(M);
         stage_in(M, 0, 0);
-        encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->topo->tp_idx == 0 ? W(M->wpe) : NULL, B, T, d);
+        encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->wpe >= 0 && M->topo->tp_idx == 0 ? W(M->wpe) : NULL,
+                        B, T, d);
         comm_allreduce(tp_group(M), M->resid[0], N * d, DT_F32);      // vocab-parallel embedding
     }
     for (int l = M->ch_l0[i]; l < M->ch_l1[i]; l++) {
@@ -857,17 +909,45 @@ static void head_backward(Model *M, long N, float lm_scale) {
     float *dlogits = M->logits;
     watchdog_block(-1, 0, NULL);
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->wte), d, 0.0f, M->dln, d);
+    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->lmh), d, 0.0f, M->dln, d);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->wte), d);
+    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->lmh), d);
     buf_zero(M->dres, sizeof(float) * N * d);
-    layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
-                       M->lnf_rstd, N, d);
+    if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
+    else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
+                            M->lnf_rstd, N, d);
+}
+
+// The dense FFN's backward from M->dres into M->dln (this rank's part, before the TP sum).
+static void ffn_backward(Model *M, int l, long N) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d;
+    if (M->llama) { llama_ffn_backward(M, l, N); return; }
+    matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
+    gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
+    matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
+}
+
+// The attention's backward from M->dres (gradient of its output) into M->dln (d of its normed
+// input, this rank's part, before the TP sum).
+static void attn_backward(Model *M, int l, int B, int T) {
+    BlockParams *b = &M->bp[l];
+    BlockActs *x = &M->ba[l];
+    int d = M->d, Dl = M->Hl * M->hd;
+    long N = (long)B * T;
+    if (M->llama) llama_out_backward(M, l, N);
+    else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+    if (M->sl)
+        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
+    if (M->llama) llama_qkv_backward(M, l, B, T);
+    else matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
 }
 
 // Block l's backward: dres holds the gradient of its output and then of its input.
 static void block_backward(Model *M, int l, float lm_scale, float aux_scale, float z_scale) {
-    int B = M->B, T = M->Tc, d = M->d, Dl = M->Hl * M->hd;
+    int B = M->B, T = M->Tc, d = M->d;
     long N = (long)B * T;
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
@@ -878,22 +958,17 @@ static void block_backward(Model *M, int l, float lm_scale, float aux_scale, flo
     // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
     if (b->moe) moe_backward(M, l, N, lm_scale, aux_scale, z_scale);
     else {
-        matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
-        gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
-        matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
+        ffn_backward(M, l, N);
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     }
-    layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
-                       N, d);
-    // attention
-    matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-    if (M->sl)
-        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
-    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
-    matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+    if (M->llama) llama_norm_backward(M, M->dres, M->dln, x->mid, b->ln2w, x->ln2_rstd, N);
+    else layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
+                            N, d);
+    attn_backward(M, l, B, T);
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
-                       x->ln1_rstd, N, d);
+    if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[l], b->ln1w, x->ln1_rstd, N);
+    else layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
+                            x->ln1_rstd, N, d);
     stage_out(M, l + 1);
     grads_ready(M, b->p0, b->p1);
 }
@@ -906,12 +981,14 @@ void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_s
     if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero
     if (last_chunk(M, i)) head_backward(M, N, lm_scale);
     for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, lm_scale, aux_scale, z_scale);
-    if (first_chunk(M, i)) encoder_backward(G(M->wte), G(M->wpe), M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
+    if (first_chunk(M, i))
+        encoder_backward(G(M->wte), M->wpe >= 0 ? G(M->wpe) : NULL, M->dres, M->tok, M->v0, M->Vl, M->B, M->Tc, M->d);
     if (head) stage_out(M, 0);
     if (!head) return;   // the head's tensors (wte, wpe, ln_f) are complete only now
     grads_ready(M, M->wte, M->wte + 1);
     grads_ready(M, M->wpe, M->wpe + 1);
-    grads_ready(M, M->lnfw, M->lnfb + 1);
+    grads_ready(M, M->lnfw, (M->lnfb >= 0 ? M->lnfb : M->lnfw) + 1);
+    if (M->lmh != M->wte) grads_ready(M, M->lmh, M->lmh + 1);   // llama's untied head
 }
 
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale) {
@@ -930,8 +1007,8 @@ static double moe_active(const ModelConfig *m) {
 }
 
 double model_block_flops_per_token(const ModelConfig *m, int T, int l) {
-    double d = m->n_embd, f = cfg_ffn(m);
-    return 6 * (4 * d * d + (cfg_is_moe(m, l) ? moe_active(m) : 2 * d * f)) + 12.0 * T * d;
+    double d = m->n_embd, f = cfg_ffn(m), attn = cfg_is_llama(m) ? llama_attn_macs(m) : 4 * d * d;
+    return 6 * (attn + (cfg_is_moe(m, l) ? moe_active(m) : (cfg_is_llama(m) ? 3 : 2) * d * f)) + 12.0 * T * d;
 }
 
 double model_flops_per_token(const ModelConfig *m, int T) {
@@ -954,6 +1031,7 @@ long model_expert_params(const ModelConfig *m) {
 }
 
 long model_num_params(const ModelConfig *m) {
+    if (cfg_is_llama(m)) return llama_num_params(m);
     long d = m->n_embd, f = cfg_ffn(m), n = (long)m->vocab_size * d + (long)m->n_positions * d + 2 * d;
     const ExpertKind *k = expert_kind(m->expert_type);
     long fe = cfg_expert_inner(m), E = m->num_experts;

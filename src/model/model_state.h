@@ -15,6 +15,7 @@ typedef struct {
     int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;   // registry indices
     int moe;
     int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
+    int kw, vw, upw;                                         // llama: k_proj, v_proj (qkvw is q_proj), up_proj (fcw is gate_proj)
     int router, noise, bias;                                 // MoE: router, noise_weight, expert_bias (-1: none)
     int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
 } BlockParams;
@@ -26,7 +27,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *atty;                        // [N,d/tp]
     float *mid;                         // [N,d] residual after attention
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;                  // dense [N,f/tp]
+    float *fch, *fchg;                  // dense [N,f/tp] (llama: fch [N,2f/tp] = gate | up)
     float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
     int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
     long *start, *exp_rows;             // [G,E] first token-side row per (group, expert); [E] rows per expert
@@ -57,6 +58,9 @@ typedef struct {
     const Topology *topo;
     int T, Bmax;                // sequence length and micro-batch the buffers are sized for
     int d, H, Hl, hd, f, fl, V, L, E, El, k;
+    int llama, KV, KVl;         // model.arch llama (llama.h); key/value heads, this rank's
+    int ffn_mult;               // dense FFN pre-activation columns per hidden unit (llama's gate | up: 2)
+    float *rope;                // llama: the rotary table [T, hd]
     int fe, fel, fs, fsl;       // expert hidden size and this rank's share; the shared expert's (0: none)
     const struct ExpertKind *kind;
     long rng_step, seq0;        // training step of the coming forwards (-1: not training) and the global
@@ -64,7 +68,8 @@ typedef struct {
     struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (routing.h)
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
-    int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage
+    int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage (llama: no wpe, no lnfb)
+    int lmh;                    // the LM head's weight: wte when tied, llama's lm_head otherwise
     // pipeline (design §6): the chunks this rank runs, in order — global index and blocks [l0, l1)
     int nch, chunks;            // local chunks; chunks of the whole model (pp·v)
     int ch_id[MAX_CHUNKS], ch_l0[MAX_CHUNKS], ch_l1[MAX_CHUNKS];

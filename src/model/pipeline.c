@@ -162,7 +162,7 @@ double pipe_forward(Pipeline *P, const int *tokens, const int *targets, int B, i
 
 void pipe_sum_tied(Pipeline *P) {
     Model *M = P->M;
-    if (P->pp->size == 1 || M->wte < 0) return;   // one stage; or a middle stage (no wte)
+    if (P->pp->size == 1 || M->wte < 0 || !M->m.tie_word_embeddings) return;   // one stage; a middle stage; untied
     Param *p = &M->reg.p[M->wte];
     size_t es = M->reg.half ? 2 : 4, bytes = es * p->numel;
     int peer = M->has_embed ? P->pp->size - 1 : 0, tag = tag_of(P, TAG_EVAL + 1, 0);

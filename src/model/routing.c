@@ -4,6 +4,7 @@
 #include "core/alloc.h"
 #include "parallel/comm.h"
 #include "nn/ops.h"
+#include "nn/linear.h"
 #include "core/rng.h"
 #include <math.h>
 #include <stdio.h>
@@ -131,16 +132,27 @@ static void accumulate(Model *M, int l, long N, const RouterStats *st0, const Ro
     r->drops[2 * i + 1] += (double)(st1->choices - st0->choices);
 }
 
+// out[N,E] = in·router: gpt2's router is [d, E], llama's (Mixtral's gate) [E, d] as nn.Linear.
+static void gate_forward(Model *M, float *out, const float *in, int w, long N) {
+    if (M->llama) linear_forward(out, M->E, in, M->d, PW(w), N, M->d, M->E, 0);
+    else matmul_forward(out, in, PW(w), NULL, N, M->d, M->E, 0);
+}
+
+// dinp[N,d] (= or += by acc) and the router's gradient from dout[N,E]
+static void gate_backward(Model *M, float *dinp, int w, const float *dout, const float *in, long N, int acc) {
+    if (M->llama) linear_backward(dinp, M->d, PG(w), dout, M->E, in, M->d, PW(w), N, M->d, M->E, acc);
+    else matmul_backward(dinp, PG(w), NULL, dout, in, PW(w), N, M->d, M->E, acc);
+}
+
 void routing_forward(Model *M, int l, long N, int recompute, int generate) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
     RouterStats scratch = {0}, *st = recompute ? &scratch : &M->rstats, before = *st;
-    int d = M->d, E = M->E;
     set_cfg(M, l, generate);
     const float *in = x->ln2;
     if (jitter_on(M)) { jitter(M, M->rlog->xr, x->ln2, N, 0); in = M->rlog->xr; }
-    matmul_forward(x->probs, in, PW(b->router), NULL, N, d, E, 0);      // router logits, fp32
-    if (b->noise >= 0) matmul_forward(M->rcfg.noise, x->ln2, PW(b->noise), NULL, N, d, E, 0);
+    gate_forward(M, x->probs, in, b->router, N);      // router logits, fp32
+    if (b->noise >= 0) gate_forward(M, M->rcfg.noise, x->ln2, b->noise, N);
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &M->rcfg, st);
     if (!recompute && M->rng_step >= 0) accumulate(M, l, N, &before, st);
 }
@@ -148,7 +160,7 @@ void routing_forward(Model *M, int l, long N, int recompute, int generate) {
 void routing_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale) {
     BlockParams *b = &M->bp[l];
     BlockActs *x = &M->ba[l];
-    int d = M->d, E = M->E;
+    int d = M->d;
     set_cfg(M, l, 0);
     M->rcfg.cv_scale = lm_scale * M->rcfg.group_tokens;   // 1/(groups of the step), times the loss scale
     router_backward(M->dlogits_r, M->dgate, x->probs, x->lse, x->choice, x->fcount, N, &M->rcfg,
@@ -156,13 +168,12 @@ void routing_backward(Model *M, int l, long N, float lm_scale, float aux_scale, 
     if (jitter_on(M)) {   // logits = (x ⊙ u)·W: dW += (x ⊙ u)ᵀ·dlogits, dx += (dlogits·Wᵀ) ⊙ u
         RouteLog *r = M->rlog;
         jitter(M, r->xr, x->ln2, N, 0);
-        matmul_backward(r->dxr, PG(b->router), NULL, M->dlogits_r, r->xr, PW(b->router), N, d, E, 0);
+        gate_backward(M, r->dxr, b->router, M->dlogits_r, r->xr, N, 0);
         jitter(M, r->dxr, NULL, N, 1);
         residual_forward(M->dln, M->dln, r->dxr, N * d);
     } else
-        matmul_backward(M->dln, PG(b->router), NULL, M->dlogits_r, x->ln2, PW(b->router), N, d, E, 1);
-    if (b->noise >= 0)
-        matmul_backward(M->dln, PG(b->noise), NULL, M->rcfg.dnoise, x->ln2, PW(b->noise), N, d, E, 1);
+        gate_backward(M, M->dln, b->router, M->dlogits_r, x->ln2, N, 1);
+    if (b->noise >= 0) gate_backward(M, M->dln, b->noise, M->rcfg.dnoise, x->ln2, N, 1);
 }
 
 // Writes b[E] into the bias tensor: the weights (16-bit storage: rounded) and this rank's

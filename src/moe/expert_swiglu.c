@@ -3,6 +3,7 @@
 // its share of gate and of up), c_proj by rows, as a dense FFN.
 #include "moe/experts.h"
 #include "nn/ops.h"
+#include "nn/swiglu.h"
 #include <math.h>
 #include <stddef.h>
 
@@ -11,47 +12,21 @@ static const ExpertTensor swiglu_tensors[] = {
     {"c_proj.weight", 2, 2, 0, 1, 1, 0, 0, 1, INIT_RESIDUAL}, // [f, d] row-parallel
 };
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// hg[R,f] = silu(gate)·up from h[R,2f] = gate | up
-static void swiglu_act_forward(float *hg, const float *h, long R, int f) {
-    #pragma omp parallel for schedule(static)
-    for (long r = 0; r < R; r++)
-        for (int j = 0; j < f; j++) {
-            float g = h[r * 2 * f + j], u = h[r * 2 * f + f + j];
-            hg[r * f + j] = g * sigmoidf_(g) * u;
-        }
-}
-
-// dh[R,2f] from dhg[R,f], which the caller left in the first R·f floats of dh: expanded in
-// place from the last row down (row r's source lies before its destination for r ≥ 1).
-static void swiglu_act_backward(float *dh, const float *h, long R, int f) {
-    for (long r = R - 1; r >= 0; r--) {
-        const float *src = dh + r * f, *hr = h + r * 2 * f;
-        float *dst = dh + r * 2 * f;
-        for (int j = 0; j < f; j++) {
-            float dv = src[j], g = hr[j], u = hr[f + j], s = sigmoidf_(g);
-            dst[f + j] = dv * g * s;                       // d up
-            dst[j] = dv * u * s * (1.0f + g * (1.0f - s)); // d gate
-        }
-    }
-}
-
-static void swiglu_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
+static void swiglu_experts_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
                            int proj_bias) {
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
         matmul_forward(h + r0 * 2 * f, xin + r0 * d, x->wfc + (long)e * d * 2 * f, NULL, n, d, 2 * f, 0);
     }
-    swiglu_act_forward(hg, h, off[x->El], f);
+    swiglu_forward(hg, h, off[x->El], f);
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
         matmul_forward(y + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d, NULL, n, f, d, 0);
     }
 }
 
-static void swiglu_backward(const Experts *x, float *dxin, float *dh, const float *dy, const float *xin,
+static void swiglu_experts_backward(const Experts *x, float *dxin, float *dh, const float *dy, const float *xin,
                             const float *h, const float *hg, const long *off, int proj_bias) {
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {   // d hg [R,f] into the front of dh
@@ -59,7 +34,7 @@ static void swiglu_backward(const Experts *x, float *dxin, float *dh, const floa
         matmul_backward(dh + r0 * f, x->gwproj + (long)e * f * d, NULL, dy + r0 * d, hg + r0 * f,
                         x->wproj + (long)e * f * d, n, f, d, 0);
     }
-    swiglu_act_backward(dh, h, off[x->El], f);
+    swiglu_backward(dh, h, off[x->El], f);
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
         matmul_backward(dxin + r0 * d, x->gwfc + (long)e * d * 2 * f, NULL, dh + r0 * 2 * f, xin + r0 * d,
@@ -69,4 +44,4 @@ static void swiglu_backward(const Experts *x, float *dxin, float *dh, const floa
 
 static double swiglu_macs(double d, double f) { return 3 * d * f; }
 
-const ExpertKind expert_swiglu = {"swiglu", 2, swiglu_tensors, 2, swiglu_forward, swiglu_backward, swiglu_macs};
+const ExpertKind expert_swiglu = {"swiglu", 2, swiglu_tensors, 2, swiglu_experts_forward, swiglu_experts_backward, swiglu_macs};

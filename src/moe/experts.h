@@ -47,8 +47,10 @@ typedef struct ExpertKind {
     double (*macs)(double d, double f);
 } ExpertKind;
 
-extern const ExpertKind expert_gelu, expert_swiglu;
+extern const ExpertKind expert_gelu, expert_swiglu, expert_mixtral;
 const ExpertKind *expert_kind(int type);   // EXPERT_GELU / EXPERT_SWIGLU
+// The kind a model's experts are: its expert_type, in Mixtral's layout for model.arch llama.
+const ExpertKind *expert_kind_of(const ModelConfig *m);
 
 // Rows and columns of tensor t for width d and hidden size f (the full, unsplit shape).
 long expert_tensor_rows(const ExpertTensor *t, long d, long f);
@@ -60,9 +62,10 @@ void experts_forward(const Experts *x, float *h, float *hg, float *y, const floa
 void experts_backward(const Experts *x, float *dxin, float *dh, const float *dy, const float *xin,
                       const float *h, const float *hg, const long *off, int proj_bias);
 
-// Registers kind k's tensors of hidden size f for the experts e0 … e0+El−1 of block `layer`
-// ("transformer.h.{layer}.mlp.experts.{e}.{suffix}", expert-DP), or with shared set the block's
-// shared expert ("….mlp.shared_expert.{suffix}", data-parallel, El 1). Each tensor is
+// Registers kind k's tensors of hidden size f for the experts e0 … e0+El−1 of a block whose MoE
+// tensors are named under `block` ("transformer.h.{layer}.mlp" for gpt2,
+// "model.layers.{layer}.block_sparse_moe" for llama): "{block}.experts.{e}.{suffix}", expert-DP;
+// or with shared set the block's shared expert ("{block}.shared_expert.{suffix}", data-parallel, El 1). Each tensor is
 // contiguous over the experts; first[slot] gets its first index (-1: the kind has no such slot).
-void experts_register(Registry *r, const ExpertKind *k, int layer, int e0, int El, int shared, long d, long f,
+void experts_register(Registry *r, const ExpertKind *k, const char *block, int e0, int El, int shared, long d, long f,
                       float std, float pstd, int first[4]);

@@ -133,7 +133,7 @@ static float route_token(const RouterCfg *c, long t, float *p, int *ch, float *g
         skip[j] = 0;
     }
     for (int j = 0; j < k; j++)
-        g[j] = c->kind == ROUTER_NOISY_TOPK ? g[j] / sum : k == 1 ? p[ch[0]] : p[ch[j]] / sum;
+        g[j] = c->kind == ROUTER_NOISY_TOPK ? g[j] / sum : k == 1 && c->kind != ROUTER_MIXTRAL ? p[ch[0]] : p[ch[j]] / sum;
     if (c->kind == ROUTER_GSHARD && c->train)   // the second expert only when 2·g₂ > u
         skip[1] = !(2 * g[1] > router_uniform(c, 1, t));
     return lse;
@@ -411,7 +411,8 @@ void router_backward(float *dlogits, const float *dgate, const float *probs, con
             expert_choice_backward_token(dlogits + t * E, probs + t * E, dgate + t * E, lse[t], E, z_scale);
         else   // noisy_topk: the gates do not go through p (k = 0 here: only the aux and z terms)
             router_backward_token(dlogits + t * E, probs + t * E, fcount + (long)g * E, choice + t * k, dgate + t * k,
-                                  lse[t], E, noisy ? 0 : k, S, aux_scale, z_scale);
+                                  lse[t], E, noisy ? 0 : k, S, aux_scale, z_scale,
+                                  c->kind == ROUTER_MIXTRAL);
     }
     if (!noisy) return;
     for (long t0 = 0; t0 < N; t0 += c->group_tokens)

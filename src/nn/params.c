@@ -34,10 +34,11 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
     p->decay = ndim >= 2;
     p->expert = -1;
     int layer, e, used = 0;
-    p->layer = sscanf(name, "transformer.h.%d.", &layer) == 1 ? layer : -1;
-    if (sscanf(name, "transformer.h.%d.mlp.experts.%d.%n", &layer, &e, &used) == 2 && used > 0) {
-        p->layer = layer; p->expert = e;
-        snprintf(p->suffix, sizeof p->suffix, "%s", name + used);
+    p->layer = sscanf(name, "transformer.h.%d.", &layer) == 1 || sscanf(name, "model.layers.%d.", &layer) == 1 ? layer : -1;
+    const char *ex = strstr(name, ".experts.");   // gpt2's "….mlp.experts.{e}.", llama's "….block_sparse_moe.experts.{e}."
+    if (p->layer >= 0 && ex && sscanf(ex, ".experts.%d.%n", &e, &used) == 1 && used > 0) {
+        p->expert = e;
+        snprintf(p->suffix, sizeof p->suffix, "%s", ex + used);
     }
     p->init_std = std; p->init_val = val;
     p->off = (size_t)r->total;
@@ -118,7 +119,10 @@ int reg_find(const Registry *r, const char *name) {
 
 void param_name_for_expert(const Param *p, int e, char *out, size_t len) {
     if (p->expert < 0) snprintf(out, len, "%s", p->name);
-    else snprintf(out, len, "transformer.h.%d.mlp.experts.%d.%s", p->layer, e, p->suffix);
+    else {   // the name up to and with ".experts.", then e and the suffix
+        int at = (int)(strstr(p->name, ".experts.") - p->name) + 9;
+        snprintf(out, len, "%.*s%d.%s", at, p->name, e, p->suffix);
+    }
 }
 
 void reg_free(Registry *r) {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_hf_llama.sh — model.arch llama checkpoints in Hugging Face's layouts (docs/llama.md), checked
+# without `transformers` (not installable here) against the definitions of transformers v4.39
+# (models/llama/{configuration,modeling}_llama.py, models/mixtral/{configuration,modeling}_mixtral.py),
+# written out below:
+#  - dense llama → LlamaForCausalLM; MoE in every block with Mixtral's router → MixtralForCausalLM:
+#    architectures, model_type, every shape key with ted's value, no top-level key outside the
+#    class's config, tensor names and shapes exactly those of the model's state_dict (lm_head only
+#    when untied, nn.Linear [out, in]);
+#  - an MoE llama with MoE every 2nd block, or with shared experts, says "ted_moe" and why;
+#  - save → load round trip bit-exact in each layout: a run resumed from its step-3 checkpoint writes
+#    the same model.safetensors at step 6 as the run straight through, byte for byte.
+set -euo pipefail
+: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+cd "$TED_ROOT"
+PY=/usr/bin/python3
+rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
+W=$TED_TMP
+fail() { echo "FAIL: $*"; exit 1; }
+base=(--data data/moby-dick.txt --arch llama --n-layer 2 --n-embd 64 --n-head 4 --n-kv-head 2 --n-positions 32 --seq-len 32
+      --micro-batch 2 --steps 6 --lr 3e-3 --warmup 0 --eval-windows 2 --log-every 0 --save-every 3)
+echo '{"model": {"tie_word_embeddings": false}}' > "$W/untied.json"
+echo '{"moe": {"router": "mixtral", "expert_type": "swiglu"}}' > "$W/mixtral.json"
+declare -A args=(
+  [llama]="--config $W/untied.json --n-inner 96"
+  [mixtral]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --expert-inner 48"
+  [every2]="--config $W/mixtral.json --num-experts 4 --top-k 1 --moe-every 2"
+  [shared]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --shared-experts 1"
+)
+for name in llama mixtral every2 shared; do
+  # shellcheck disable=SC2086
+  "$TED" train "${base[@]}" ${args[$name]} --save "$W/$name" >/dev/null 2>&1 || fail "$name run"
+  # shellcheck disable=SC2086
+  "$TED" train "${base[@]}" ${args[$name]} --resume "$W/$name/step_00000003" --save "$W/$name-resumed" >/dev/null 2>&1 \
+    || fail "$name resume"
+  cmp -s "$W/$name/step_00000006/model.safetensors" "$W/$name-resumed/step_00000006/model.safetensors" \
+    || fail "$name: resumed from its step-3 checkpoint, the step-6 weights differ"
+  echo "ok   $name: save → load → train round trip bit-exact"
+done
+"$PY" - "$W" <<'PY'
+import json, struct, sys
+W = sys.argv[1]
+def header(path):
+    raw = open(path, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+    return {k: v["shape"] for k, v in json.loads(raw[8:8 + n]).items() if k != "__metadata__"}
+# transformers v4.39 LlamaConfig.__init__ / MixtralConfig.__init__ parameters, and PretrainedConfig's own
+LLAMA = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+         "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+         "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "pretraining_tp", "tie_word_embeddings",
+         "rope_theta", "rope_scaling", "attention_bias", "attention_dropout"}
+MIXTRAL = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+           "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta",
+           "sliding_window", "attention_dropout", "num_experts_per_tok", "num_local_experts",
+           "output_router_logits", "router_aux_loss_coef"}
+COMMON = {"architectures", "model_type", "torch_dtype", "ted"}
+def state_dict(c, moe):
+    """LlamaForCausalLM / MixtralForCausalLM.state_dict() names and shapes (v4.39: the rotary
+    inv_freq buffer is not persistent; lm_head is left out of a tied checkpoint)."""
+    d, L, H, KV, V = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"]
+    hd, f = d // H, c["intermediate_size"]
+    s = {"model.embed_tokens.weight": [V, d], "model.norm.weight": [d]}
+    if not c["tie_word_embeddings"]:
+        s["lm_head.weight"] = [V, d]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        s.update({p + "self_attn.q_proj.weight": [H * hd, d], p + "self_attn.k_proj.weight": [KV * hd, d],
+                  p + "self_attn.v_proj.weight": [KV * hd, d], p + "self_attn.o_proj.weight": [d, H * hd],
+                  p + "input_layernorm.weight": [d], p + "post_attention_layernorm.weight": [d]})
+        if moe:
+            s[p + "block_sparse_moe.gate.weight"] = [c["num_local_experts"], d]
+            for e in range(c["num_local_experts"]):
+                x = p + f"block_sparse_moe.experts.{e}."
+                s.update({x + "w1.weight": [f, d], x + "w2.weight": [d, f], x + "w3.weight": [f, d]})
+        else:
+            s.update({p + "mlp.gate_proj.weight": [f, d], p + "mlp.up_proj.weight": [f, d], p + "mlp.down_proj.weight": [d, f]})
+    return s
+def check(name, cls, mtype, keys, want):
+    d = f"{W}/{name}/step_00000006"
+    c = json.load(open(f"{d}/config.json"))
+    assert c["architectures"] == [cls] and c["model_type"] == mtype, (name, c.get("architectures"), c.get("model_type"))
+    extra = set(c) - keys - COMMON
+    assert not extra, f"{name}: top-level keys outside {cls}'s config: {sorted(extra)}"
+    for k, v in want.items():
+        assert c.get(k) == v, f"{name}: {k} = {c.get(k)!r}, ted's model has {v!r}"
+    got, exp = header(f"{d}/model.safetensors"), state_dict(c, mtype == "mixtral")
+    assert got == exp, f"{name}: tensors differ from {cls}'s: {sorted(set(got) ^ set(exp))[:6]} " \
+                       f"{[k for k in got if k in exp and got[k] != exp[k]][:6]}"
+    print(f"ok   {name}: {cls}, {len(c) - 1} config keys, {len(got)} tensors as transformers v4.39 names and shapes them")
+shape = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "max_position_embeddings": 32, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+         "rope_theta": 10000}
+check("llama", "LlamaForCausalLM", "llama", LLAMA,
+      dict(shape, intermediate_size=96, tie_word_embeddings=False, pretraining_tp=1, rope_scaling=None, attention_bias=False))
+check("mixtral", "MixtralForCausalLM", "mixtral", MIXTRAL,
+      dict(shape, intermediate_size=48, tie_word_embeddings=True, num_local_experts=4, num_experts_per_tok=2,
+           router_aux_loss_coef=0.005, sliding_window=None))
+for name, why in (("every2", "moe_every"), ("shared", "shared experts")):
+    c = json.load(open(f"{W}/{name}/step_00000006/config.json"))
+    assert c["model_type"] == "ted_moe" and "architectures" not in c and why in c["ted_note"], (name, c)
+    print(f"ok   {name}: model_type ted_moe ({c['ted_note'][:70]}…)")
+PY
