@@ -106,10 +106,10 @@ static int llama_config(const char *path, const cJSON *j, Config *c) {
                                        "num_local_experts", "num_experts_per_tok"};
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     int mixtral = cJSON_IsString(t) && !strcmp(t->valuestring, "mixtral");
-    const double deflt[] = {32000, 2048, -1, -1, -1, 0, -1, mixtral ? 8 : 1, 2};
-    double v[9], eps, theta, aux;
-    if (whole(path, j, keys, deflt, v, 9) || num(path, j, "rms_norm_eps", 1e-6, 1e-6, &eps) ||
-        num(path, j, "rope_theta", 10000, 10000, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux))
+    const double deflt[] = {32000, mixtral ? 4096 * 32 : 2048, -1, -1, -1, 0, -1, mixtral ? 8 : 1, 2};   // v4.39's
+    double v[9], eps, theta, aux, eps0 = mixtral ? 1e-5 : 1e-6, theta0 = mixtral ? 1e6 : 1e4;
+    if (whole(path, j, keys, deflt, v, 9) || num(path, j, "rms_norm_eps", eps0, eps0, &eps) ||
+        num(path, j, "rope_theta", theta0, theta0, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux))
         return -1;
     Config d;
     config_defaults(&d);
