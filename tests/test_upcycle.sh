@@ -9,6 +9,9 @@
 #    its loss falls over 30 steps on Moby-Dick
 #  - with bf16, --init-from's fp32 masters are the folder's weights exactly; under the CUDA emulation
 #    (TED_EMU, where ted_emu is built) --device cuda gives the CPU's losses
+#  - the same for llama: a transformers-style Llama folder starts a run with the ted folder's loss;
+#    upcycled into Mixtral-layout experts (G 1, G 2, Mixtral's router at top-1) the first-step loss is the
+#    dense one's; the upcycled folder saves as Mixtral and reads back without ted's keys
 #  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
 # Environment (from CTest): TED, TED_ROOT, TED_TMP (and TED_EMU where built).
 set -euo pipefail
@@ -123,6 +126,51 @@ if [ -n "${TED_EMU:-}" ] && [ -x "$TED_EMU" ]; then
     ok "--init-from --device cuda (emulated) = the CPU run: within $d" || bad "--init-from --device cuda (emulated)"
 else echo "note: ted_emu not built: --init-from --device cuda not checked here (tests/test_cuda_emu.sh's emulation)"; fi
 
+# llama (docs/llama.md): a dense llama (2 kv heads), its transformers-style Llama folder (LlamaConfig's
+# keys, no ted keys), upcycled into Mixtral-layout experts (granularity 1 and 2, and Mixtral's router at
+# top-1); a Mixtral folder without ted's keys reads as transformers' MixtralForCausalLM runs it
+g_dense=$l_dense g_eval=$e_dense
+"$TED" train "${M[@]}" --arch llama --n-kv-head 2 --steps 40 --save "$W/ldense" >/dev/null 2>&1 || bad "llama dense run"
+LD=$W/ldense/step_00000040
+l_dense=$(first "$LD") || l_dense=nan
+e_dense=$(evl "$LD") || e_dense=nan
+# to_hf SRC OUT: SRC's tensors; config.json with transformers' keys only (v4.39's LlamaConfig/MixtralConfig)
+to_hf() {
+  mkdir -p "$2"; cp "$1/model.safetensors" "$2/"
+  "$PY" - "$1/config.json" "$2/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+t = c.get("ted", {})
+moe = c.get("model_type") == "mixtral"
+out = {"architectures": ["MixtralForCausalLM" if moe else "LlamaForCausalLM"], "model_type": c["model_type"],
+       "hidden_size": c["hidden_size"], "intermediate_size": c["intermediate_size"],
+       "num_hidden_layers": c["num_hidden_layers"], "num_attention_heads": c["num_attention_heads"],
+       "num_key_value_heads": c["num_key_value_heads"], "max_position_embeddings": c["max_position_embeddings"],
+       "rms_norm_eps": c["rms_norm_eps"], "rope_theta": c["rope_theta"], "tie_word_embeddings": c["tie_word_embeddings"],
+       "vocab_size": c["vocab_size"], "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
+       "pretraining_tp": 1, "rope_scaling": None, "torch_dtype": "float32", "transformers_version": "4.39.3"}
+if moe:
+    out.update({"num_local_experts": c["num_local_experts"], "num_experts_per_tok": c["num_experts_per_tok"],
+                "router_aux_loss_coef": c["router_aux_loss_coef"], "output_router_logits": False, "sliding_window": None})
+json.dump(out, open(sys.argv[2], "w"), indent=2)
+PY
+}
+to_hf "$LD" "$W/lhf"
+l_lhf=$(first "$W/lhf") || l_lhf=nan
+[ "$l_lhf" = "$l_dense" ] && ok "--init-from a transformers Llama folder: the same step-1 lm_loss $l_lhf" ||
+  bad "transformers Llama folder: $l_lhf vs $l_dense"
+up lg1 "$LD" 4 1 2
+up lg2 "$LD" 8 2 1
+up lg2hf "$W/lhf" 8 2 1
+up lmix "$LD" 4 1 1 mixtral   # Mixtral's gate is 1 at k = 1
+grep -q '"model_type":	"mixtral"' "$W/lg1/config.json" && ok "an upcycled llama saves as MixtralForCausalLM" ||
+  bad "lg1 config: $(tr -d '\n' <"$W/lg1/config.json" | head -c 300)"
+to_hf "$W/lg1" "$W/mhf"
+l_mhf=$(first "$W/mhf") || l_mhf=nan
+near "$l_mhf" "$l_dense" 1e-6 && ok "--init-from a transformers Mixtral folder (dropless, Mixtral's router): step-1 lm_loss $l_mhf" ||
+  bad "transformers Mixtral folder: $l_mhf vs $l_dense"
+l_dense=$g_dense e_dense=$g_eval
+
 # bad input: one line naming the problem, a non-zero exit, no folder made, nothing overwritten
 refuse() {   # name pattern command...
   local name=$1 pat=$2 rc=0
@@ -178,7 +226,7 @@ refuse "a shape that is not config.json's" "transformer.h.0.mlp.c_fc.weight has 
   "${U[@]}" --load "$W/b_shape" --num-experts 4
 refuse "an untied head" "lm_head.weight differs" "${U[@]}" --load "$W/b_head" --num-experts 4
 refuse "exact GELU" "activation_function \"gelu\"" "${U[@]}" --load "$W/b_act" --num-experts 4
-refuse "model_type llama (not yet)" "model_type \"llama\"" "${U[@]}" --load "$W/b_llama" --num-experts 4
+refuse "model_type llama without Llama's keys" "\"hidden_size\" is missing" "${U[@]}" --load "$W/b_llama" --num-experts 4
 refuse "--init-from a NaN" "holds nan" "$TED" train "${M[@]}" --steps 1 --init-from "$W/b_nan"
 refuse "--init-from, another n_embd" "n_embd 64 (flag) vs 32" "$TED" train "${M[@]}" --steps 1 --n-embd 64 --init-from "$D"
 refuse "--init-from with --resume" "exclude each other" "$TED" train "${M[@]}" --steps 1 --init-from "$D" --resume "$W/dense"

@@ -272,7 +272,9 @@ int ckpt_load_weights(const char *dir, Model *M) {
     long big = 0;
     for (int i = 0; i < M->reg.n; i++) if (M->reg.p[i].numel > big) big = M->reg.p[i].numel;
     float *scratch = M->reg.half ? ted_alloc(sizeof(float) * big, MEM_TEMP) : NULL;
-    int rc = hf_import_check_head(f, p) ? -1 : load_tensors(f, p, M, "", weights_of, scratch);
+    const char *emb = cfg_is_llama(&M->m) ? "model.embed_tokens.weight" : "transformer.wte.weight";
+    int tied = M->m.tie_word_embeddings;   // tied: a transformers folder's lm_head must be the embedding
+    int rc = tied && hf_import_check_head(f, p, emb) ? -1 : load_tensors(f, p, M, "", weights_of, scratch);
     ted_free(scratch);
     st_close(f);
     return rc;

@@ -79,9 +79,61 @@ static int gpt2_config(const char *path, const cJSON *j, Config *c) {
     return rc;
 }
 
-// The architectures ted reads from a transformers folder, by model_type (the llama family adds a row).
+// Whole-number keys of a transformers config (absent: the default given; -1 = required).
+static int whole(const char *path, const cJSON *j, const char *const *keys, const double *deflt, double *v, int n) {
+    for (int i = 0; i < n; i++) {
+        if (deflt[i] < 0 && !cJSON_GetObjectItemCaseSensitive(j, keys[i])) { ted_error("%s: \"%s\" is missing", path, keys[i]); return -1; }
+        if (num(path, j, keys[i], deflt[i], 0, &v[i])) return -1;
+        if (v[i] != floor(v[i]) || v[i] < 0 || v[i] > 1 << 30) { ted_error("%s: \"%s\" must be a whole number", path, keys[i]); return -1; }
+    }
+    return 0;
+}
+
+// Llama and Mixtral (transformers' LlamaConfig / MixtralConfig): the forward keys must be ted's
+// llama block (silu, no attention bias, no rope scaling, pretraining_tp 1); a Mixtral runs dropless
+// with Mixtral's router, as transformers runs it.
+static int llama_config(const char *path, const cJSON *j, Config *c) {
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act"), *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    double tp1 = 1;
+    if (num(path, j, "pretraining_tp", 1, 1, &tp1)) return -1;
+    const char *bad = cJSON_IsString(act) && strcmp(act->valuestring, "silu") ? "hidden_act is not silu"
+                    : flag(j, "attention_bias", 0) ? "attention_bias true (ted's llama has no biases)"
+                    : rs && !cJSON_IsNull(rs) ? "rope_scaling is set (ted applies plain rotary positions)"
+                    : tp1 != 1 ? "pretraining_tp is not 1" : NULL;
+    if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
+    static const char *const keys[] = {"vocab_size", "max_position_embeddings", "hidden_size", "num_hidden_layers",
+                                       "num_attention_heads", "num_key_value_heads", "intermediate_size",
+                                       "num_local_experts", "num_experts_per_tok"};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    int mixtral = cJSON_IsString(t) && !strcmp(t->valuestring, "mixtral");
+    const double deflt[] = {32000, mixtral ? 4096 * 32 : 2048, -1, -1, -1, 0, -1, mixtral ? 8 : 1, 2};   // v4.39's
+    double v[9], eps, theta, aux, eps0 = mixtral ? 1e-5 : 1e-6, theta0 = mixtral ? 1e6 : 1e4;
+    if (whole(path, j, keys, deflt, v, 9) || num(path, j, "rms_norm_eps", eps0, eps0, &eps) ||
+        num(path, j, "rope_theta", theta0, theta0, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux))
+        return -1;
+    Config d;
+    config_defaults(&d);
+    ModelConfig *m = &d.model;
+    m->arch = ARCH_LLAMA;
+    m->vocab_size = (int)v[0]; m->n_positions = (int)v[1]; m->n_embd = (int)v[2]; m->n_layer = (int)v[3];
+    m->n_head = (int)v[4]; m->n_kv_head = (int)v[5]; m->rms_norm_eps = (float)eps; m->rope_theta = (float)theta;
+    m->tie_word_embeddings = flag(j, "tie_word_embeddings", 0);
+    m->num_experts = (int)v[7];
+    if (m->num_experts > 1) {   // Mixtral: MoE in every block
+        m->expert_inner = (int)v[6]; m->n_inner = (int)v[6]; m->top_k = (int)v[8]; m->moe_every = 1;
+        m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; m->capacity_factor = 0;
+        m->aux_coef = (float)(aux * m->top_k);   // Mixtral counts each of a token's k choices
+    } else m->n_inner = (int)v[6];
+    d.seq_len = 0;
+    char *text = config_model_json(&d);
+    int rc = config_load_model_text(c, text, path);
+    ted_free(text);
+    return rc;
+}
+
+// The architectures ted reads from a transformers folder, by model_type.
 typedef struct { const char *model_type; int (*read)(const char *path, const cJSON *j, Config *c); } Arch;
-static const Arch archs[] = {{"gpt2", gpt2_config}};
+static const Arch archs[] = {{"gpt2", gpt2_config}, {"llama", llama_config}, {"mixtral", llama_config}};
 
 int hf_import_config(const char *path, Config *c) {
     cJSON *j = parse(path);
@@ -91,7 +143,7 @@ int hf_import_config(const char *path, Config *c) {
     int rc = -1, found = 0;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(type, archs[i].model_type)) { found = 1; rc = archs[i].read(path, j, c); }
-    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, or a folder ted saved)", path, type);
+    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, llama, mixtral, or a folder ted saved)", path, type);
     cJSON_Delete(j);
     return rc;
 }
@@ -103,14 +155,14 @@ const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape
     return x;
 }
 
-int hf_import_check_head(StFile *f, const char *file) {
+int hf_import_check_head(StFile *f, const char *file, const char *embedding) {
     int nh, nw;
     int64_t sh[4], sw[4];
     const float *head = st_get(f, "lm_head.weight", &nh, sh);
     if (!head) return 0;
-    const float *wte = hf_import_get(f, "transformer.wte.weight", &nw, sw);
+    const float *wte = hf_import_get(f, embedding, &nw, sw);
     int same = wte && nh == nw && nh == 2 && sh[0] == sw[0] && sh[1] == sw[1] &&
                !memcmp(head, wte, sizeof(float) * (size_t)(sh[0] * sh[1]));
-    if (!same) { ted_error("%s: lm_head.weight differs from transformer.wte.weight: ted ties the head to wte", file); return -1; }
+    if (!same) { ted_error("%s: lm_head.weight differs from %s: the model ties the head to the embedding", file, embedding); return -1; }
     return 0;
 }

@@ -19,6 +19,6 @@ int hf_import_config(const char *path, Config *c);
 // Tensor `name` (ted's name) of f: under that name, or under the name a transformers base
 // model (GPT2Model, no "transformer." prefix) gives it. NULL when absent.
 const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]);
-// A separate "lm_head.weight" (transformers' head) must equal the embedding ted ties it to:
-// 0, or -1 after one line naming the file.
-int hf_import_check_head(StFile *f, const char *file);
+// A separate "lm_head.weight" (transformers' head) must equal the embedding (the tensor named
+// `embedding`) a tied model ties it to: 0, or -1 after one line naming the file.
+int hf_import_check_head(StFile *f, const char *file, const char *embedding);

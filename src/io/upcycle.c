@@ -18,12 +18,25 @@
 // projection, so that the G slices' renormalised gates, 1/G of a copy's each, sum back to it).
 // A new architecture's FFN (gate/up/down) adds rows here.
 typedef struct { const char *expert, *dense; int slice_dim, scaled; } Role;
-static const Role roles[] = {
+static const Role gpt2_roles[] = {   // Conv1D layouts [in, out]
     {"c_fc.weight", "c_fc.weight", 1, 0},     // [d, f] -> [d, f/G]: columns j·f/G ...
     {"c_fc.bias", "c_fc.bias", 0, 0},         // [f] -> [f/G]
     {"c_proj.weight", "c_proj.weight", 0, 1}, // [f, d] -> [f/G, d]: rows, x G
     {"c_proj.bias", "c_proj.bias", -1, 0},    // [d]: each expert's; the gates sum to 1
-};
+    {NULL, NULL, 0, 0}};
+static const Role llama_roles[] = {  // nn.Linear layouts [out, in]; Mixtral's w1 gate, w3 up, w2 down
+    {"w1.weight", "gate_proj.weight", 0, 0},  // [f, d] -> [f/G, d]: rows
+    {"w3.weight", "up_proj.weight", 0, 0},
+    {"w2.weight", "down_proj.weight", 1, 1},  // [d, f] -> [d, f/G]: columns, x G
+    {NULL, NULL, 0, 0}};
+
+// Where an architecture keeps a block's tensors: the dense FFN's and the router's names.
+typedef struct { const char *ffn, *router, *noise; const Role *roles; int router_rows; } ArchNames;
+static const ArchNames gpt2_names = {"transformer.h.%d.mlp.%s", "transformer.h.%d.mlp.router.weight%n",
+                                     "transformer.h.%d.mlp.router.noise_weight%n", gpt2_roles, 0};
+static const ArchNames llama_names = {"model.layers.%d.mlp.%s", "model.layers.%d.block_sparse_moe.gate.weight%n",
+                                      "model.layers.%d.block_sparse_moe.gate.noise_weight%n", llama_roles, 1};
+static const ArchNames *names_of(const ModelConfig *m) { return cfg_is_llama(m) ? &llama_names : &gpt2_names; }
 
 static const float ROUTER_STD = 0.02f;   // the router's init in model.c
 
@@ -32,12 +45,12 @@ static const float ROUTER_STD = 0.02f;   // the router's init in model.c
 // gates are a softmax over the chosen scores, so they sum to 1 even for k = 1, and every copy is
 // the same FFN whichever the noise picks).
 static const char *router_refusal(const char *name, int G) {
-    if (!strcmp(name, "topk")) return NULL;
+    if (!strcmp(name, "topk") || !strcmp(name, "mixtral")) return NULL;
     if (!strcmp(name, "noisy_topk")) return G == 1 ? NULL : "its noise picks slices of different copies (granularity > 1)";
     if (!strcmp(name, "switch")) return "its top-1 gate is p_e (not renormalised) and it jitters its input";
     if (!strcmp(name, "gshard")) return "it drops second choices at random, and a dropped share is lost";
     if (!strcmp(name, "expert_choice")) return "a token may be taken by no expert";
-    return "it is not a router kind (topk, noisy_topk, switch, gshard, expert_choice)";
+    return "it is not a router kind (topk, mixtral, noisy_topk, switch, gshard, expert_choice)";
 }
 
 static int router_kind(const char *name) {
@@ -51,7 +64,7 @@ static int check_opts(const UpcycleOpts *o, const ModelConfig *m, const char *di
     const char *why = router_refusal(o->router, G);
 #define NO(cond, ...) if (cond) { ted_error(__VA_ARGS__); return -1; }
     NO(m->num_experts > 1, "upcycle: %s is already an MoE (num_experts %d): upcycling takes a dense checkpoint", dir, m->num_experts)
-    NO(why, "upcycle: --router %s cannot start equal to the dense model: %s (use topk)", o->router, why)
+    NO(why, "upcycle: --router %s cannot start equal to the dense model: %s (use topk or mixtral)", o->router, why)
     NO(E < 2, "upcycle: --num-experts must be >= 2, got %d", E)
     NO(G < 1, "upcycle: --granularity must be >= 1, got %d", G)
     NO(E % G, "upcycle: --num-experts %d is not a multiple of --granularity %d (E = G x copies)", E, G)
@@ -75,8 +88,11 @@ static Config moe_config(const Config *dense, const UpcycleOpts *o, int K) {
     *m = d.model;
     m->vocab_size = keep.vocab_size; m->n_positions = keep.n_positions; m->n_embd = keep.n_embd;
     m->n_layer = keep.n_layer; m->n_head = keep.n_head; m->n_inner = f;
+    m->arch = keep.arch; m->n_kv_head = keep.n_kv_head; m->rope_theta = keep.rope_theta;
+    m->rms_norm_eps = keep.rms_norm_eps; m->tie_word_embeddings = keep.tie_word_embeddings;
     m->num_experts = o->experts; m->top_k = K * o->granularity; m->moe_every = o->moe_every;
-    m->expert_inner = f / o->granularity; m->expert_type = EXPERT_GELU; m->router = router_kind(o->router);
+    m->expert_inner = f / o->granularity; m->router = router_kind(o->router);
+    m->expert_type = cfg_is_llama(m) ? EXPERT_SWIGLU : EXPERT_GELU;   // the dense FFN's kind
     m->capacity_factor = 0;   // dropless: a dropped choice would break the equality
     return c;
 }
@@ -94,31 +110,35 @@ static void from_dense(const Param *p, const Param *src, const Role *r, int G) {
         }
 }
 
-// Router [d, E]: column c·G + j = column c of N(0, ROUTER_STD) [d, E/G] drawn from (seed, name).
-static void init_router(const Param *p, int G, uint64_t seed) {
-    long D = p->shape[0], E = p->shape[1], C = E / G;
+// Router [d, E] (gpt2) or [E, d] (rows: llama's gate): expert c·G + j's weights = copy c's of
+// N(0, ROUTER_STD) [d, E/G] drawn from (seed, name).
+static void init_router(const Param *p, int G, uint64_t seed, int rows) {
+    long E = rows ? p->shape[0] : p->shape[1], D = rows ? p->shape[1] : p->shape[0], C = E / G;
     uint64_t stream = rng_hash_str(p->name);
     for (long a = 0; a < D; a++)
-        for (long e = 0; e < E; e++) p->w[a * E + e] = ROUTER_STD * rng_normal(seed, stream, (uint64_t)(a * C + e / G));
+        for (long e = 0; e < E; e++)
+            p->w[rows ? e * D + a : a * E + e] = ROUTER_STD * rng_normal(seed, stream, (uint64_t)(a * C + e / G));
 }
 
 // Parameter p of the MoE model from the dense model D. 0 or -1 after one line.
 static int fill(const Model *D, const Param *p, const UpcycleOpts *o) {
+    const ArchNames *a = names_of(&D->m);
     char name[160];
     int layer, end = 0;
-    if (sscanf(p->name, "transformer.h.%d.mlp.router.weight%n", &layer, &end) == 1 && end && !p->name[end]) {
-        init_router(p, o->granularity, o->seed);
+    if (sscanf(p->name, a->router, &layer, &end) == 1 && end && !p->name[end]) {
+        init_router(p, o->granularity, o->seed, a->router_rows);
         return 0;
     }
-    if (sscanf(p->name, "transformer.h.%d.mlp.router.noise_weight%n", &layer, &end) == 1 && end && !p->name[end]) {
+    end = 0;
+    if (sscanf(p->name, a->noise, &layer, &end) == 1 && end && !p->name[end]) {
         memset(p->w, 0, sizeof(float) * p->numel);   // noisy_topk's noise starts at softplus(0)
         return 0;
     }
     const Role *r = NULL;
-    for (size_t k = 0; p->expert >= 0 && k < sizeof roles / sizeof roles[0]; k++)
-        if (!strcmp(p->suffix, roles[k].expert)) r = &roles[k];
+    for (const Role *k = a->roles; p->expert >= 0 && k->expert; k++)
+        if (!strcmp(p->suffix, k->expert)) r = k;
     if (p->expert >= 0 && !r) { ted_error("upcycle: no dense tensor for the expert tensor %s", p->name); return -1; }
-    if (r) snprintf(name, sizeof name, "transformer.h.%d.mlp.%s", p->layer, r->dense);
+    if (r) snprintf(name, sizeof name, a->ffn, p->layer, r->dense);
     else snprintf(name, sizeof name, "%s", p->name);
     int i = reg_find(&D->reg, name);
     if (i < 0) { ted_error("upcycle: the dense model has no tensor %s (for %s)", name, p->name); return -1; }
