@@ -57,8 +57,10 @@ void llama_add_block(Model *M, int l) {
     b->p1 = r->n;
 }
 
+size_t llama_act_bytes(const Model *M) { return M->llama ? sizeof(float) * M->T * M->hd : 0; }
+
 void llama_build(Model *M) {
-    M->rope = ted_alloc(sizeof(float) * M->T * M->hd, MEM_ACTIVATIONS);
+    M->rope = ted_alloc(llama_act_bytes(M), MEM_ACTIVATIONS);
     rope_table(M->rope, M->T, M->hd, M->m.rope_theta);
 }
 

@@ -9,6 +9,8 @@
 void llama_add_block(Model *M, int l);
 // The rotary table [T, hd] of the built T (M->rope).
 void llama_build(Model *M);
+// What llama_build allocates (the rotary table [T, hd]), for model_size; 0 for gpt2.
+size_t llama_act_bytes(const Model *M);
 // RMSNorm with the model's eps (weight only; the bias index is -1).
 void llama_norm_forward(Model *M, float *out, float *rstd, const float *in, int w, long N);
 void llama_norm_backward(Model *M, float *dinp, const float *dout, const float *in, int w, const float *rstd, long N);

@@ -544,7 +544,7 @@ void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax,
         const Param *p = &M->reg.p[i];
         z->params[p->tag == TAG_EDP] += p->numel;
     }
-    double act = routing_act_bytes(M) + (M->llama ? sizeof(float) * M->T * M->hd : 0);   // llama: the rotary table
+    double act = routing_act_bytes(M) + llama_act_bytes(M);
     for (int l = 0; M->sl && l < M->L; l++) act += sparse_layout_bytes(&M->sl[l], ted_device == DEV_CUDA);
     if (M->reg.half) {
         long big, head;
