@@ -10,7 +10,7 @@ REPS=${1:-1}
 OUT=${2:-/tmp/ted_tune_check}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-TED=$ROOT/build/ted
+TED=${TED:-$ROOT/build/ted}
 C=scripts/cluster.sh
 export TED_CLUSTER_PREFIX=tedk$$
 [ -n "${PREDICT_ONLY:-}" ] || trap '$C down' EXIT

@@ -90,43 +90,59 @@ int sched_in_flight(const Schedule *s, int chunk) {
     return most;
 }
 
-// Runs every stage's list against the others: a receive waits for the producing forward or
-// backward to finish. Returns the step's length in forward units, or -1 when the lists cannot
-// all finish (a deadlock).
-static double simulate(Schedule *st, int pp, int m, int nch) {
-    double *fdone = ted_alloc(sizeof(double) * m * nch, MEM_TEMP), *bdone = ted_alloc(sizeof(double) * m * nch, MEM_TEMP);
-    double *clock = ted_alloc(sizeof(double) * pp, MEM_TEMP), span = 0;
+// Runs every stage's list against the others: a receive waits for its message, which leaves when
+// the sender reaches the send and its link (one per stage and direction) is free, and takes msg[c]
+// (c: the chunk the activation leaves, or whose input gradient travels back). Returns the step's
+// length, or -1 when the lists cannot all finish (a deadlock).
+static double simulate(Schedule *st, int pp, int m, int nch, const SchedCost *c) {
+    double *fsent = ted_alloc(sizeof(double) * m * nch, MEM_TEMP), *bsent = ted_alloc(sizeof(double) * m * nch, MEM_TEMP);
+    double *clock = ted_alloc(sizeof(double) * pp, MEM_TEMP), *link = ted_alloc(sizeof(double) * 2 * pp, MEM_TEMP);
     int *pc = ted_alloc(sizeof(int) * pp, MEM_TEMP), progress = 1, left = 0;
-    for (int i = 0; i < m * nch; i++) fdone[i] = bdone[i] = -1;
+    double span = 0;
+    for (int i = 0; i < m * nch; i++) fsent[i] = bsent[i] = -1;
     for (int p = 0; p < pp; p++) left += st[p].n;
-    double unit = 1.0 / st[0].v;
     while (left && progress) {
         progress = 0;
         for (int p = 0; p < pp; p++)
             while (pc[p] < st[p].n) {
                 PipeInstr in = st[p].ins[pc[p]];
                 int at = in.mb * nch + in.chunk;
-                double ready = 0;
-                if (in.op == PIPE_RECV_ACT) ready = fdone[at - 1];
-                if (in.op == PIPE_RECV_GRAD) ready = bdone[at + 1];
-                if (ready < 0) break;   // the producer has not run yet
+                double ready = 0, *l = &link[2 * p + (in.op == PIPE_SEND_GRAD)];
+                if (in.op == PIPE_RECV_ACT) ready = fsent[at - 1];
+                if (in.op == PIPE_RECV_GRAD) ready = bsent[at + 1];
+                if (ready < 0) break;   // the message has not been sent yet
                 if (ready > clock[p]) clock[p] = ready;
-                if (in.op == PIPE_FORWARD) fdone[at] = clock[p] += unit;
-                if (in.op == PIPE_BACKWARD) bdone[at] = clock[p] += 2 * unit;
+                if (in.op == PIPE_FORWARD) clock[p] += c->fwd[in.chunk];
+                if (in.op == PIPE_BACKWARD) clock[p] += c->bwd[in.chunk];
+                if (in.op == PIPE_SEND_ACT || in.op == PIPE_SEND_GRAD) {
+                    double took = c->msg ? c->msg[in.chunk - (in.op == PIPE_SEND_GRAD)] : 0;
+                    *l = (*l > clock[p] ? *l : clock[p]) + took;
+                    (in.op == PIPE_SEND_ACT ? fsent : bsent)[at] = *l;
+                    if (*l > span) span = *l;
+                }
                 if (clock[p] > span) span = clock[p];
                 pc[p]++; left--; progress = 1;
             }
     }
-    ted_free(fdone); ted_free(bdone); ted_free(clock); ted_free(pc);
+    ted_free(fsent); ted_free(bsent); ted_free(clock); ted_free(link); ted_free(pc);
     return left ? -1 : span;
 }
 
-double sched_simulated_bubble(int kind, int pp, int v, int m) {
+double sched_simulate(int kind, int pp, int v, int m, const SchedCost *cost) {
     Schedule *st = ted_alloc(sizeof(Schedule) * pp, MEM_TEMP);
     for (int p = 0; p < pp; p++) sched_build(&st[p], kind, pp, v, m, p);
-    double span = simulate(st, pp, m, pp * st[0].v);
+    double span = simulate(st, pp, m, pp * st[0].v, cost);
     for (int p = 0; p < pp; p++) sched_free(&st[p]);
     ted_free(st);
+    return span;
+}
+
+double sched_simulated_bubble(int kind, int pp, int v, int m) {
+    int vv = kind == PP_INTERLEAVED ? v : 1, nch = pp * vv;
+    double *f = ted_alloc(sizeof(double) * 2 * nch, MEM_TEMP), *b = f + nch;
+    for (int c = 0; c < nch; c++) { f[c] = 1.0 / vv; b[c] = 2.0 / vv; }
+    double span = sched_simulate(kind, pp, v, m, &(SchedCost){f, b, NULL});
+    ted_free(f);
     return span < 0 ? -1 : (span - 3.0 * m) / span;
 }
 

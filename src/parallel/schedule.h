@@ -32,6 +32,12 @@ void sched_print(const Schedule *s, FILE *f);
 // The most micro-batches of chunk `chunk` whose forward has run and backward has not, at any
 // point of the list: how many copies of that chunk's activations the stage holds.
 int sched_in_flight(const Schedule *s, int chunk);
+// Costs for sched_simulate, per global chunk c (pp·v of them): one micro-batch's forward and
+// backward, and one message from chunk c to c+1 (its gradient back takes as long; NULL: free).
+typedef struct { const double *fwd, *bwd, *msg; } SchedCost;
+// Runs every stage's list against the others with these costs; messages of one stage and direction
+// travel one at a time. Returns the step's length, or -1 when the lists deadlock.
+double sched_simulate(int kind, int pp, int v, int m, const SchedCost *cost);
 // The ideal bubble fraction, (idle time)/(step time) of a stage, from running every stage's list
 // against each other with a forward costing 1/v and a backward 2/v (transfers free).
 double sched_simulated_bubble(int kind, int pp, int v, int m);

@@ -4,23 +4,29 @@
 #include "model/mfu.h"
 #include "model/model.h"
 #include "model/memplan.h"
+#include "parallel/schedule.h"
+#include "core/alloc.h"
 #include <math.h>
 #include <string.h>
 
+// Every member's share reaches every other once, over the link between them (members on this
+// node over the near link, the rest over this device's share of the uplink: what recursive doubling
+// and hierarchical rings achieve); latency per algorithm step, at the slower link the group crosses.
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far) {
     if (n <= 1) return 0;
-    const Link *ring = n_far > 0 ? far : near;   // a ring that leaves the node runs at the slower link
-    double s;
+    const Link *slow = n_far > 0 ? far : near;
+    double in_node = n - 1 - n_far, s;
     switch (coll) {
-    case COLL_ALLREDUCE: s = 2 * (n - 1) * ring->lat + 2.0 * (n - 1) / n * bytes / ring->bw; break;
-    case COLL_REDUCE_SCATTER: s = (n - 1) * ring->lat + (n - 1.0) / n * bytes / ring->bw; break;
-    case COLL_ALLGATHER: s = (n - 1) * ring->lat + (n - 1.0) * bytes / ring->bw; break;
+    case COLL_ALLREDUCE:   // a reduce-scatter and an all-gather of the same bytes
+        s = 2 * ((n - 1) * slow->lat + (in_node / near->bw + n_far / far->bw) * bytes / n); break;
+    case COLL_REDUCE_SCATTER: s = (n - 1) * slow->lat + (in_node / near->bw + n_far / far->bw) * bytes / n; break;
+    case COLL_ALLGATHER: s = (n - 1) * slow->lat + (in_node / near->bw + n_far / far->bw) * bytes; break;
     case COLL_ALLTOALL: {   // one message of bytes/n to each peer, at that peer's level
         double part = bytes / n;
-        s = (n - 1 - n_far) * (near->lat + part / near->bw) + n_far * (far->lat + part / far->bw);
+        s = in_node * (near->lat + part / near->bw) + n_far * (far->lat + part / far->bw);
         break;
     }
-    default: s = (n_far ? far : near)->lat + bytes / (n_far ? far : near)->bw;   // point to point
+    default: s = slow->lat + bytes / slow->bw;   // point to point
     }
     return s * 1e3;
 }
@@ -41,26 +47,32 @@ static int members(const Layout *y, int g, int s, const Cluster *cl, int *far) {
     return n;
 }
 
-// The stage's collectives. Pipeline messages are sent without blocking, so in the steady state one
-// hides behind the other stage's work on a micro-batch (mb_ms); only what exceeds it is counted here,
-// and *msg_ms returns one message's time for the fill and the drain, which perf_predict adds once.
-static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl, double mb_ms,
-                      double *msg_ms) {
+// The stage's collectives in one step; *per_mb gets those that stretch each micro-batch's forward
+// and backward (TP, EP), the rest run once, around the optimizer. Pipeline messages are costed by
+// msg_of and placed by the schedule's simulation.
+static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl, double *per_mb) {
     double total = 0;
+    *per_mb = 0;
     for (int g = 0; g < GROUP_N; g++) {
         int far, n = members(y, g, s, cl, &far);
         for (int c = 0; c < COLL_N; c++) {
             const Flow *f = &t->f[c][g];
-            if (f->calls <= 0) continue;
-            double one = perf_call_ms(c, g == GROUP_PP ? 2 : n, f->bytes / f->calls, &cl->intra, &cl->inter,
-                                      g == GROUP_PP ? far > 0 : far);
-            double ms = f->calls * one;
-            if (g == GROUP_PP && c == COLL_SENDRECV) { *msg_ms = fmax(*msg_ms, one); ms = f->calls * fmax(0, one - mb_ms); }
+            if (f->calls <= 0 || (g == GROUP_PP && c == COLL_SENDRECV)) continue;
+            double ms = f->calls * perf_call_ms(c, n, f->bytes / f->calls, &cl->intra, &cl->inter, far);
             p->coll_ms[c][g] = ms;
             total += ms;
+            if (g == GROUP_TP || g == GROUP_EP) *per_mb += ms;
         }
     }
     return total;
+}
+
+// One pipeline message from stage s to the next stage (a gradient back takes as long).
+static double msg_of(const Traffic *t, const Layout *y, int s, const Cluster *cl) {
+    const Flow *f = &t->f[COLL_SENDRECV][GROUP_PP];
+    if (f->calls <= 0) return 0;
+    int far = layout_rank(y, s, 0, 0) / cl->per_node != layout_rank(y, (s + 1) % y->pp, 0, 0) / cl->per_node;
+    return perf_call_ms(COLL_SENDRECV, 2, f->bytes / f->calls, &cl->intra, &cl->inter, far);
 }
 
 // FLOPs a rank of stage s does in one step (forward and backward; recompute adds a forward).
@@ -75,7 +87,9 @@ static double stage_flops(const ModelConfig *m, int T, const Layout *y, int s) {
 
 // Overlap: the communication time of stage s that runs behind compute (see perfmodel.h). Passes: a
 // forward is 1 part of a step's compute, the backward 2, the recompute 1 more.
-static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const Layout *y, int s, double rate) {
+// *per_mb gets the part hidden inside the micro-batches (the experts' chunks).
+static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const Layout *y, int s, double rate,
+                        double *per_mb) {
     int l0, l1, nmoe = 0;
     traffic_stage_blocks(m->n_layer, y->pp, s, &l0, &l1);
     for (int l = l0; l < l1; l++) nmoe += cfg_is_moe(m, l);
@@ -86,6 +100,7 @@ static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const 
         double experts = Rr * 2 * mats * m->n_embd * cfg_expert_inner(m) / y->tp * parts * nmoe * y->accum / rate * 1e3;
         hidden += fmin(q->coll_ms[COLL_ALLTOALL][GROUP_EP], experts) * (1 - 1.0 / y->overlap_degree);
     }
+    *per_mb = hidden;
     if (y->overlap_comm && blocks > 1) {
         double lead = (blocks - 1) / blocks, grads = 0, gathers = 0;   // the last (first) block's cannot hide
         const int groups[] = {GROUP_DP, GROUP_EDP};
@@ -114,20 +129,38 @@ static void config_of(Config *k, const Config *c, const Layout *y) {
     }
 }
 
-// Step time from the stages (compute and exposed communication; the slowest sets the pace):
-//   path = slowest stage × (1 + (pp − 1)/m) + the fill and drain messages, 2(pp − 1) of them;
-// with devices that share compute units (shared_by > 1), a device idle in the bubble lends its share
+// The pipeline's span: every stage's list (parallel/schedule) run against the others with each
+// micro-batch's forward and backward at its stage's cost (work_ms[s]: a step's compute on the path
+// and per-micro-batch communication) and each message at msg_ms[s]. pp = 1 gives work_ms[0].
+static double pipe_span(const Config *k, const Layout *y, const double *work_ms, const double *msg_ms, int with_msgs) {
+    int v = k->pp_schedule == PP_INTERLEAVED ? k->pp_virtual : 1, nch = y->pp * v;
+    double *f = ted_alloc(sizeof(double) * 3 * nch, MEM_TEMP), *b = f + nch, *msg = b + nch;
+    double parts = 3 + y->ckpt, per = (double)y->accum * v;   // a forward is 1 part, the backward 2 (+ recompute)
+    for (int c = 0; c < nch; c++) {
+        int s = c % y->pp;
+        f[c] = work_ms[s] / parts / per;
+        b[c] = work_ms[s] * (parts - 1) / parts / per;
+        msg[c] = msg_ms[s];
+    }
+    double span = sched_simulate(k->pp_schedule, y->pp, v, y->accum, &(SchedCost){f, b, with_msgs ? msg : NULL});
+    ted_free(f);
+    return span;
+}
+
+// Step time: the pipeline's span, then the slowest stage's once-per-step collectives (once_ms).
+// With devices that share compute units (shared_by > 1), a device idle in the bubble lends its share
 // to the others, so compute on the path runs shared_by× faster, and the step is the longer of that
 // path and the mean device's busy time at the shared rate: its compute and its communication (on a
 // CPU test bed, moving bytes burns the same cores: MPI's copies, the kernel's network stack).
-static void step_of(Prediction *p, const Layout *y, double worst_path, double mean_busy, double lone,
-                    double msg_ms) {
-    double m = y->accum, fill = y->pp > 1 ? 2.0 * (y->pp - 1) * msg_ms : 0;
-    double path = worst_path * (1 + (y->pp - 1) / m) + fill;
+static void step_of(Prediction *p, const Config *k, const Layout *y, const double *work_ms, const double *msg_ms,
+                    double once_ms, double mean_busy, double lone) {
+    double span = pipe_span(k, y, work_ms, msg_ms, 1), msgs = span - pipe_span(k, y, work_ms, msg_ms, 0);
     p->compute_ms /= lone;
-    p->bubble_ms = path - worst_path;
-    p->step_ms = path;
-    if (mean_busy > path) {   // every device busy all step: the bubble is hidden behind the others' work
+    p->coll_ms[COLL_SENDRECV][GROUP_PP] = msgs;
+    p->comm_ms += msgs;
+    p->step_ms = span + once_ms;
+    p->bubble_ms = fmax(0, p->step_ms - p->compute_ms - p->comm_ms);
+    if (mean_busy > p->step_ms) {   // every device busy all step: the bubble is hidden behind the others' work
         p->step_ms = mean_busy;
         p->compute_ms = mean_busy - p->comm_ms;
         p->bubble_ms = 0;
@@ -142,11 +175,24 @@ static double opt_temp(const Config *c, const Layout *y, const MemPlan *mp) {
     return 4 * (c->tile_size > 0 && c->tile_size < shard ? (double)c->tile_size : shard);
 }
 
+// Stage s's memory: memplan's model state and activations, and the optimizer's up-cast buffer.
+static void stage_memory(Prediction *q, const Config *c, const Config *k, const Layout *y, int s) {
+    Topology top;
+    MemPlan mp;
+    memplan_topology(&top, y->tp, y->ep, y->pp, y->dp, s);
+    memplan_of(&mp, k, &top, c->device == 1);
+    q->state_bytes = mp.state;
+    q->act_bytes = mp.act;
+    q->opt_temp_bytes = opt_temp(c, y, &mp);
+    q->mem_bytes = mp.state + fmax(mp.act, q->opt_temp_bytes);
+}
+
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
     memset(p, 0, sizeof *p);
     const ModelConfig *m = &c->model;
     int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
-    double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, msg = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
+    double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, once = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
+    double *work = ted_alloc(sizeof(double) * 2 * y->pp, MEM_TEMP), *msg = work + y->pp;
     Prediction time, full;
     memset(&full, 0, sizeof full);
     Config k;
@@ -156,19 +202,16 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         Prediction q;
         memset(&q, 0, sizeof q);
         traffic_of(&t, m, T, y, s);
+        double per_mb, hidden_mb;
         q.compute_ms = stage_flops(m, T, y, s) / rate * 1e3;
-        q.comm_ms = comm_of(&q, &t, y, s, cl, q.compute_ms / lone / (2.0 * y->accum), &msg);
-        q.hidden_ms = hidden_ms(&q, m, T, y, s, rate);
+        q.comm_ms = comm_of(&q, &t, y, s, cl, &per_mb);
+        q.hidden_ms = hidden_ms(&q, m, T, y, s, rate, &hidden_mb);
         q.comm_ms -= q.hidden_ms;
+        work[s] = q.compute_ms / lone + per_mb - hidden_mb;
+        msg[s] = msg_of(&t, y, s, cl);
+        once = fmax(once, q.comm_ms - (per_mb - hidden_mb));
         mean += (q.compute_ms + q.comm_ms) / y->pp;
-        Topology top;
-        MemPlan mp;
-        memplan_topology(&top, y->tp, y->ep, y->pp, y->dp, s);
-        memplan_of(&mp, &k, &top, c->device == 1);
-        q.state_bytes = mp.state;
-        q.act_bytes = mp.act;
-        q.opt_temp_bytes = opt_temp(c, y, &mp);
-        q.mem_bytes = mp.state + fmax(mp.act, q.opt_temp_bytes);
+        stage_memory(&q, c, &k, y, s);
         double path = q.compute_ms / lone + q.comm_ms;
         if (path > worst) { worst = path; time = q; time.slowest = s; }
         if (q.mem_bytes > full.mem_bytes) full = q;
@@ -176,6 +219,7 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
     *p = time;   // the slowest stage's time, the fullest stage's memory
     p->mem_bytes = full.mem_bytes; p->state_bytes = full.state_bytes; p->act_bytes = full.act_bytes;
     p->opt_temp_bytes = full.opt_temp_bytes;
-    step_of(p, y, worst, mean, lone, msg);
+    step_of(p, &k, y, work, msg, once, mean, lone);
+    ted_free(work);
     p->fits = p->mem_bytes <= cl->mem;
 }

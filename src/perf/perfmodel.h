@@ -2,13 +2,15 @@
 //   compute: the model FLOPs ted counts for MFU (mfu_flops_per_token), a rank's share of its
 //            stage, at the device's peak × GEMM efficiency (activation checkpointing adds a forward);
 //   communication: traffic.h's calls and bytes per collective and group, each call costed over an
-//            alpha–beta model of the level it crosses (inside a node or between nodes) with its
-//            algorithm's steps: ring all-reduce 2(n−1), reduce-scatter and all-gather n−1, pairwise
-//            all-to-all one message per peer at that peer's level, pipeline messages one each;
-//   bubble:  the slowest stage's time × (m + pp − 1)/m for m micro-batches (PipeDream-Flush), plus
-//            the fill and drain messages; other pipeline messages hide behind a micro-batch's work;
+//            alpha–beta model: every member's share reaches every other once, over the link between
+//            them (near inside the node, this device's share of the uplink across nodes), latency per
+//            algorithm step (n − 1; all-reduce twice); all-to-all one message per peer at its level;
+//   pipeline: the stages' instruction lists (parallel/schedule) run against each other with each
+//            micro-batch's forward and backward at its stage's cost (compute and TP/EP collectives)
+//            and each activation or gradient message at its link's time, one message at a time per
+//            link and direction; the once-per-step collectives (ZeRO's, data parallel) come after;
 //   shared:  devices that share compute units (cluster shared_by > 1, the CPU test bed) lend theirs
-//            while idle in the bubble: the path runs shared_by× faster, and the step is at least the
+//            while idle in the bubble: compute on the path runs shared_by× faster, and the step is at least the
 //            mean device's compute and communication at the shared rate (perfmodel.c step_of);
 //   memory:  model/memplan.h's plan of the fullest stage: the model state under ZeRO's stage and
 //            the larger of every activation buffer the layout's run allocates (the schedule's views)
