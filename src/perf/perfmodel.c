@@ -148,10 +148,10 @@ static double pipe_span(const Config *k, const Layout *y, const double *work_ms,
 }
 
 // Step time: the pipeline's span, then the slowest stage's once-per-step collectives (once_ms).
-// With devices that share compute units (shared_by > 1), a device idle in the bubble lends its share
-// to the others, so compute on the path runs shared_by× faster, and the step is the longer of that
-// path and the mean device's busy time at the shared rate: its compute and its communication (on a
-// CPU test bed, moving bytes burns the same cores: MPI's copies, the kernel's network stack).
+// With devices that share compute units (shared_by > 1), a device idle in the bubble or waiting on
+// a collective lends its share to the others, so compute on the path runs shared_by× faster, and
+// the step is the longer of that path and the mean device's compute at the shared rate (a rank that
+// waits yields its core: Open MPI's yield_when_idle, passive OpenMP threads).
 static void step_of(Prediction *p, const Config *k, const Layout *y, const double *work_ms, const double *msg_ms,
                     double once_ms, double mean_busy, double lone) {
     double span = pipe_span(k, y, work_ms, msg_ms, 1), msgs = span - pipe_span(k, y, work_ms, msg_ms, 0);
@@ -160,7 +160,7 @@ static void step_of(Prediction *p, const Config *k, const Layout *y, const doubl
     p->comm_ms += msgs;
     p->step_ms = span + once_ms;
     p->bubble_ms = fmax(0, p->step_ms - p->compute_ms - p->comm_ms);
-    if (mean_busy > p->step_ms) {   // every device busy all step: the bubble is hidden behind the others' work
+    if (mean_busy > p->step_ms) {   // the cores busy all step: waits hide behind the others' work
         p->step_ms = mean_busy;
         p->compute_ms = mean_busy - p->comm_ms;
         p->bubble_ms = 0;
@@ -210,7 +210,7 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
         work[s] = q.compute_ms / lone + per_mb - hidden_mb;
         msg[s] = msg_of(&t, y, s, cl);
         once = fmax(once, q.comm_ms - (per_mb - hidden_mb));
-        mean += (q.compute_ms + q.comm_ms) / y->pp;
+        mean += q.compute_ms / y->pp;
         stage_memory(&q, c, &k, y, s);
         double path = q.compute_ms / lone + q.comm_ms;
         if (path > worst) { worst = path; time = q; time.slowest = s; }

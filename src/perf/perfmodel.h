@@ -10,8 +10,8 @@
 //            and each activation or gradient message at its link's time, one message at a time per
 //            link and direction; the once-per-step collectives (ZeRO's, data parallel) come after;
 //   shared:  devices that share compute units (cluster shared_by > 1, the CPU test bed) lend theirs
-//            while idle in the bubble: compute on the path runs shared_by× faster, and the step is at least the
-//            mean device's compute and communication at the shared rate (perfmodel.c step_of);
+//            while they wait (bubble, collectives): compute on the path runs shared_by× faster, and
+//            the step is at least the mean device's compute at the shared rate (perfmodel.c step_of);
 //   memory:  model/memplan.h's plan of the fullest stage: the model state under ZeRO's stage and
 //            the larger of every activation buffer the layout's run allocates (the schedule's views)
 //            and, in the optimizer step, the fp32 buffer 16-bit gradients are up-cast into: one tile
