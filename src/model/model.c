@@ -11,6 +11,7 @@
 #include "model/routing.h"
 #include "model/llama.h"
 #include "nn/rmsnorm.h"
+#include "nn/sigmoid_gate.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
 #include "core/util.h"
@@ -32,6 +33,7 @@ static void add_block(Model *M, int l) {
     char n[96];
     b->held = 1;
     b->p0 = r->n;
+    b->kb = b->vb = b->shg = -1;
 #define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
     b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
     b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
@@ -60,6 +62,7 @@ static void add_block(Model *M, int l) {
     experts_register(r, M->kind, blk, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
     if (M->fs) experts_register(r, M->kind, blk, 0, 1, 1, d, M->fs, std, pstd, b->sh);
     else for (int s = 0; s < 4; s++) b->sh[s] = -1;
+    if (M->fs && m->shared_expert_gate) b->shg = reg_add(r, NAME("mlp.shared_expert_gate.weight"), 2, 1, d, -1, 1, TAG_DP, std, 0);
 #undef NAME
     b->p1 = r->n;
 }
@@ -598,21 +601,40 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
 }
 
 // The shared expert (docs/config.md, Routers and experts): an always-on FFN of the experts' kind, TP-split like a dense
-// FFN; its TP-summed output is left in M->tmp (the first pass only: a recompute needs h, hg).
+// FFN, optionally scaled by sigmoid(ln2·w) (shared_expert_gate); its TP-summed output is left in M->tmp (the first
+// pass only: a recompute needs h, hg).
 static void shared_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
+    int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
     experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
-    if (!recompute) comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+    if (recompute) return;
+    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+    if (g >= 0) sigmoid_gate_forward(M->tmp, x->ln2, W(g), N, M->d);
+}
+
+// The gate's half of the backward: the gate's logit gradient (dres · the ungated output, whose
+// row-parallel part is recomputed and the dot summed over TP) into M->dgate, and M->tmp = sigmoid·dres.
+static void shared_gate_backward(Model *M, int l, long N, const Experts *s) {
+    BlockActs *x = &M->ba[l];
+    int g = M->bp[l].shg, d = M->d;
+    long off[2] = {0, N};
+    experts_forward(s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
+    rows_dot(M->dgate, M->dres, M->tmp, N, d);
+    comm_allreduce(tp_group(M), M->dgate, N, DT_F32);
+    sigmoid_gate_backward_y(M->tmp, M->dgate, M->dres, x->ln2, W(g), N, d);
 }
 
 static void shared_backward(Model *M, int l, long N) {
     BlockActs *x = &M->ba[l];
+    int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
-    experts_backward(&s, M->tmp, M->dbig, M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
+    if (g >= 0) shared_gate_backward(M, l, N, &s);
+    experts_backward(&s, M->tmp, M->dbig, g >= 0 ? M->tmp : M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
     comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
+    if (g >= 0) sigmoid_gate_backward_x(M->tmp, G(g), M->dgate, x->ln2, W(g), N, M->d);
     residual_forward(M->dln, M->dln, M->tmp, N * M->d);
 }
 
@@ -1036,7 +1058,8 @@ long model_num_params(const ModelConfig *m) {
     const ExpertKind *k = expert_kind(m->expert_type);
     long fe = cfg_expert_inner(m), E = m->num_experts;
     long moe = d * E * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + (m->bias_update_rate > 0 ? E : 0) +
-               E * expert_numel(k, d, fe) + (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) : 0);
+               E * expert_numel(k, d, fe) +
+               (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) + (m->shared_expert_gate ? d : 0) : 0);
     for (int l = 0; l < m->n_layer; l++) {
         n += 4 * d + 3 * d * d + 3 * d + d * d + d;
         long ffn = d * f + f + f * d + d;

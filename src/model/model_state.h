@@ -16,6 +16,8 @@ typedef struct {
     int moe;
     int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
     int kw, vw, upw;                                         // llama: k_proj, v_proj (qkvw is q_proj), up_proj (fcw is gate_proj)
+    int kb, vb;                                              // llama with qkv_bias: k_proj, v_proj biases (qkvb is q_proj's; -1: none)
+    int shg;                                                 // MoE with shared_expert_gate: its weight [1, d] (-1: none)
     int router, noise, bias;                                 // MoE: router, noise_weight, expert_bias (-1: none)
     int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
 } BlockParams;
