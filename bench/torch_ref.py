@@ -36,7 +36,8 @@ from the Hugging Face Llama/Mixtral modeling code's definitions, not from ted's 
   Qwen2-MoE (from transformers' modeling_qwen2_moe.py, v4.40): q/k/v projections with biases
   (qkv_bias), and with shared experts the MoE block named mlp.gate / mlp.experts.E.{gate,up,down}_proj
   adds shared_expert(x) = down(silu(gate x) * up x) of shared_experts * expert_inner hidden units,
-  times sigmoid(x @ shared_expert_gate^T) when shared_expert_gate (a [1, d] weight).
+  times sigmoid(x @ shared_expert_gate^T) when shared_expert_gate (a [1, d] weight). With
+  topk_renorm false (Qwen2-MoE's norm_topk_prob false) the k gates are the chosen p, unrenormalised.
 
 Subcommands (all take checkpoint directories holding model.safetensors + config.json):
   init   write a random checkpoint (the init of design §2, optionally perturbed biases/LN for testing)
@@ -88,7 +89,7 @@ CONFIG_KEYS = {
 # the reference honours (router "mixtral" renormalises a single choice's gate too).
 ARCH_KEYS = {"arch": "gpt2", "n_kv_head": 0, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
              "tie_word_embeddings": True, "router": "topk", "qkv_bias": False, "shared_experts": 0,
-             "shared_expert_gate": False, "expert_inner": 0}
+             "shared_expert_gate": False, "expert_inner": 0, "topk_renorm": True}
 INT_KEYS = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "num_experts",
             "top_k", "moe_every", "min_capacity", "group_size", "seq_len"}
 
@@ -401,7 +402,8 @@ def route(logits, cfg, n_seq, T):
     p = torch.softmax(logits, dim=-1)
     experts = top_k_first(p, k)
     gp = p.gather(1, experts)
-    gates = gp if k == 1 and cfg.router != "mixtral" else gp / gp.sum(dim=-1, keepdim=True)
+    plain = not cfg.topk_renorm or (k == 1 and cfg.router != "mixtral")   # Qwen2-MoE's norm_topk_prob false
+    gates = gp if plain else gp / gp.sum(dim=-1, keepdim=True)
 
     bounds = group_bounds(n_seq, T, cfg.group_size)
     # Full-size groups are handled together, a shorter last group on its own.

@@ -13,8 +13,9 @@
 #  - an MoE llama with MoE every 2nd block and no shared experts, or with shared experts but no gate
 #    or biases, says "ted_moe" and why;
 #  - --init-from a transformers-style Qwen2-MoE folder (Qwen2MoeConfig's keys only, no ted keys) reads
-#    back the saved model: the same config.json and model.safetensors, byte for byte; a Qwen2-MoE that
-#    ted cannot compute (norm_topk_prob false at top-2, mlp_only_layers) is refused in one line;
+#    back the saved model: the same config.json and model.safetensors, byte for byte (norm_topk_prob
+#    true and false); a Qwen2-MoE that ted cannot compute (sliding windows, mlp_only_layers, a shared
+#    expert not a whole number of experts wide) is refused in one line;
 #  - save → load round trip bit-exact in each layout: a run resumed from its step-3 checkpoint writes
 #    the same model.safetensors at step 6 as the run straight through, byte for byte.
 set -euo pipefail
@@ -30,6 +31,8 @@ echo '{"model": {"tie_word_embeddings": false}}' > "$W/untied.json"
 echo '{"moe": {"router": "mixtral", "expert_type": "swiglu"}}' > "$W/mixtral.json"
 echo '{"model": {"tie_word_embeddings": false, "qkv_bias": true}, "moe": {"router": "mixtral", "expert_type": "swiglu",
        "shared_expert_gate": true}}' > "$W/qwen.json"
+echo '{"model": {"qkv_bias": true}, "moe": {"router": "topk", "topk_renorm": false, "expert_type": "swiglu",
+       "shared_expert_gate": true}}' > "$W/qwen_plain.json"
 declare -A args=(
   [llama]="--config $W/untied.json --n-inner 96"
   [mixtral]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --expert-inner 48"
@@ -37,8 +40,9 @@ declare -A args=(
   [shared]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --shared-experts 1"
   [qwen]="--config $W/qwen.json --num-experts 4 --top-k 2 --moe-every 2 --shared-experts 2 --expert-inner 32 --n-inner 96
           --capacity-factor 0"
+  [qwen_plain]="--config $W/qwen_plain.json --num-experts 4 --top-k 2 --moe-every 1 --shared-experts 1 --capacity-factor 0"
 )
-for name in llama mixtral every2 shared qwen; do
+for name in llama mixtral every2 shared qwen qwen_plain; do
   # shellcheck disable=SC2086
   "$TED" train "${base[@]}" ${args[$name]} --save "$W/$name" >/dev/null 2>&1 || fail "$name run"
   # shellcheck disable=SC2086
@@ -130,6 +134,9 @@ check("qwen", "Qwen2MoeForCausalLM", "qwen2_moe", QWEN,
       dict(shape, intermediate_size=96, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
            moe_intermediate_size=32, shared_expert_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=2,
            mlp_only_layers=[], router_aux_loss_coef=0.005, use_sliding_window=False))
+check("qwen_plain", "Qwen2MoeForCausalLM", "qwen2_moe", QWEN,
+      dict(shape, intermediate_size=256, tie_word_embeddings=True, num_experts=4, num_experts_per_tok=2,
+           moe_intermediate_size=256, shared_expert_intermediate_size=256, norm_topk_prob=False, decoder_sparse_step=1))
 for name, why in (("every2", "moe_every"), ("shared", "shared experts without q/k/v biases")):
     c = json.load(open(f"{W}/{name}/step_00000006/config.json"))
     assert c["model_type"] == "ted_moe" and "architectures" not in c and why in c["ted_note"], (name, c)
@@ -138,8 +145,10 @@ PY
 
 # --init-from a transformers-style Qwen2-MoE folder: the saved tensors, config.json without the ted
 # object (as Qwen2MoeForCausalLM.save_pretrained writes it), read back into the same model
-Q=$W/qwen/step_00000006
-mkdir -p "$W/qhf"; cp "$Q/model.safetensors" "$W/qhf/"
+back=(--data data/moby-dick.txt --seq-len 32 --micro-batch 2 --steps 0 --eval-windows 2 --init-from)
+for name in qwen qwen_plain; do
+Q=$W/$name/step_00000006
+rm -rf "$W/qhf" "$W/qback"; mkdir -p "$W/qhf"; cp "$Q/model.safetensors" "$W/qhf/"
 "$PY" - "$Q/config.json" "$W/qhf/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -148,14 +157,14 @@ del c["ted"]
 c.update(transformers_version="4.40.0", use_cache=True)
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
-back=(--data data/moby-dick.txt --seq-len 32 --micro-batch 2 --steps 0 --eval-windows 2 --init-from)
-"$TED" train "${back[@]}" "$W/qhf" --save "$W/qback" >/dev/null 2>&1 || fail "--init-from the Qwen2-MoE folder"
+"$TED" train "${back[@]}" "$W/qhf" --save "$W/qback" >/dev/null 2>&1 || fail "$name: --init-from the Qwen2-MoE folder"
 cmp -s "$Q/model.safetensors" "$W/qback/step_00000000/model.safetensors" ||
-  fail "--init-from the Qwen2-MoE folder: its weights differ from those saved"
+  fail "$name: --init-from the Qwen2-MoE folder: its weights differ from those saved"
 cmp -s "$Q/config.json" "$W/qback/step_00000000/config.json" ||
-  fail "--init-from the Qwen2-MoE folder: the model read back is not the one saved"
-echo "ok   qwen: --init-from its transformers-style folder reads back the same weights and config.json, byte for byte"
-for bad in '"norm_topk_prob": false' '"mlp_only_layers": [0]' '"shared_expert_intermediate_size": 48'; do
+  fail "$name: --init-from the Qwen2-MoE folder: the model read back is not the one saved"
+echo "ok   $name: --init-from its transformers-style folder reads back the same weights and config.json, byte for byte"
+done
+for bad in '"use_sliding_window": true' '"mlp_only_layers": [0]' '"shared_expert_intermediate_size": 48'; do
   mkdir -p "$W/qbad"; cp "$W/qhf/model.safetensors" "$W/qbad/"
   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(json.loads("{" + sys.argv[2] + "}"))
 json.dump(c, open(sys.argv[3], "w"))' "$W/qhf/config.json" "$bad" "$W/qbad/config.json"

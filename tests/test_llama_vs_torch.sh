@@ -7,7 +7,7 @@
 # top-2 dropless with a tied head; Mixtral's router top-1 (gate 1) with capacity drops; Qwen2-MoE
 # (q/k/v biases, a shared expert scaled by its sigmoid gate) top-2 renormalised in every other block,
 # and top-1 unrenormalised (router topk) with capacity drops and narrower experts; an ungated shared
-# expert beside q/k/v biases.
+# expert beside q/k/v biases, top-2 unrenormalised (topk_renorm false: norm_topk_prob false).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}" "${PYTHON:=/usr/bin/python3}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -68,7 +68,7 @@ run_case qwen_top2_every2 "{\"model\": {$QWEN}, \"moe\": {\"router\": \"mixtral\
   --num-experts 4 --top-k 2 --moe-every 2 --capacity-factor 0 --aux-coef 0.02
 run_case qwen_top1_drops_untied "{\"model\": {$QWEN, \"tie_word_embeddings\": false}, \"moe\": {\"router\": \"topk\", \"expert_type\": \"swiglu\", \"shared_experts\": 3, \"shared_expert_gate\": true}}" \
   --num-experts 4 --top-k 1 --moe-every 1 --expert-inner 96 --capacity-factor 0.75 --min-capacity 1 --z-coef 0.01
-run_case shared_ungated_qkv_bias '{"model": {"arch": "llama", "qkv_bias": true}, "moe": {"router": "mixtral", "expert_type": "swiglu", "shared_experts": 1}}' \
+run_case shared_ungated_top2_plain '{"model": {"arch": "llama", "qkv_bias": true}, "moe": {"router": "topk", "topk_renorm": false, "expert_type": "swiglu", "shared_experts": 1}}' \
   --num-experts 4 --top-k 2 --moe-every 1 --capacity-factor 0
 echo "$((6 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -50,7 +50,7 @@ static int given(const char *path) {
 #define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
     X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
     X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE) \
-    X(shared_expert_gate, J_BOOL)
+    X(shared_expert_gate, J_BOOL) X(topk_renorm, J_BOOL)
 // The block family (docs/llama.md): optional in a checkpoint's config.json, written for llama only.
 #define ARCH_FIELDS(X) X(arch, J_ARCH) X(n_kv_head, J_INT) X(rms_norm_eps, J_FLOAT) X(rope_theta, J_FLOAT) \
     X(tie_word_embeddings, J_BOOL) X(qkv_bias, J_BOOL)
@@ -103,6 +103,7 @@ void config_defaults(Config *c) {
     m->num_groups = 1;
     m->topk_groups = 1;
     m->expert_type = EXPERT_GELU;
+    m->topk_renorm = 1;
     arch_defaults(m);
     c->seq_len = 0;
     c->micro_batch = 8;
@@ -894,6 +895,7 @@ static const Flag flags[] = {
     {"--num-groups", F_INT, CF(model.num_groups), "N", "moe.num_groups", NULL, "group-limited routing: expert groups"},
     {"--topk-groups", F_INT, CF(model.topk_groups), "N", "moe.topk_groups", NULL, "group-limited routing: groups a token may use"},
     {"--shared-experts", F_INT, CF(model.shared_experts), "N", "moe.shared_experts", NULL, "always-on expert of N*expert_inner hidden units"},
+    {"--topk-renorm", F_INT, CF(model.topk_renorm), "0|1", "moe.topk_renorm", "1", "0: the k gates are the chosen probabilities, unrenormalised (topk, mixtral)"},
     {"--shared-expert-gate", F_SWITCH, CF(model.shared_expert_gate), NULL, "moe.shared_expert_gate", "off", "scale the shared expert by sigmoid(x.w) (Qwen2-MoE)"},
     {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
     {"--arch", F_ARCH, CF(model.arch), "A", "model.arch", NULL, "block family: gpt2 or llama (docs/llama.md)"},
@@ -1430,7 +1432,10 @@ static int validate_routing(const Config *c) {
     RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
     RULE(m->shared_expert_gate && (E <= 1 || m->shared_experts == 0),
          "shared_expert_gate scales the shared expert: it needs num_experts > 1 and shared_experts > 0");
+    RULE(m->topk_renorm != 0 && m->topk_renorm != 1, "topk_renorm (%d) must be 0 or 1", m->topk_renorm);
     if (E <= 1) return 0;
+    RULE(!m->topk_renorm && m->router != ROUTER_TOPK && m->router != ROUTER_MIXTRAL,
+         "topk_renorm false (unrenormalised gates) is for router topk or mixtral, not %s", r);
     RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
     RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
@@ -1449,6 +1454,7 @@ static int validate_routing(const Config *c) {
         RULE(m->router != ROUTER_TOPK || m->use_rts || m->bias_update_rate > 0 || m->num_groups > 1,
              "--device cuda: moe.router %s%s%s%s runs on the CPU only for now", r, m->use_rts ? " with use_rts" : "",
              m->bias_update_rate > 0 ? " with bias balancing" : "", m->num_groups > 1 ? " with num_groups" : "");
+        RULE(!m->topk_renorm, "--device cuda: moe.topk_renorm false runs on the CPU only for now");
         RULE(m->expert_type != EXPERT_GELU || m->shared_experts > 0,
              "--device cuda: expert_type %s / shared_experts %d run on the CPU only for now",
              expert_type_names[m->expert_type], m->shared_experts);

@@ -32,6 +32,7 @@ typedef struct {
     int shared_experts;  // always-on FFN of n·expert_inner hidden units (0: none)
     int expert_inner;    // f_e (0 = n_inner)
     int expert_type;     // EXPERT_* ("gelu", "swiglu")
+    int topk_renorm;     // topk/mixtral: the router's renormalisation of the k gates (1), or none: gates = p (0)
     int shared_expert_gate; // the shared expert's output × sigmoid(x·w), w [1, d] (Qwen2-MoE's shared_expert_gate)
     // the block family (docs/llama.md); JSON section "model"
     int arch;            // ARCH_GPT2 (design §2) or ARCH_LLAMA (docs/llama.md)

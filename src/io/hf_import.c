@@ -146,8 +146,8 @@ static const char *qwen_unsupported(const cJSON *j) {
 
 // Qwen2-MoE (transformers v4.40's Qwen2MoeConfig and its defaults, v5's qkv_bias): a llama with q/k/v
 // biases, MoE every decoder_sparse_step-th block with a gated shared expert of a whole number of
-// experts' width, dropless softmax top-k routing, the k weights renormalised (norm_topk_prob) or,
-// top-1 only, not.
+// experts' width, dropless softmax top-k routing, the k weights renormalised (norm_topk_prob: router
+// mixtral) or not (router topk with topk_renorm false).
 static int qwen_config(const char *path, const cJSON *j, Config *c) {
     const char *bad = qwen_unsupported(j);
     if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
@@ -164,8 +164,6 @@ static int qwen_config(const char *path, const cJSON *j, Config *c) {
     bad = v[7] < 2 ? "num_experts is below 2 (not a mixture)" : fe < 1 ? "moe_intermediate_size is 0"
         : fs < fe || fs % fe ? "shared_expert_intermediate_size is not a whole multiple of moe_intermediate_size (ted's "
                               "shared expert is shared_experts x expert_inner wide)"
-        : !norm && v[8] > 1 ? "norm_topk_prob false with num_experts_per_tok > 1 (ted's softmax top-k routers renormalise "
-                              "the k weights)"
         : v[11] < 1 ? "decoder_sparse_step is 0" : NULL;
     if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
     Config d;
@@ -176,9 +174,11 @@ static int qwen_config(const char *path, const cJSON *j, Config *c) {
     m->n_head = (int)v[4]; m->n_kv_head = (int)v[5]; m->n_inner = (int)v[6]; m->rms_norm_eps = (float)eps;
     m->rope_theta = (float)theta; m->tie_word_embeddings = flag(j, "tie_word_embeddings", 0);
     m->qkv_bias = flag(j, "qkv_bias", 1);
-    m->num_experts = (int)v[7]; m->top_k = (int)v[8]; m->expert_inner = fe; m->moe_every = (int)v[11];
+    m->num_experts = (int)v[7]; m->top_k = (int)v[8]; m->moe_every = (int)v[11];
+    m->expert_inner = fe == m->n_inner ? 0 : fe;   // 0: n_inner, as ted writes it
     m->shared_experts = fs / fe; m->shared_expert_gate = 1;
-    m->expert_type = EXPERT_SWIGLU; m->router = norm ? ROUTER_MIXTRAL : ROUTER_TOPK; m->capacity_factor = 0;
+    m->expert_type = EXPERT_SWIGLU; m->router = norm ? ROUTER_MIXTRAL : ROUTER_TOPK; m->topk_renorm = norm;
+    m->capacity_factor = 0;
     m->aux_coef = (float)(aux * m->top_k);   // Qwen2-MoE counts each of a token's k choices, as Mixtral
     d.seq_len = 0;
     char *text = config_model_json(&d);

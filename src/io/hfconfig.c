@@ -99,7 +99,8 @@ static void add_aux_coef(cJSON *o, const ModelConfig *m) {
 // Qwen2-MoE (transformers v4.40's Qwen2MoeConfig; its attention always has q/k/v biases, v5's qkv_bias
 // defaults to true): intermediate_size is the dense
 // blocks' FFN, MoE every decoder_sparse_step-th block, the shared expert of shared_experts·expert_inner
-// hidden units; the k probabilities renormalised (norm_topk_prob) as ted's routers do but topk's top-1.
+// hidden units; the k probabilities renormalised (norm_topk_prob) as ted's routers do unless topk_renorm
+// is false or topk routes top-1.
 static void add_qwen(cJSON *o, const ModelConfig *m) {
     add_class(o, "qwen2_moe", "Qwen2MoeForCausalLM");
     add_llama_shape(o, m, cfg_ffn(m));
@@ -142,7 +143,7 @@ static void add_llama(cJSON *o, const ModelConfig *m) {
     }
 }
 
-int hf_norm_topk_prob(const ModelConfig *m) { return m->router == ROUTER_MIXTRAL || m->top_k > 1; }
+int hf_norm_topk_prob(const ModelConfig *m) { return m->topk_renorm && (m->router == ROUTER_MIXTRAL || m->top_k > 1); }
 
 // Qwen2-MoE's block: q/k/v biases, the shared expert's sigmoid gate, softmax top-k routing.
 static const char *qwen_layout(const ModelConfig *m) {
@@ -161,6 +162,7 @@ const char *hf_llama_layout(const ModelConfig *m) {
                                   "every block";
     if (m->router != ROUTER_MIXTRAL && !(m->router == ROUTER_TOPK && m->top_k > 1))
         return "a router other than Mixtral's (moe.router mixtral, or topk with top_k >= 2)";
+    if (!m->topk_renorm) return "unrenormalised gates (moe.topk_renorm false; Mixtral renormalises the k weights)";
     if (m->bias_update_rate > 0 || m->num_groups > 1) return "aux-loss-free bias or group-limited routing";
     return NULL;
 }

@@ -18,5 +18,5 @@ char *hf_config_json(const Config *c);
 // MoE: Mixtral; with shared experts: Qwen2-MoE).
 const char *hf_llama_layout(const ModelConfig *m);
 // Qwen2-MoE's norm_topk_prob of ted's softmax top-k routers: the k probabilities renormalised (mixtral,
-// and topk with k >= 2) or not (topk's top-1 gate is its probability).
+// and topk with k >= 2) or not (topk's top-1 gate is its probability; moe.topk_renorm false).
 int hf_norm_topk_prob(const ModelConfig *m);

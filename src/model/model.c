@@ -478,7 +478,7 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     M->El = M->E / topo->ep;
     M->k = m->num_experts > 1 ? (m->router == ROUTER_EXPERT_CHOICE ? M->E : m->top_k) : 1;   // choice columns
     M->rcfg = RCFG(M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T);
-    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts;
+    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts; M->rcfg.no_renorm = !m->topk_renorm;
     M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
     M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
     CHECK(!model_overlap_check(cfg, T), "moe.overlap_degree: refused");
