@@ -17,7 +17,8 @@
 #    true and false); a Qwen2-MoE that ted cannot compute (sliding windows, mlp_only_layers, a shared
 #    expert not a whole number of experts wide) is refused in one line;
 #  - save → load round trip bit-exact in each layout: a run resumed from its step-3 checkpoint writes
-#    the same model.safetensors at step 6 as the run straight through, byte for byte.
+#    the same model.safetensors at step 6 as the run straight through, byte for byte; also from a
+#    step-3 checkpoint whose shared-expert block has the Mixtral-layout names ted wrote before.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 cd "$TED_ROOT"
@@ -142,6 +143,33 @@ for name, why in (("every2", "moe_every"), ("shared", "shared experts without q/
     assert c["model_type"] == "ted_moe" and "architectures" not in c and why in c["ted_note"], (name, c)
     print(f"ok   {name}: model_type ted_moe ({c['ted_note'][:70]}…)")
 PY
+
+# a checkpoint saved before shared experts took Qwen2-MoE's names (their block in Mixtral's layout:
+# block_sparse_moe.gate, experts.E.w1/w3/w2, shared_expert.w1/w3/w2) still resumes, bit-exact
+cp -r "$W/shared" "$W/shared-old"
+for f in model optimizer; do
+  "$PY" - "$W/shared/step_00000003/$f.safetensors" "$W/shared-old/step_00000003/$f.safetensors" <<'PY'
+import json, re, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+def old(k):
+    m = re.match(r"(model\.layers\.\d+)\.mlp\.(gate\.|experts\.|shared_expert\.)(.*)", k)
+    if not m:
+        return k
+    rest = m.group(2) + m.group(3)
+    for a, b in (("gate_proj.", "w1."), ("up_proj.", "w3."), ("down_proj.", "w2.")):
+        rest = rest.replace(a, b)
+    return m.group(1) + ".block_sparse_moe." + rest
+h2 = {old(k): v for k, v in h.items()}
+assert sum(k != old(k) for k in h) > 0
+hb = json.dumps(h2, separators=(",", ":")).encode(); hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+PY
+done
+"$TED" train "${base[@]}" ${args[shared]} --resume "$W/shared-old/step_00000003" --save "$W/shared-old-resumed" \
+  >"$W/shared-old.out" 2>&1 || fail "resume from a Mixtral-named shared-expert checkpoint: $(tail -1 "$W/shared-old.out")"
+cmp -s "$W/shared/step_00000006/model.safetensors" "$W/shared-old-resumed/step_00000006/model.safetensors" ||
+  fail "resumed from the Mixtral-named step-3 checkpoint, the step-6 weights differ"
+echo "ok   shared: a checkpoint with the shared-expert block in Mixtral's names resumes bit-exact"
 
 # --init-from a transformers-style Qwen2-MoE folder: the saved tensors, config.json without the ted
 # object (as Qwen2MoeForCausalLM.save_pretrained writes it), read back into the same model

@@ -205,10 +205,29 @@ int hf_import_config(const char *path, Config *c) {
     return rc;
 }
 
+// The name a llama MoE tensor in Qwen2-MoE's layout had in Mixtral's, which ted used for every llama MoE
+// before shared experts took Qwen2-MoE's names ("model.layers.N.mlp.experts.E.gate_proj.weight" →
+// "model.layers.N.block_sparse_moe.experts.E.w1.weight"); 0 when name is not such a tensor.
+static int mixtral_name(const char *name, char *out, size_t len) {
+    static const char *const from[] = {"gate_proj.", "up_proj.", "down_proj."}, *const to[] = {"w1.", "w3.", "w2."};
+    const char *m = strstr(name, ".mlp."), *rest = m ? m + 5 : NULL;
+    if (!m || strncmp(name, "model.layers.", 13) ||
+        (strncmp(rest, "gate.", 5) && strncmp(rest, "experts.", 8) && strncmp(rest, "shared_expert.", 14)))
+        return 0;
+    int n = snprintf(out, len, "%.*s.block_sparse_moe.", (int)(m - name), name);
+    for (int i = 0; i < 3; i++) {
+        const char *p = strstr(rest, from[i]);
+        if (p) return snprintf(out + n, len - n, "%.*s%s%s", (int)(p - rest), rest, to[i], p + strlen(from[i])) > 0;
+    }
+    return snprintf(out + n, len - n, "%s", rest) > 0;
+}
+
 const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
     const float *x = st_get(f, name, ndim, shape);
     static const char prefix[] = "transformer.";
+    char old[256];
     if (!x && !strncmp(name, prefix, sizeof prefix - 1)) x = st_get(f, name + sizeof prefix - 1, ndim, shape);
+    if (!x && mixtral_name(name, old, sizeof old)) x = st_get(f, old, ndim, shape);
     return x;
 }
 

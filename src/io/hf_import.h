@@ -18,7 +18,8 @@ int hf_import_is_foreign(const char *path);
 // (another activation or LayerNorm epsilon, an untied head, ...). 0 or -1.
 int hf_import_config(const char *path, Config *c);
 // Tensor `name` (ted's name) of f: under that name, or under the name a transformers base
-// model (GPT2Model, no "transformer." prefix) gives it. NULL when absent.
+// model (GPT2Model, no "transformer." prefix) gives it, or for a llama MoE tensor in Qwen2-MoE's
+// names under its Mixtral-layout name (a checkpoint ted saved before those names). NULL when absent.
 const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]);
 // A separate "lm_head.weight" (transformers' head) must equal the embedding (the tensor named
 // `embedding`) a tied model ties it to: 0, or -1 after one line naming the file.
