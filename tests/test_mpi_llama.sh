@@ -6,7 +6,8 @@
 # losses and final weights within 1e-5 of its one-process run; bf16 on 4 ranks tracks one bf16
 # process within 1e-2. A dense llama (tied head) checks tp and pp. Qwen2-MoE's block (q/k/v biases, a
 # shared expert scaled by its sigmoid gate, MoE every other block) checks tp × ep with DTD, CAC and
-# checkpointing, and pp × dp with ZeRO 1 and unrenormalised gates (topk_renorm false).
+# checkpointing, bf16 (16-bit activation storage) over tp, and pp × dp with ZeRO 1 and unrenormalised
+# gates (topk_renorm false).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -63,6 +64,7 @@ run_case dense-tp2-pp2-interleaved 1e-5 4 1 "${dense[@]}" -- --tp 2 --pp 2 --pp-
 qwen=("${moe[@]}"); qwen[1]=$TED_TMP/qwen.json
 run_case qwen-tp2-ep2-dtd-cac-ckpt 1e-5 4 2 "${qwen[@]}" --moe-every 2 --capacity-factor 0 --activation-checkpointing -- \
   --tp 2 --ep 2 --dtd --cac
+run_case qwen-tp2-bf16 1e-2 2 1 "${qwen[@]}" --capacity-factor 0 --bf16 -- --tp 2
 run_case qwen-pp2-dp2-zero1-plain 1e-5 4 2 "${qwen[@]}" --capacity-factor 0 --zero-stage 1 --topk-renorm 0 -- --pp 2
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

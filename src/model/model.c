@@ -247,6 +247,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
         int mult = M->kind->hidden_mult;
         x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
         if (M->fs) { x->sh_h = TAKE(a, float, N * M->fsl * mult); x->sh_hg = TAKE(a, float, N * M->fsl); }
+        if (M->fs && M->m.shared_expert_gate) x->sh_y = TAKE(a, float, N * d);
         if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
     }
 }
@@ -270,7 +271,7 @@ static long packed_floats(const Model *M, int l) {
     long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
     if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
-    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl);
+    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
     return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
 
@@ -370,6 +371,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
         int mult = M->kind->hidden_mult;
         t[k].p = x->h; t[k++].n = Rr * M->fel * mult; t[k].p = x->hg; t[k++].n = Rr * M->fel;
         if (M->fs) { t[k].p = x->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = x->sh_hg; t[k++].n = N * M->fsl; }
+        if (M->bp[l].shg >= 0) { t[k].p = x->sh_y; t[k++].n = N * d; }
         if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
     }
     uint16_t *s = x->store;
@@ -602,36 +604,31 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
 
 // The shared expert (docs/config.md, Routers and experts): an always-on FFN of the experts' kind, TP-split like a dense
 // FFN, optionally scaled by sigmoid(ln2·w) (shared_expert_gate); its TP-summed output is left in M->tmp (the first
-// pass only: a recompute needs h, hg).
+// pass only: a recompute needs h, hg, and with the gate the ungated output x->sh_y, which the gate's backward reads).
 static void shared_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
     int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
     experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
-    if (recompute) return;
+    if (recompute && g < 0) return;
     comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
-    if (g >= 0) sigmoid_gate_forward(M->tmp, x->ln2, W(g), N, M->d);
+    if (g < 0) return;
+    buf_copy(x->sh_y, M->tmp, sizeof(float) * N * M->d);
+    if (!recompute) sigmoid_gate_forward(M->tmp, x->ln2, W(g), N, M->d);
 }
 
-// The gate's half of the backward: the gate's logit gradient (dres · the ungated output, whose
-// row-parallel part is recomputed and the dot summed over TP) into M->dgate, and M->tmp = sigmoid·dres.
-static void shared_gate_backward(Model *M, int l, long N, const Experts *s) {
-    BlockActs *x = &M->ba[l];
-    int g = M->bp[l].shg, d = M->d;
-    long off[2] = {0, N};
-    experts_forward(s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
-    rows_dot(M->dgate, M->dres, M->tmp, N, d);
-    comm_allreduce(tp_group(M), M->dgate, N, DT_F32);
-    sigmoid_gate_backward_y(M->tmp, M->dgate, M->dres, x->ln2, W(g), N, d);
-}
-
+// With the gate: M->dgate = the gate logit's gradient, M->tmp = sigmoid·dres (the shared expert's
+// output gradient), the backward through the expert, then the gate's share of d(ln2) and its weight's gradient.
 static void shared_backward(Model *M, int l, long N) {
     BlockActs *x = &M->ba[l];
     int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
-    if (g >= 0) shared_gate_backward(M, l, N, &s);
+    if (g >= 0) {
+        rows_dot(M->dgate, M->dres, x->sh_y, N, M->d);
+        sigmoid_gate_backward_y(M->tmp, M->dgate, M->dres, x->ln2, W(g), N, M->d);
+    }
     experts_backward(&s, M->tmp, M->dbig, g >= 0 ? M->tmp : M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
     comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
     if (g >= 0) sigmoid_gate_backward_x(M->tmp, G(g), M->dgate, x->ln2, W(g), N, M->d);

@@ -36,6 +36,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
     float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,mult·fe/tp] [Rr,fe/tp]
     float *sh_h, *sh_hg;                // shared expert [N,mult·fs/tp] [N,fs/tp]
+    float *sh_y;                        // shared_expert_gate: the shared expert's TP-summed output before the gate [N,d]
     float *ysend;                       // expert outputs back on the token side [Rs,d]
     float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
     uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
