@@ -97,10 +97,9 @@ static void add_aux_coef(cJSON *o, const ModelConfig *m) {
 }
 
 // Qwen2-MoE (transformers v4.40's Qwen2MoeConfig; its attention always has q/k/v biases, v5's qkv_bias
-// defaults to true): intermediate_size is the dense
-// blocks' FFN, MoE every decoder_sparse_step-th block, the shared expert of shared_experts·expert_inner
-// hidden units; the k probabilities renormalised (norm_topk_prob) as ted's routers do unless topk_renorm
-// is false or topk routes top-1.
+// defaults to true): intermediate_size is the dense blocks' FFN, MoE every decoder_sparse_step-th block,
+// the shared expert of shared_experts·expert_inner hidden units; the k probabilities renormalised
+// (norm_topk_prob) as ted's routers do unless topk_renorm is false or topk routes top-1.
 static void add_qwen(cJSON *o, const ModelConfig *m) {
     add_class(o, "qwen2_moe", "Qwen2MoeForCausalLM");
     add_llama_shape(o, m, cfg_ffn(m));
