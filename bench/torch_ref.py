@@ -33,6 +33,11 @@ from the Hugging Face Llama/Mixtral modeling code's definitions, not from ted's 
   (embed_tokens when tied). nn.Linear layout, no biases. Rotary: cos/sin of pos * theta^(-2i/hd),
   q*cos + rotate_half(q)*sin with rotate_half(x) = (-x2, x1) over the two halves of a head.
   Capacity, groups and the aux/z losses are those of the GPT-2 family below.
+  Qwen2-MoE (from transformers' modeling_qwen2_moe.py, v4.40): q/k/v projections with biases
+  (qkv_bias), and with shared experts the MoE block named mlp.gate / mlp.experts.E.{gate,up,down}_proj
+  adds shared_expert(x) = down(silu(gate x) * up x) of shared_experts * expert_inner hidden units,
+  times sigmoid(x @ shared_expert_gate^T) when shared_expert_gate (a [1, d] weight). With
+  topk_renorm false (Qwen2-MoE's norm_topk_prob false) the k gates are the chosen p, unrenormalised.
 
 Subcommands (all take checkpoint directories holding model.safetensors + config.json):
   init   write a random checkpoint (the init of design §2, optionally perturbed biases/LN for testing)
@@ -83,7 +88,8 @@ CONFIG_KEYS = {
 # The llama family's keys (optional: a gpt2 checkpoint has none of them) and the routing keys
 # the reference honours (router "mixtral" renormalises a single choice's gate too).
 ARCH_KEYS = {"arch": "gpt2", "n_kv_head": 0, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-             "tie_word_embeddings": True, "router": "topk"}
+             "tie_word_embeddings": True, "router": "topk", "qkv_bias": False, "shared_experts": 0,
+             "shared_expert_gate": False, "expert_inner": 0, "topk_renorm": True}
 INT_KEYS = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "num_experts",
             "top_k", "moe_every", "min_capacity", "group_size", "seq_len"}
 
@@ -102,11 +108,15 @@ class Config:
         self.n_kv_head = int(self.n_kv_head) or self.n_head
         if self.router not in ("topk", "mixtral"):
             raise ValueError(f"config: router {self.router} is not in the reference (topk, mixtral)")
-        if self.arch == "llama" and self.num_experts > 1 and (kw.get("shared_experts", 0) or
-                                                              kw.get("expert_type", "swiglu") != "swiglu"):
-            raise ValueError("config: the llama reference has swiglu experts and no shared experts")
+        if self.arch == "llama" and self.num_experts > 1 and kw.get("expert_type", "swiglu") != "swiglu":
+            raise ValueError("config: the llama reference has swiglu experts")
+        if self.arch != "llama" and (self.shared_experts or self.qkv_bias):
+            raise ValueError("config: shared experts and qkv_bias are in the llama reference only")
+        self.expert_inner = int(self.expert_inner) or 0
         if self.n_inner <= 0:
             self.n_inner = 4 * self.n_embd
+        if self.expert_inner <= 0:
+            self.expert_inner = self.n_inner
         if self.seq_len <= 0:
             self.seq_len = self.n_positions
         if self.n_embd % self.n_head:
@@ -120,6 +130,11 @@ class Config:
 
     def is_moe(self, layer):
         return self.num_experts > 1 and (layer + 1) % self.moe_every == 0
+
+    @property
+    def qwen(self):
+        """A llama MoE with shared experts: Qwen2-MoE's names (mlp.gate, mlp.experts.E.*_proj)."""
+        return self.arch == "llama" and self.num_experts > 1 and self.shared_experts > 0
 
     def to_dict(self):
         out = {k: getattr(self, k) for k in CONFIG_KEYS}
@@ -198,9 +213,27 @@ def st_write(path, tensors):
 # parameters
 # --------------------------------------------------------------------------------------------
 
+def llama_moe_shapes(cfg, shapes, h):
+    """One MoE block's parameters: Mixtral's names, or Qwen2-MoE's with shared experts."""
+    d, fe, E = cfg.n_embd, cfg.expert_inner, cfg.num_experts
+    moe = h + ("mlp." if cfg.qwen else "block_sparse_moe.")
+    shapes[moe + "gate.weight"] = (E, d)
+    names = ("gate_proj", "up_proj", "down_proj") if cfg.qwen else ("w1", "w3", "w2")
+    for e in range(E):
+        x = moe + f"experts.{e}."
+        shapes[x + names[0] + ".weight"], shapes[x + names[1] + ".weight"] = (fe, d), (fe, d)
+        shapes[x + names[2] + ".weight"] = (d, fe)
+    if cfg.qwen:
+        fs = cfg.shared_experts * fe
+        for n, shape in (("gate_proj", (fs, d)), ("up_proj", (fs, d)), ("down_proj", (d, fs))):
+            shapes[moe + f"shared_expert.{n}.weight"] = shape
+        if cfg.shared_expert_gate:
+            shapes[moe + "shared_expert_gate.weight"] = (1, d)
+
+
 def llama_shapes(cfg):
-    """A llama model's parameters: Hugging Face Llama / Mixtral names, nn.Linear [out, in]."""
-    d, f, E, hd = cfg.n_embd, cfg.n_inner, cfg.num_experts, cfg.head_dim
+    """A llama model's parameters: Hugging Face Llama / Mixtral / Qwen2-MoE names, nn.Linear [out, in]."""
+    d, f, hd = cfg.n_embd, cfg.n_inner, cfg.head_dim
     shapes = {"model.embed_tokens.weight": (cfg.vocab_size, d)}
     for i in range(cfg.n_layer):
         h = f"model.layers.{i}."
@@ -208,13 +241,14 @@ def llama_shapes(cfg):
         shapes[h + "self_attn.q_proj.weight"] = (cfg.n_head * hd, d)
         shapes[h + "self_attn.k_proj.weight"] = (cfg.n_kv_head * hd, d)
         shapes[h + "self_attn.v_proj.weight"] = (cfg.n_kv_head * hd, d)
+        if cfg.qkv_bias:
+            shapes[h + "self_attn.q_proj.bias"] = (cfg.n_head * hd,)
+            shapes[h + "self_attn.k_proj.bias"] = (cfg.n_kv_head * hd,)
+            shapes[h + "self_attn.v_proj.bias"] = (cfg.n_kv_head * hd,)
         shapes[h + "self_attn.o_proj.weight"] = (d, cfg.n_head * hd)
         shapes[h + "post_attention_layernorm.weight"] = (d,)
         if cfg.is_moe(i):
-            shapes[h + "block_sparse_moe.gate.weight"] = (E, d)
-            for e in range(E):
-                x = h + f"block_sparse_moe.experts.{e}."
-                shapes[x + "w1.weight"], shapes[x + "w2.weight"], shapes[x + "w3.weight"] = (f, d), (d, f), (f, d)
+            llama_moe_shapes(cfg, shapes, h)
         else:
             shapes[h + "mlp.gate_proj.weight"], shapes[h + "mlp.up_proj.weight"] = (f, d), (f, d)
             shapes[h + "mlp.down_proj.weight"] = (d, f)
@@ -368,7 +402,8 @@ def route(logits, cfg, n_seq, T):
     p = torch.softmax(logits, dim=-1)
     experts = top_k_first(p, k)
     gp = p.gather(1, experts)
-    gates = gp if k == 1 and cfg.router != "mixtral" else gp / gp.sum(dim=-1, keepdim=True)
+    plain = not cfg.topk_renorm or (k == 1 and cfg.router != "mixtral")   # Qwen2-MoE's norm_topk_prob false
+    gates = gp if plain else gp / gp.sum(dim=-1, keepdim=True)
 
     bounds = group_bounds(n_seq, T, cfg.group_size)
     # Full-size groups are handled together, a shorter last group on its own.
@@ -470,7 +505,7 @@ def moe(x, P, pre, cfg, stats, llama=False):
             continue
         tok = tokens[start:start + n]
         xe, ex = xf.index_select(0, tok), pre + f"experts.{e}."
-        y = mixtral_expert(xe, P, ex) if llama else ffn(xe, P, ex)
+        y = (llama_mlp(xe, P, ex) if cfg.qwen else mixtral_expert(xe, P, ex)) if llama else ffn(xe, P, ex)
         out.index_add_(0, tok, y * gates[start:start + n, None])
         start += n
     return out.view(B, T, d)
@@ -498,9 +533,12 @@ def rotate_half(x):
 def llama_attention(x, P, pre, cfg):
     B, T, d = x.shape
     H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-    q = (x @ P[pre + "q_proj.weight"].t()).view(B, T, H, hd).transpose(1, 2)
-    k = (x @ P[pre + "k_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
-    v = (x @ P[pre + "v_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
+    def proj(n):   # nn.Linear, with Qwen2's bias on q, k, v
+        y = x @ P[pre + n + ".weight"].t()
+        return y + P[pre + n + ".bias"] if cfg.qkv_bias else y
+    q = proj("q_proj").view(B, T, H, hd).transpose(1, 2)
+    k = proj("k_proj").view(B, T, KV, hd).transpose(1, 2)
+    v = proj("v_proj").view(B, T, KV, hd).transpose(1, 2)
     cos, sin = rotary(T, hd, cfg.rope_theta, x.dtype, x.device)
     q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
     k, v = (t.repeat_interleave(H // KV, dim=1) for t in (k, v))   # repeat_kv: kv head j serves heads j*g..
@@ -518,6 +556,23 @@ def mixtral_expert(x, P, pre):
     return (F.silu(x @ P[pre + "w1.weight"].t()) * (x @ P[pre + "w3.weight"].t())) @ P[pre + "w2.weight"].t()
 
 
+def qwen_moe(x, P, pre, cfg, stats):
+    """Qwen2MoeSparseMoeBlock: the routed experts plus the shared expert, gated by a sigmoid."""
+    y = moe(x, P, pre, cfg, stats, llama=True)
+    s = llama_mlp(x, P, pre + "shared_expert.")
+    if cfg.shared_expert_gate:
+        s = torch.sigmoid(x @ P[pre + "shared_expert_gate.weight"].t()) * s
+    return y + s
+
+
+def llama_ffn(m, P, h, cfg, i, stats):
+    if not cfg.is_moe(i):
+        return llama_mlp(m, P, h + "mlp.")
+    if cfg.qwen:
+        return qwen_moe(m, P, h + "mlp.", cfg, stats)
+    return moe(m, P, h + "block_sparse_moe.", cfg, stats, llama=True)
+
+
 def llama_body(P, cfg, idx, stats):
     """The llama family's hidden states after the final norm."""
     x = P["model.embed_tokens.weight"][idx]
@@ -526,7 +581,7 @@ def llama_body(P, cfg, idx, stats):
         h = f"model.layers.{i}."
         x = x + llama_attention(rms_norm(x, P[h + "input_layernorm.weight"], eps), P, h + "self_attn.", cfg)
         m = rms_norm(x, P[h + "post_attention_layernorm.weight"], eps)
-        x = x + (moe(m, P, h + "block_sparse_moe.", cfg, stats, llama=True) if cfg.is_moe(i) else llama_mlp(m, P, h + "mlp."))
+        x = x + llama_ffn(m, P, h, cfg, i, stats)
     x = rms_norm(x, P["model.norm.weight"], eps)
     return x @ P["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"].t()
 

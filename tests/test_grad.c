@@ -1,6 +1,6 @@
 // test_grad.c — finite-difference checks of every op's backward and of the whole model
 // (dense; MoE top-1 and top-2 with drops; dropless; aux and z losses; the routing family's routers and
-// expert kinds: swiglu and shared experts, the llama block with Mixtral's router and experts, noisy_topk with its losses, switch jitter, gshard,
+// expert kinds: swiglu and shared experts (gated too), the llama block with Mixtral's router and experts (and Qwen2-MoE's), noisy_topk with its losses, switch jitter, gshard,
 // RTS, expert choice, group-limited routing). Central differences
 // in fp32 on functions whose gradients are O(0.1): a wrong factor or a missing term shows
 // as a relative error near 1, while the differences themselves agree to ~1e-3.
@@ -347,16 +347,24 @@ static void tw_llama_moe(ModelConfig *m) {
     tw_llama(m); m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; m->expert_inner = 6;
 }
 static void tw_llama_shared(ModelConfig *m) { tw_llama_moe(m); m->tie_word_embeddings = 1; m->shared_experts = 1; }
+// Qwen2-MoE's block: q/k/v biases, the shared expert scaled by sigmoid(x·w), top-k gates unrenormalised
+static void tw_qwen(ModelConfig *m) {
+    tw_llama_moe(m); m->qkv_bias = 1; m->shared_experts = 2; m->shared_expert_gate = 1;
+    m->router = ROUTER_TOPK; m->topk_renorm = 0;
+}
+static void tw_gelu_gated(ModelConfig *m) { m->expert_inner = 4; m->shared_experts = 1; m->shared_expert_gate = 1; }
 
 static void test_llama(void) {
     test_model_opts("llama dense, GQA 2:1, untied", 1, 1, 2, 1.0f, 1, 0.01f, 0, tw_llama, 0);
     test_model_opts("llama MoE mixtral top-1, cap 0.5", 4, 1, 1, 0.5f, 1, 0.1f, 0, tw_llama_moe, 0);
     test_model_opts("llama MoE mixtral top-2 dropless + shared, tied", 4, 2, 2, 0.0f, 1, 0.1f, 0.01f, tw_llama_shared, 0);
+    test_model_opts("llama Qwen2-MoE: qkv bias, gated shared, top-2 plain", 4, 2, 1, 0.0f, 1, 0.1f, 0.01f, tw_qwen, 0);
 }
 
 static void test_routing_family(void) {
     test_model_opts("swiglu experts f_e 6 + 2 shared, top-2 cap 0.6", 4, 2, 1, 0.6f, 1, 0.1f, 0, tw_swiglu, 0);
     test_model_opts("gelu experts f_e 4 + 1 shared, dropless", 4, 2, 1, 0.0f, 1, 0.1f, 0.01f, tw_gelu_shared, 0);
+    test_model_opts("gelu experts + 1 gated shared, dropless", 4, 2, 1, 0.0f, 1, 0.1f, 0.01f, tw_gelu_gated, 0);
     test_model_opts("noisy_topk (noise on), importance + load", 4, 2, 1, 0.6f, 1, 0.0f, 0.01f, tw_noisy, 1);
     test_model_opts("noisy_topk (eval: no noise)", 4, 1, 1, 0.0f, 2, 0.05f, 0, tw_noisy, 0);
     test_model_opts("switch, jitter 0.2 (on)", 4, 1, 1, 0.6f, 1, 0.1f, 0, tw_switch, 1);

@@ -7,9 +7,18 @@
 #    architectures, model_type, every shape key with ted's value, no top-level key outside the
 #    class's config, tensor names and shapes exactly those of the model's state_dict (lm_head only
 #    when untied, nn.Linear [out, in]);
-#  - an MoE llama with MoE every 2nd block, or with shared experts, says "ted_moe" and why;
+#  - an MoE llama with shared experts, q/k/v biases and the shared expert's sigmoid gate →
+#    Qwen2MoeForCausalLM (transformers v4.40's models/qwen2_moe: Qwen2MoeConfig's keys, MoE every
+#    decoder_sparse_step-th block, dense blocks of intermediate_size), checked the same way;
+#  - an MoE llama with MoE every 2nd block and no shared experts, or with shared experts but no gate
+#    or biases, says "ted_moe" and why;
+#  - --init-from a transformers-style Qwen2-MoE folder (Qwen2MoeConfig's keys only, no ted keys) reads
+#    back the saved model: the same config.json and model.safetensors, byte for byte (norm_topk_prob
+#    true and false); a Qwen2-MoE that ted cannot compute (sliding windows, mlp_only_layers, a shared
+#    expert not a whole number of experts wide) is refused in one line;
 #  - save → load round trip bit-exact in each layout: a run resumed from its step-3 checkpoint writes
-#    the same model.safetensors at step 6 as the run straight through, byte for byte.
+#    the same model.safetensors at step 6 as the run straight through, byte for byte; also from a
+#    step-3 checkpoint whose shared-expert block has the Mixtral-layout names ted wrote before.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 cd "$TED_ROOT"
@@ -21,13 +30,20 @@ base=(--data data/moby-dick.txt --arch llama --n-layer 2 --n-embd 64 --n-head 4 
       --micro-batch 2 --steps 6 --lr 3e-3 --warmup 0 --eval-windows 2 --log-every 0 --save-every 3)
 echo '{"model": {"tie_word_embeddings": false}}' > "$W/untied.json"
 echo '{"moe": {"router": "mixtral", "expert_type": "swiglu"}}' > "$W/mixtral.json"
+echo '{"model": {"tie_word_embeddings": false, "qkv_bias": true}, "moe": {"router": "mixtral", "expert_type": "swiglu",
+       "shared_expert_gate": true}}' > "$W/qwen.json"
+echo '{"model": {"qkv_bias": true}, "moe": {"router": "topk", "topk_renorm": false, "expert_type": "swiglu",
+       "shared_expert_gate": true}}' > "$W/qwen_plain.json"
 declare -A args=(
   [llama]="--config $W/untied.json --n-inner 96"
   [mixtral]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --expert-inner 48"
   [every2]="--config $W/mixtral.json --num-experts 4 --top-k 1 --moe-every 2"
   [shared]="--config $W/mixtral.json --num-experts 4 --top-k 2 --moe-every 1 --shared-experts 1"
+  [qwen]="--config $W/qwen.json --num-experts 4 --top-k 2 --moe-every 2 --shared-experts 2 --expert-inner 32 --n-inner 96
+          --capacity-factor 0"
+  [qwen_plain]="--config $W/qwen_plain.json --num-experts 4 --top-k 2 --moe-every 1 --shared-experts 1 --capacity-factor 0"
 )
-for name in llama mixtral every2 shared; do
+for name in llama mixtral every2 shared qwen qwen_plain; do
   # shellcheck disable=SC2086
   "$TED" train "${base[@]}" ${args[$name]} --save "$W/$name" >/dev/null 2>&1 || fail "$name run"
   # shellcheck disable=SC2086
@@ -53,7 +69,22 @@ MIXTRAL = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"
            "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta",
            "sliding_window", "attention_dropout", "num_experts_per_tok", "num_local_experts",
            "output_router_logits", "router_aux_loss_coef"}
+# transformers v4.40 Qwen2MoeConfig.__init__ parameters, and PretrainedConfig's own
+QWEN = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+        "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta",
+        "use_sliding_window", "sliding_window", "max_window_layers", "attention_dropout", "decoder_sparse_step",
+        "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts",
+        "norm_topk_prob", "output_router_logits", "router_aux_loss_coef", "mlp_only_layers"}
 COMMON = {"architectures", "model_type", "torch_dtype", "ted"}
+def qwen_moe(s, c, p):
+    """Qwen2MoeSparseMoeBlock's state_dict: gate, experts.E (Qwen2MoeMLP of moe_intermediate_size),
+    shared_expert (of shared_expert_intermediate_size), shared_expert_gate (nn.Linear(d, 1))."""
+    d, E, fe, fs = c["hidden_size"], c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+    s[p + "mlp.gate.weight"] = [E, d]
+    for x, f in [(p + f"mlp.experts.{e}.", fe) for e in range(E)] + [(p + "mlp.shared_expert.", fs)]:
+        s.update({x + "gate_proj.weight": [f, d], x + "up_proj.weight": [f, d], x + "down_proj.weight": [d, f]})
+    s[p + "mlp.shared_expert_gate.weight"] = [1, d]
 def state_dict(c, moe):
     """LlamaForCausalLM / MixtralForCausalLM.state_dict() names and shapes (v4.39: the rotary
     inv_freq buffer is not persistent; lm_head is left out of a tied checkpoint)."""
@@ -67,7 +98,12 @@ def state_dict(c, moe):
         s.update({p + "self_attn.q_proj.weight": [H * hd, d], p + "self_attn.k_proj.weight": [KV * hd, d],
                   p + "self_attn.v_proj.weight": [KV * hd, d], p + "self_attn.o_proj.weight": [d, H * hd],
                   p + "input_layernorm.weight": [d], p + "post_attention_layernorm.weight": [d]})
-        if moe:
+        if moe == "qwen2_moe":   # Qwen2MoeAttention: q, k, v with biases; the decoder layer's MoE rule
+            s.update({p + "self_attn.q_proj.bias": [H * hd], p + "self_attn.k_proj.bias": [KV * hd],
+                      p + "self_attn.v_proj.bias": [KV * hd]})
+        if moe == "qwen2_moe" and i not in c["mlp_only_layers"] and (i + 1) % c["decoder_sparse_step"] == 0:
+            qwen_moe(s, c, p)
+        elif moe == "mixtral":
             s[p + "block_sparse_moe.gate.weight"] = [c["num_local_experts"], d]
             for e in range(c["num_local_experts"]):
                 x = p + f"block_sparse_moe.experts.{e}."
@@ -83,10 +119,10 @@ def check(name, cls, mtype, keys, want):
     assert not extra, f"{name}: top-level keys outside {cls}'s config: {sorted(extra)}"
     for k, v in want.items():
         assert c.get(k) == v, f"{name}: {k} = {c.get(k)!r}, ted's model has {v!r}"
-    got, exp = header(f"{d}/model.safetensors"), state_dict(c, mtype == "mixtral")
+    got, exp = header(f"{d}/model.safetensors"), state_dict(c, mtype)
     assert got == exp, f"{name}: tensors differ from {cls}'s: {sorted(set(got) ^ set(exp))[:6]} " \
                        f"{[k for k in got if k in exp and got[k] != exp[k]][:6]}"
-    print(f"ok   {name}: {cls}, {len(c) - 1} config keys, {len(got)} tensors as transformers v4.39 names and shapes them")
+    print(f"ok   {name}: {cls}, {len(c) - 1} config keys, {len(got)} tensors as transformers names and shapes them")
 shape = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "max_position_embeddings": 32, "hidden_act": "silu", "rms_norm_eps": 1e-5,
          "rope_theta": 10000}
@@ -95,8 +131,74 @@ check("llama", "LlamaForCausalLM", "llama", LLAMA,
 check("mixtral", "MixtralForCausalLM", "mixtral", MIXTRAL,
       dict(shape, intermediate_size=48, tie_word_embeddings=True, num_local_experts=4, num_experts_per_tok=2,
            router_aux_loss_coef=0.005, sliding_window=None))
-for name, why in (("every2", "moe_every"), ("shared", "shared experts")):
+check("qwen", "Qwen2MoeForCausalLM", "qwen2_moe", QWEN,
+      dict(shape, intermediate_size=96, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
+           moe_intermediate_size=32, shared_expert_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=2,
+           mlp_only_layers=[], router_aux_loss_coef=0.005, use_sliding_window=False))
+check("qwen_plain", "Qwen2MoeForCausalLM", "qwen2_moe", QWEN,
+      dict(shape, intermediate_size=256, tie_word_embeddings=True, num_experts=4, num_experts_per_tok=2,
+           moe_intermediate_size=256, shared_expert_intermediate_size=256, norm_topk_prob=False, decoder_sparse_step=1))
+for name, why in (("every2", "moe_every"), ("shared", "shared experts without q/k/v biases")):
     c = json.load(open(f"{W}/{name}/step_00000006/config.json"))
     assert c["model_type"] == "ted_moe" and "architectures" not in c and why in c["ted_note"], (name, c)
     print(f"ok   {name}: model_type ted_moe ({c['ted_note'][:70]}…)")
 PY
+
+# a checkpoint saved before shared experts took Qwen2-MoE's names (their block in Mixtral's layout:
+# block_sparse_moe.gate, experts.E.w1/w3/w2, shared_expert.w1/w3/w2) still resumes, bit-exact
+cp -r "$W/shared" "$W/shared-old"
+for f in model optimizer; do
+  "$PY" - "$W/shared/step_00000003/$f.safetensors" "$W/shared-old/step_00000003/$f.safetensors" <<'PY'
+import json, re, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+def old(k):
+    m = re.match(r"(model\.layers\.\d+)\.mlp\.(gate\.|experts\.|shared_expert\.)(.*)", k)
+    if not m:
+        return k
+    rest = m.group(2) + m.group(3)
+    for a, b in (("gate_proj.", "w1."), ("up_proj.", "w3."), ("down_proj.", "w2.")):
+        rest = rest.replace(a, b)
+    return m.group(1) + ".block_sparse_moe." + rest
+h2 = {old(k): v for k, v in h.items()}
+assert sum(k != old(k) for k in h) > 0
+hb = json.dumps(h2, separators=(",", ":")).encode(); hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+PY
+done
+"$TED" train "${base[@]}" ${args[shared]} --resume "$W/shared-old/step_00000003" --save "$W/shared-old-resumed" \
+  >"$W/shared-old.out" 2>&1 || fail "resume from a Mixtral-named shared-expert checkpoint: $(tail -1 "$W/shared-old.out")"
+cmp -s "$W/shared/step_00000006/model.safetensors" "$W/shared-old-resumed/step_00000006/model.safetensors" ||
+  fail "resumed from the Mixtral-named step-3 checkpoint, the step-6 weights differ"
+echo "ok   shared: a checkpoint with the shared-expert block in Mixtral's names resumes bit-exact"
+
+# --init-from a transformers-style Qwen2-MoE folder: the saved tensors, config.json without the ted
+# object (as Qwen2MoeForCausalLM.save_pretrained writes it), read back into the same model
+back=(--data data/moby-dick.txt --seq-len 32 --micro-batch 2 --steps 0 --eval-windows 2 --init-from)
+for name in qwen qwen_plain; do
+Q=$W/$name/step_00000006
+rm -rf "$W/qhf" "$W/qback"; mkdir -p "$W/qhf"; cp "$Q/model.safetensors" "$W/qhf/"
+"$PY" - "$Q/config.json" "$W/qhf/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert "ted" in c
+del c["ted"]
+c.update(transformers_version="4.40.0", use_cache=True)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+"$TED" train "${back[@]}" "$W/qhf" --save "$W/qback" >/dev/null 2>&1 || fail "$name: --init-from the Qwen2-MoE folder"
+cmp -s "$Q/model.safetensors" "$W/qback/step_00000000/model.safetensors" ||
+  fail "$name: --init-from the Qwen2-MoE folder: its weights differ from those saved"
+cmp -s "$Q/config.json" "$W/qback/step_00000000/config.json" ||
+  fail "$name: --init-from the Qwen2-MoE folder: the model read back is not the one saved"
+echo "ok   $name: --init-from its transformers-style folder reads back the same weights and config.json, byte for byte"
+done
+for bad in '"use_sliding_window": true' '"mlp_only_layers": [0]' '"shared_expert_intermediate_size": 48'; do
+  mkdir -p "$W/qbad"; cp "$W/qhf/model.safetensors" "$W/qbad/"
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(json.loads("{" + sys.argv[2] + "}"))
+json.dump(c, open(sys.argv[3], "w"))' "$W/qhf/config.json" "$bad" "$W/qbad/config.json"
+  rm -rf "$W/qbad-out"
+  if "$TED" train "${back[@]}" "$W/qbad" --save "$W/qbad-out" >"$W/qbad.out" 2>&1; then fail "qwen: $bad was accepted"; fi
+  [ "$(wc -l <"$W/qbad.out")" -eq 1 ] && grep -q "qbad/config.json: .*not a model ted computes" "$W/qbad.out" &&
+    [ ! -e "$W/qbad-out" ] || fail "qwen: $bad: $(cat "$W/qbad.out")"
+  echo "ok   qwen: $bad refused in one line"
+done

@@ -4,7 +4,10 @@
 # checkpoint and sequential data, 10 training steps give the same per-step losses within 1e-5
 # (and gradient norms, final weights, `ted eval`'s loss). n_embd 64, 4 heads on 2 kv heads, 2 blocks,
 # T 32, rope_theta 500 (so that positions turn visibly). Dense with an untied head; Mixtral MoE
-# top-2 dropless with a tied head; Mixtral's router top-1 (gate 1) with capacity drops.
+# top-2 dropless with a tied head; Mixtral's router top-1 (gate 1) with capacity drops; Qwen2-MoE
+# (q/k/v biases, a shared expert scaled by its sigmoid gate) top-2 renormalised in every other block,
+# and top-1 unrenormalised (router topk) with capacity drops and narrower experts; an ungated shared
+# expert beside q/k/v biases, top-2 unrenormalised (topk_renorm false: norm_topk_prob false).
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}" "${PYTHON:=/usr/bin/python3}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -60,5 +63,12 @@ run_case mixtral_top2_dropless '{"model": {"arch": "llama"}, "moe": {"router": "
   --num-experts 4 --top-k 2 --moe-every 1 --capacity-factor 0 --aux-coef 0.02
 run_case mixtral_top1_drops_untied '{"model": {"arch": "llama", "tie_word_embeddings": false}, "moe": {"router": "mixtral", "expert_type": "swiglu"}}' \
   --num-experts 4 --top-k 1 --moe-every 2 --capacity-factor 0.75 --min-capacity 1 --z-coef 0.01
-echo "$((3 - fails)) passed, $fails failed"
+QWEN='"arch": "llama", "qkv_bias": true'
+run_case qwen_top2_every2 "{\"model\": {$QWEN}, \"moe\": {\"router\": \"mixtral\", \"expert_type\": \"swiglu\", \"shared_experts\": 2, \"shared_expert_gate\": true}}" \
+  --num-experts 4 --top-k 2 --moe-every 2 --capacity-factor 0 --aux-coef 0.02
+run_case qwen_top1_drops_untied "{\"model\": {$QWEN, \"tie_word_embeddings\": false}, \"moe\": {\"router\": \"topk\", \"expert_type\": \"swiglu\", \"shared_experts\": 3, \"shared_expert_gate\": true}}" \
+  --num-experts 4 --top-k 1 --moe-every 1 --expert-inner 96 --capacity-factor 0.75 --min-capacity 1 --z-coef 0.01
+run_case shared_ungated_top2_plain '{"model": {"arch": "llama", "qkv_bias": true}, "moe": {"router": "topk", "topk_renorm": false, "expert_type": "swiglu", "shared_experts": 1}}' \
+  --num-experts 4 --top-k 2 --moe-every 1 --capacity-factor 0
+echo "$((6 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -49,10 +49,11 @@ static int given(const char *path) {
 // The routing family (docs/config.md, Routers and experts): optional in a checkpoint's config.json (older ones lack them).
 #define ROUTE_FIELDS(X) X(router, J_ROUTER) X(use_rts, J_BOOL) X(jitter_eps, J_FLOAT) \
     X(importance_coef, J_FLOAT) X(load_coef, J_FLOAT) X(bias_update_rate, J_FLOAT) X(num_groups, J_INT) \
-    X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE)
+    X(topk_groups, J_INT) X(shared_experts, J_INT) X(expert_inner, J_INT) X(expert_type, J_EXPERT_TYPE) \
+    X(shared_expert_gate, J_BOOL) X(topk_renorm, J_BOOL)
 // The block family (docs/llama.md): optional in a checkpoint's config.json, written for llama only.
 #define ARCH_FIELDS(X) X(arch, J_ARCH) X(n_kv_head, J_INT) X(rms_norm_eps, J_FLOAT) X(rope_theta, J_FLOAT) \
-    X(tie_word_embeddings, J_BOOL)
+    X(tie_word_embeddings, J_BOOL) X(qkv_bias, J_BOOL)
 
 const char *const router_names[ROUTER_KINDS] = {"topk", "noisy_topk", "switch", "gshard", "expert_choice", "mixtral"};
 const char *const arch_names[ARCH_KINDS] = {"gpt2", "llama"};
@@ -75,6 +76,7 @@ static void arch_defaults(ModelConfig *m) {
     m->rms_norm_eps = 1e-5f;
     m->rope_theta = 10000.0f;
     m->tie_word_embeddings = 1;
+    m->qkv_bias = 0;
 }
 
 void config_defaults(Config *c) {
@@ -101,6 +103,7 @@ void config_defaults(Config *c) {
     m->num_groups = 1;
     m->topk_groups = 1;
     m->expert_type = EXPERT_GELU;
+    m->topk_renorm = 1;
     arch_defaults(m);
     c->seq_len = 0;
     c->micro_batch = 8;
@@ -697,7 +700,10 @@ static const char *const hf_keys[] = {
     // Llama's and Mixtral's (docs/llama.md); tie_word_embeddings, rms_norm_eps, rope_theta are ted's keys too
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "max_position_embeddings", "hidden_act", "attention_bias", "attention_dropout", "pretraining_tp", "rope_scaling",
-    "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits", "sliding_window", NULL
+    "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits", "sliding_window",
+    // Qwen2-MoE's (num_experts and qkv_bias are ted's keys too)
+    "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+    "mlp_only_layers", "use_sliding_window", "max_window_layers", NULL
 };
 
 static void hf_config_strip(cJSON *root) {
@@ -889,10 +895,13 @@ static const Flag flags[] = {
     {"--num-groups", F_INT, CF(model.num_groups), "N", "moe.num_groups", NULL, "group-limited routing: expert groups"},
     {"--topk-groups", F_INT, CF(model.topk_groups), "N", "moe.topk_groups", NULL, "group-limited routing: groups a token may use"},
     {"--shared-experts", F_INT, CF(model.shared_experts), "N", "moe.shared_experts", NULL, "always-on expert of N*expert_inner hidden units"},
+    {"--topk-renorm", F_INT, CF(model.topk_renorm), "0|1", "moe.topk_renorm", "1", "0: the k gates are the chosen probabilities, unrenormalised (topk, mixtral)"},
+    {"--shared-expert-gate", F_SWITCH, CF(model.shared_expert_gate), NULL, "moe.shared_expert_gate", "off", "scale the shared expert by sigmoid(x.w) (Qwen2-MoE)"},
     {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
     {"--arch", F_ARCH, CF(model.arch), "A", "model.arch", NULL, "block family: gpt2 or llama (docs/llama.md)"},
     {"--n-kv-head", F_INT, CF(model.n_kv_head), "N", "model.n_kv_head", "n_head", "llama: key/value heads (grouped-query attention)"},
     {"--rope-theta", F_FLOAT, CF(model.rope_theta), "X", "model.rope_theta", NULL, "llama: rotary embedding base"},
+    {"--qkv-bias", F_SWITCH, CF(model.qkv_bias), NULL, "model.qkv_bias", "off", "llama: biases on q, k, v (Qwen2)"},
     {"--rms-norm-eps", F_FLOAT, CF(model.rms_norm_eps), "X", "model.rms_norm_eps", NULL, "llama: RMSNorm eps"},
     {"--expert-type", F_EXPERT_TYPE, CF(model.expert_type), "KIND", "moe.expert_type", "gelu", "expert kind: gelu or swiglu"},
     {"--bf16", F_SWITCH, CF(bf16), NULL, "bf16.enabled", "off", "bf16 mixed precision"},
@@ -1280,6 +1289,7 @@ static int validate_arch(const ModelConfig *m) {
     if (!cfg_is_llama(m)) {
         RULE(kv != m->n_head, "n_kv_head (%d) needs model.arch llama (gpt2 has one key/value head per head)", kv);
         RULE(!m->tie_word_embeddings, "tie_word_embeddings false needs model.arch llama (gpt2's head is wte)");
+        RULE(m->qkv_bias, "qkv_bias needs model.arch llama (gpt2's attention has its biases)");
         return 0;
     }
     RULE(m->n_head % kv != 0, "n_kv_head (%d) must divide n_head (%d)", kv, m->n_head);
@@ -1420,7 +1430,12 @@ static int validate_routing(const Config *c) {
          m->topk_groups, m->num_groups);
     RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
     RULE(m->expert_inner < 0, "expert_inner (%d) must be >= 0 (0 = n_inner)", m->expert_inner);
+    RULE(m->shared_expert_gate && (E <= 1 || m->shared_experts == 0),
+         "shared_expert_gate scales the shared expert: it needs num_experts > 1 and shared_experts > 0");
+    RULE(m->topk_renorm != 0 && m->topk_renorm != 1, "topk_renorm (%d) must be 0 or 1", m->topk_renorm);
     if (E <= 1) return 0;
+    RULE(!m->topk_renorm && m->router != ROUTER_TOPK && m->router != ROUTER_MIXTRAL,
+         "topk_renorm false (unrenormalised gates) is for router topk or mixtral, not %s", r);
     RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m), c->tp);
     RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
     RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
@@ -1439,6 +1454,7 @@ static int validate_routing(const Config *c) {
         RULE(m->router != ROUTER_TOPK || m->use_rts || m->bias_update_rate > 0 || m->num_groups > 1,
              "--device cuda: moe.router %s%s%s%s runs on the CPU only for now", r, m->use_rts ? " with use_rts" : "",
              m->bias_update_rate > 0 ? " with bias balancing" : "", m->num_groups > 1 ? " with num_groups" : "");
+        RULE(!m->topk_renorm, "--device cuda: moe.topk_renorm false runs on the CPU only for now");
         RULE(m->expert_type != EXPERT_GELU || m->shared_experts > 0,
              "--device cuda: expert_type %s / shared_experts %d run on the CPU only for now",
              expert_type_names[m->expert_type], m->shared_experts);

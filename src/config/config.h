@@ -32,12 +32,15 @@ typedef struct {
     int shared_experts;  // always-on FFN of n·expert_inner hidden units (0: none)
     int expert_inner;    // f_e (0 = n_inner)
     int expert_type;     // EXPERT_* ("gelu", "swiglu")
+    int topk_renorm;     // topk/mixtral: the router's renormalisation of the k gates (1), or none: gates = p (0)
+    int shared_expert_gate; // the shared expert's output × sigmoid(x·w), w [1, d] (Qwen2-MoE's shared_expert_gate)
     // the block family (docs/llama.md); JSON section "model"
     int arch;            // ARCH_GPT2 (design §2) or ARCH_LLAMA (docs/llama.md)
     int n_kv_head;       // llama: key/value heads (0 = n_head), dividing n_head
     float rms_norm_eps;  // llama: RMSNorm eps (1e-5)
     float rope_theta;    // llama: rotary base (10000)
     int tie_word_embeddings; // llama: the LM head is the embedding (1) or a tensor of its own (0)
+    int qkv_bias;        // llama: q, k and v projections with biases (Qwen2's attention)
 } ModelConfig;
 
 enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED };
@@ -181,6 +184,11 @@ void config_print_train_help(void);
 // Derived values.
 static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
 static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
+// A llama MoE with shared experts is named in Qwen2-MoE's layout (mlp.gate, mlp.experts.E.*_proj,
+// mlp.shared_expert.*, mlp.shared_expert_gate), any other llama MoE in Mixtral's (docs/llama.md).
+static inline int cfg_qwen_layout(const ModelConfig *m) {
+    return m->arch == ARCH_LLAMA && m->num_experts > 1 && m->shared_experts > 0;
+}
 static inline int cfg_kv_heads(const ModelConfig *m) { return m->n_kv_head > 0 ? m->n_kv_head : m->n_head; }
 static inline int cfg_is_llama(const ModelConfig *m) { return m->arch == ARCH_LLAMA; }
 static inline int cfg_is_moe(const ModelConfig *m, int layer) {

@@ -19,8 +19,10 @@ static cJSON *parse(const char *path) {
 
 int hf_import_is_foreign(const char *path) {
     cJSON *j = parse(path);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "model_type") : NULL;
+    int qwen = cJSON_IsString(t) && !strcmp(t->valuestring, "qwen2_moe");   // its num_experts is transformers' key
     int foreign = j && !cJSON_GetObjectItemCaseSensitive(j, CONFIG_TED_SECTION) &&
-                  !cJSON_GetObjectItemCaseSensitive(j, "num_experts");
+                  (qwen || !cJSON_GetObjectItemCaseSensitive(j, "num_experts"));
     cJSON_Delete(j);
     return foreign;
 }
@@ -131,9 +133,64 @@ static int llama_config(const char *path, const cJSON *j, Config *c) {
     return rc;
 }
 
+// Qwen2-MoE's forward keys that ted's llama block cannot compute, or NULL.
+static const char *qwen_unsupported(const cJSON *j) {
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act"), *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
+    return cJSON_IsString(act) && strcmp(act->valuestring, "silu") ? "hidden_act is not silu"
+         : rs && !cJSON_IsNull(rs) ? "rope_scaling is set (ted applies plain rotary positions)"
+         : flag(j, "use_sliding_window", 0) ? "use_sliding_window true (ted's attention is full causal)"
+         : cJSON_GetArraySize(only) > 0 ? "mlp_only_layers is not empty (ted places MoE blocks by decoder_sparse_step)"
+         : NULL;
+}
+
+// Qwen2-MoE (transformers v4.40's Qwen2MoeConfig and its defaults, v5's qkv_bias): a llama with q/k/v
+// biases, MoE every decoder_sparse_step-th block with a gated shared expert of a whole number of
+// experts' width, dropless softmax top-k routing, the k weights renormalised (norm_topk_prob: router
+// mixtral) or not (router topk with topk_renorm false).
+static int qwen_config(const char *path, const cJSON *j, Config *c) {
+    const char *bad = qwen_unsupported(j);
+    if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
+    static const char *const keys[] = {"vocab_size", "max_position_embeddings", "hidden_size", "num_hidden_layers",
+                                       "num_attention_heads", "num_key_value_heads", "intermediate_size", "num_experts",
+                                       "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                                       "decoder_sparse_step"};
+    const double deflt[] = {151936, 32768, 2048, 24, 16, 16, 5632, 60, 4, 1408, 5632, 1};
+    double v[12], eps, theta, aux;
+    if (whole(path, j, keys, deflt, v, 12) || num(path, j, "rms_norm_eps", 1e-6, 1e-6, &eps) ||
+        num(path, j, "rope_theta", 1e4, 1e4, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux))
+        return -1;
+    int norm = flag(j, "norm_topk_prob", 0), fe = (int)v[9], fs = (int)v[10];
+    bad = v[7] < 2 ? "num_experts is below 2 (not a mixture)" : fe < 1 ? "moe_intermediate_size is 0"
+        : fs < fe || fs % fe ? "shared_expert_intermediate_size is not a whole multiple of moe_intermediate_size (ted's "
+                              "shared expert is shared_experts x expert_inner wide)"
+        : v[11] < 1 ? "decoder_sparse_step is 0" : NULL;
+    if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
+    Config d;
+    config_defaults(&d);
+    ModelConfig *m = &d.model;
+    m->arch = ARCH_LLAMA;
+    m->vocab_size = (int)v[0]; m->n_positions = (int)v[1]; m->n_embd = (int)v[2]; m->n_layer = (int)v[3];
+    m->n_head = (int)v[4]; m->n_kv_head = (int)v[5]; m->n_inner = (int)v[6]; m->rms_norm_eps = (float)eps;
+    m->rope_theta = (float)theta; m->tie_word_embeddings = flag(j, "tie_word_embeddings", 0);
+    m->qkv_bias = flag(j, "qkv_bias", 1);
+    m->num_experts = (int)v[7]; m->top_k = (int)v[8]; m->moe_every = (int)v[11];
+    m->expert_inner = fe == m->n_inner ? 0 : fe;   // 0: n_inner, as ted writes it
+    m->shared_experts = fs / fe; m->shared_expert_gate = 1;
+    m->expert_type = EXPERT_SWIGLU; m->router = norm ? ROUTER_MIXTRAL : ROUTER_TOPK; m->topk_renorm = norm;
+    m->capacity_factor = 0;
+    m->aux_coef = (float)(aux * m->top_k);   // Qwen2-MoE counts each of a token's k choices, as Mixtral
+    d.seq_len = 0;
+    char *text = config_model_json(&d);
+    int rc = config_load_model_text(c, text, path);
+    ted_free(text);
+    return rc;
+}
+
 // The architectures ted reads from a transformers folder, by model_type.
 typedef struct { const char *model_type; int (*read)(const char *path, const cJSON *j, Config *c); } Arch;
-static const Arch archs[] = {{"gpt2", gpt2_config}, {"llama", llama_config}, {"mixtral", llama_config}};
+static const Arch archs[] = {{"gpt2", gpt2_config}, {"llama", llama_config}, {"mixtral", llama_config},
+                             {"qwen2_moe", qwen_config}};
 
 int hf_import_config(const char *path, Config *c) {
     cJSON *j = parse(path);
@@ -143,15 +200,34 @@ int hf_import_config(const char *path, Config *c) {
     int rc = -1, found = 0;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(type, archs[i].model_type)) { found = 1; rc = archs[i].read(path, j, c); }
-    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, llama, mixtral, or a folder ted saved)", path, type);
+    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, llama, mixtral, qwen2_moe, or a folder ted saved)", path, type);
     cJSON_Delete(j);
     return rc;
+}
+
+// The name a llama MoE tensor in Qwen2-MoE's layout had in Mixtral's, which ted used for every llama MoE
+// before shared experts took Qwen2-MoE's names ("model.layers.N.mlp.experts.E.gate_proj.weight" →
+// "model.layers.N.block_sparse_moe.experts.E.w1.weight"); 0 when name is not such a tensor.
+static int mixtral_name(const char *name, char *out, size_t len) {
+    static const char *const from[] = {"gate_proj.", "up_proj.", "down_proj."}, *const to[] = {"w1.", "w3.", "w2."};
+    const char *m = strstr(name, ".mlp."), *rest = m ? m + 5 : NULL;
+    if (!m || strncmp(name, "model.layers.", 13) ||
+        (strncmp(rest, "gate.", 5) && strncmp(rest, "experts.", 8) && strncmp(rest, "shared_expert.", 14)))
+        return 0;
+    int n = snprintf(out, len, "%.*s.block_sparse_moe.", (int)(m - name), name);
+    for (int i = 0; i < 3; i++) {
+        const char *p = strstr(rest, from[i]);
+        if (p) return snprintf(out + n, len - n, "%.*s%s%s", (int)(p - rest), rest, to[i], p + strlen(from[i])) > 0;
+    }
+    return snprintf(out + n, len - n, "%s", rest) > 0;
 }
 
 const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
     const float *x = st_get(f, name, ndim, shape);
     static const char prefix[] = "transformer.";
+    char old[256];
     if (!x && !strncmp(name, prefix, sizeof prefix - 1)) x = st_get(f, name + sizeof prefix - 1, ndim, shape);
+    if (!x && mixtral_name(name, old, sizeof old)) x = st_get(f, old, ndim, shape);
     return x;
 }
 

@@ -7,7 +7,8 @@
 #include "config/config.h"
 #include "io/safetensors.h"
 
-// 1 when the config.json at path was not written by ted (no "ted" object, no num_experts):
+// 1 when the config.json at path was not written by ted (no "ted" object, and no num_experts
+// unless it is transformers' Qwen2-MoE key):
 // a transformers folder for hf_import_config. 0 otherwise, also when it cannot be parsed
 // (ted's reader then says why).
 int hf_import_is_foreign(const char *path);
@@ -17,7 +18,8 @@ int hf_import_is_foreign(const char *path);
 // (another activation or LayerNorm epsilon, an untied head, ...). 0 or -1.
 int hf_import_config(const char *path, Config *c);
 // Tensor `name` (ted's name) of f: under that name, or under the name a transformers base
-// model (GPT2Model, no "transformer." prefix) gives it. NULL when absent.
+// model (GPT2Model, no "transformer." prefix) gives it, or for a llama MoE tensor in Qwen2-MoE's
+// names under its Mixtral-layout name (a checkpoint ted saved before those names). NULL when absent.
 const float *hf_import_get(StFile *f, const char *name, int *ndim, int64_t shape[4]);
 // A separate "lm_head.weight" (transformers' head) must equal the embedding (the tensor named
 // `embedding`) a tied model ties it to: 0, or -1 after one line naming the file.

@@ -34,6 +34,12 @@ static const char *const gpt2_keys[] = {"vocab_size", "n_positions", "n_embd", "
 // Llama's and Mixtral's config keys that ted's share in name and meaning (the others, as
 // hidden_size for n_embd, are written beside ted's own).
 static const char *const llama_keys[] = {"vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings", NULL};
+// Qwen2-MoE's: also num_experts (the routed experts).
+static const char *const qwen_keys[] = {"vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings", "num_experts",
+                                        NULL};
+
+// A llama MoE saved as Qwen2MoeForCausalLM.
+static int is_qwen(const ModelConfig *m) { return cfg_qwen_layout(m) && !hf_llama_layout(m); }
 
 static int is_top_key(const char *const *keys, const char *k) {
     for (int i = 0; keys[i]; i++)
@@ -43,7 +49,7 @@ static int is_top_key(const char *const *keys, const char *k) {
 
 // The flat keys of config_model_json, the ted-only ones moved into "ted".
 static cJSON *namespaced(const Config *c) {
-    const char *const *top = cfg_is_llama(&c->model) ? llama_keys : gpt2_keys;
+    const char *const *top = is_qwen(&c->model) ? qwen_keys : cfg_is_llama(&c->model) ? llama_keys : gpt2_keys;
     char *flat = config_model_json(c);
     cJSON *src = cJSON_Parse(flat);
     ted_free(flat);
@@ -81,8 +87,36 @@ static void add_class(cJSON *o, const char *model_type, const char *arch) {
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
 }
 
-// A dense llama as LlamaForCausalLM, an MoE llama in Mixtral's form as MixtralForCausalLM;
-// another MoE llama stays ted's own (hf_llama_layout says why).
+// The router_aux_loss_coef of Mixtral and Qwen2-MoE: they count a token's k choices each as a whole
+// token (ted: 1/k each), the same loss at coef/k.
+static void add_aux_coef(cJSON *o, const ModelConfig *m) {
+    char coef[32];
+    snprintf(coef, sizeof coef, "%.6g", (double)m->aux_coef / m->top_k);
+    cJSON_AddNumberToObject(o, "router_aux_loss_coef", strtod(coef, NULL));
+    cJSON_AddFalseToObject(o, "output_router_logits");
+}
+
+// Qwen2-MoE (transformers v4.40's Qwen2MoeConfig; its attention always has q/k/v biases, v5's qkv_bias
+// defaults to true): intermediate_size is the dense blocks' FFN, MoE every decoder_sparse_step-th block,
+// the shared expert of shared_experts·expert_inner hidden units; the k probabilities renormalised
+// (norm_topk_prob) as ted's routers do unless topk_renorm is false or topk routes top-1.
+static void add_qwen(cJSON *o, const ModelConfig *m) {
+    add_class(o, "qwen2_moe", "Qwen2MoeForCausalLM");
+    add_llama_shape(o, m, cfg_ffn(m));
+    cJSON_AddNumberToObject(o, "num_experts_per_tok", m->top_k);
+    cJSON_AddNumberToObject(o, "moe_intermediate_size", cfg_expert_inner(m));
+    cJSON_AddNumberToObject(o, "shared_expert_intermediate_size", m->shared_experts * cfg_expert_inner(m));
+    cJSON_AddBoolToObject(o, "norm_topk_prob", hf_norm_topk_prob(m));
+    cJSON_AddNumberToObject(o, "decoder_sparse_step", m->moe_every);
+    cJSON_AddArrayToObject(o, "mlp_only_layers");
+    add_aux_coef(o, m);
+    cJSON_AddFalseToObject(o, "use_sliding_window");
+    cJSON_AddNullToObject(o, "sliding_window");
+    cJSON_AddNumberToObject(o, "max_window_layers", m->n_layer);
+}
+
+// A dense llama as LlamaForCausalLM, an MoE llama in Mixtral's form as MixtralForCausalLM or with
+// shared experts as Qwen2MoeForCausalLM; another MoE llama stays ted's own (hf_llama_layout says why).
 static void add_llama(cJSON *o, const ModelConfig *m) {
     const char *why = hf_llama_layout(m);
     if (m->num_experts == 1) {
@@ -91,16 +125,13 @@ static void add_llama(cJSON *o, const ModelConfig *m) {
         cJSON_AddNumberToObject(o, "pretraining_tp", 1);
         cJSON_AddFalseToObject(o, "attention_bias");
         cJSON_AddNullToObject(o, "rope_scaling");
-    } else if (!why) {
+    } else if (!why && cfg_qwen_layout(m)) add_qwen(o, m);
+    else if (!why) {
         add_class(o, "mixtral", "MixtralForCausalLM");
         add_llama_shape(o, m, cfg_expert_inner(m));
         cJSON_AddNumberToObject(o, "num_local_experts", m->num_experts);
         cJSON_AddNumberToObject(o, "num_experts_per_tok", m->top_k);
-        // Mixtral counts a token's k choices each as a whole token (ted: 1/k each): the same loss at coef/k
-        char coef[32];
-        snprintf(coef, sizeof coef, "%.6g", (double)m->aux_coef / m->top_k);
-        cJSON_AddNumberToObject(o, "router_aux_loss_coef", strtod(coef, NULL));
-        cJSON_AddFalseToObject(o, "output_router_logits");
+        add_aux_coef(o, m);
         cJSON_AddNullToObject(o, "sliding_window");
     } else {
         cJSON_AddStringToObject(o, "model_type", "ted_moe");
@@ -111,12 +142,26 @@ static void add_llama(cJSON *o, const ModelConfig *m) {
     }
 }
 
+int hf_norm_topk_prob(const ModelConfig *m) { return m->topk_renorm && (m->router == ROUTER_MIXTRAL || m->top_k > 1); }
+
+// Qwen2-MoE's block: q/k/v biases, the shared expert's sigmoid gate, softmax top-k routing.
+static const char *qwen_layout(const ModelConfig *m) {
+    if (!m->qkv_bias) return "shared experts without q/k/v biases (Qwen2-MoE's attention has them: model.qkv_bias)";
+    if (!m->shared_expert_gate) return "shared experts without Qwen2-MoE's sigmoid gate (moe.shared_expert_gate)";
+    if (m->router != ROUTER_MIXTRAL && m->router != ROUTER_TOPK)
+        return "a router other than Qwen2-MoE's softmax top-k (moe.router topk or mixtral)";
+    if (m->bias_update_rate > 0 || m->num_groups > 1) return "aux-loss-free bias or group-limited routing";
+    return NULL;
+}
+
 const char *hf_llama_layout(const ModelConfig *m) {
     if (m->num_experts == 1) return NULL;
-    if (m->moe_every != 1) return "MoE in every k-th block only (moe_every > 1); Mixtral has it in every block";
-    if (m->shared_experts > 0) return "shared experts (Qwen2-MoE's also has a sigmoid gate and q/k/v biases, which ted's lacks)";
+    if (m->shared_experts > 0) return qwen_layout(m);
+    if (m->moe_every != 1) return "MoE in every k-th block only (moe_every > 1) without shared experts; Mixtral has it in "
+                                  "every block";
     if (m->router != ROUTER_MIXTRAL && !(m->router == ROUTER_TOPK && m->top_k > 1))
         return "a router other than Mixtral's (moe.router mixtral, or topk with top_k >= 2)";
+    if (!m->topk_renorm) return "unrenormalised gates (moe.topk_renorm false; Mixtral renormalises the k weights)";
     if (m->bias_update_rate > 0 || m->num_groups > 1) return "aux-loss-free bias or group-limited routing";
     return NULL;
 }

@@ -13,21 +13,25 @@
 #define W(i) (M->reg.p[i].w)
 #define G(i) (M->reg.p[i].g)
 
-// The MoE part: router [E, d] (nn.Linear), its optional noise and bias, the experts (Mixtral's layout).
+// The MoE part: router [E, d] (nn.Linear), its optional noise and bias, the experts, in Mixtral's
+// layout (block_sparse_moe.gate, experts.E.w1/w3/w2), or with shared experts in Qwen2-MoE's (mlp.gate,
+// experts.E.gate_proj/up_proj/down_proj, shared_expert.*, shared_expert_gate [1, d]).
 static void add_moe(Model *M, int l, float std, float pstd) {
     BlockParams *b = &M->bp[l];
     Registry *r = &M->reg;
     int d = M->d, E = M->E;
     char n[96], blk[64];
-    snprintf(blk, sizeof blk, "model.layers.%d.block_sparse_moe", l);
+    snprintf(blk, sizeof blk, cfg_qwen_layout(&M->m) ? "model.layers.%d.mlp" : "model.layers.%d.block_sparse_moe", l);
 #define NAME(s) (snprintf(n, sizeof n, "%s.%s", blk, s), n)
     b->router = reg_add(r, NAME("gate.weight"), 2, E, d, -1, 1, TAG_DP, std, 0);
     b->noise = M->m.router == ROUTER_NOISY_TOPK ? reg_add(r, NAME("gate.noise_weight"), 2, E, d, -1, 1, TAG_DP, 0, 0) : -1;
     b->bias = M->m.bias_update_rate > 0 ? reg_add(r, NAME("gate.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
-#undef NAME
     experts_register(r, M->kind, blk, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
     if (M->fs) experts_register(r, M->kind, blk, 0, 1, 1, d, M->fs, std, pstd, b->sh);
     else for (int s = 0; s < 4; s++) b->sh[s] = -1;
+    b->shg = M->fs && M->m.shared_expert_gate ? reg_add(r, NAME("shared_expert_gate.weight"), 2, 1, d, -1, 1, TAG_DP, std, 0)
+                                              : -1;
+#undef NAME
 }
 
 void llama_add_block(Model *M, int l) {
@@ -38,12 +42,17 @@ void llama_add_block(Model *M, int l) {
     char n[96];
     b->held = 1;
     b->p0 = r->n;
-    b->ln1b = b->qkvb = b->projb = b->ln2b = b->fcb = b->fcprojb = -1;
+    b->ln1b = b->qkvb = b->projb = b->ln2b = b->fcb = b->fcprojb = b->kb = b->vb = b->shg = -1;
 #define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s", l, s), n)
     b->ln1w = reg_add(r, NAME("input_layernorm.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
     b->qkvw = reg_add(r, NAME("self_attn.q_proj.weight"), 2, Dq, d, 0, 1, TAG_DP, std, 0);   // by heads
     b->kw = reg_add(r, NAME("self_attn.k_proj.weight"), 2, Dkv, d, 0, 1, TAG_DP, std, 0);    // by kv heads
     b->vw = reg_add(r, NAME("self_attn.v_proj.weight"), 2, Dkv, d, 0, 1, TAG_DP, std, 0);
+    if (M->m.qkv_bias) {   // Qwen2's attention: q, k, v with biases (zero at init, as gpt2's)
+        b->qkvb = reg_add(r, NAME("self_attn.q_proj.bias"), 1, Dq, 1, 0, 1, TAG_DP, 0, 0);
+        b->kb = reg_add(r, NAME("self_attn.k_proj.bias"), 1, Dkv, 1, 0, 1, TAG_DP, 0, 0);
+        b->vb = reg_add(r, NAME("self_attn.v_proj.bias"), 1, Dkv, 1, 0, 1, TAG_DP, 0, 0);
+    }
     b->projw = reg_add(r, NAME("self_attn.o_proj.weight"), 2, d, Dq, 1, 1, TAG_DP, pstd, 0);
     b->ln2w = reg_add(r, NAME("post_attention_layernorm.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
     b->moe = cfg_is_moe(&M->m, l);
@@ -81,6 +90,11 @@ void llama_qkv_forward(Model *M, int l, int B, int T) {
     linear_forward(q, ld, x->ln1, d, W(b->qkvw), N, d, Dl, 0);
     linear_forward(k, ld, x->ln1, d, W(b->kw), N, d, KVl * hd, 0);
     linear_forward(v, ld, x->ln1, d, W(b->vw), N, d, KVl * hd, 0);
+    if (b->qkvb >= 0) {
+        linear_bias_forward(q, ld, W(b->qkvb), N, Dl);
+        linear_bias_forward(k, ld, W(b->kb), N, KVl * hd);
+        linear_bias_forward(v, ld, W(b->vb), N, KVl * hd);
+    }
     rope_forward(q, ld, N, T, Hl, hd, M->rope);
     rope_forward(k, ld, N, T, KVl, hd, M->rope);
     gqa_expand(k, ld, N, Hl, KVl, hd);
@@ -97,6 +111,11 @@ void llama_qkv_backward(Model *M, int l, int B, int T) {
     gqa_reduce(dv, ld, N, Hl, KVl, hd);
     rope_backward(dq, ld, N, T, Hl, hd, M->rope);
     rope_backward(dk, ld, N, T, KVl, hd, M->rope);
+    if (b->qkvb >= 0) {
+        linear_bias_backward(G(b->qkvb), dq, ld, N, Dl);
+        linear_bias_backward(G(b->kb), dk, ld, N, KVl * hd);
+        linear_bias_backward(G(b->vb), dv, ld, N, KVl * hd);
+    }
     linear_backward(M->dln, d, G(b->qkvw), dq, ld, x->ln1, d, W(b->qkvw), N, d, Dl, 0);
     linear_backward(M->dln, d, G(b->kw), dk, ld, x->ln1, d, W(b->kw), N, d, KVl * hd, 1);
     linear_backward(M->dln, d, G(b->vw), dv, ld, x->ln1, d, W(b->vw), N, d, KVl * hd, 1);
@@ -132,6 +151,12 @@ void llama_ffn_backward(Model *M, int l, long N) {
     linear_backward(M->dln, d, G(b->upw), M->dbig + fl, 2 * fl, x->ln2, d, W(b->upw), N, d, fl, 1);
 }
 
+// The attention's biases: q, k and v with qkv_bias.
+static long llama_attn_biases(const ModelConfig *m) {
+    long hd = m->n_embd / m->n_head;
+    return m->qkv_bias ? m->n_embd + 2 * cfg_kv_heads(m) * hd : 0;
+}
+
 double llama_attn_macs(const ModelConfig *m) {
     double d = m->n_embd, hd = d / m->n_head;
     return 2 * d * d + 2 * d * cfg_kv_heads(m) * hd;
@@ -141,7 +166,8 @@ long llama_num_params(const ModelConfig *m) {
     long d = m->n_embd, f = cfg_ffn(m), fe = cfg_expert_inner(m), E = m->num_experts;
     long n = (long)m->vocab_size * d * (m->tie_word_embeddings ? 1 : 2) + d;
     long moe = d * E * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + (m->bias_update_rate > 0 ? E : 0) + E * 3 * d * fe +
-               (m->shared_experts > 0 ? 3 * d * m->shared_experts * fe : 0);
-    for (int l = 0; l < m->n_layer; l++) n += 2 * d + (long)llama_attn_macs(m) + (cfg_is_moe(m, l) ? moe : 3 * d * f);
+               (m->shared_experts > 0 ? 3 * d * m->shared_experts * fe + (m->shared_expert_gate ? d : 0) : 0);
+    for (int l = 0; l < m->n_layer; l++)
+        n += 2 * d + (long)llama_attn_macs(m) + llama_attn_biases(m) + (cfg_is_moe(m, l) ? moe : 3 * d * f);
     return n;
 }

@@ -11,6 +11,7 @@
 #include "model/routing.h"
 #include "model/llama.h"
 #include "nn/rmsnorm.h"
+#include "nn/sigmoid_gate.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
 #include "core/util.h"
@@ -32,6 +33,7 @@ static void add_block(Model *M, int l) {
     char n[96];
     b->held = 1;
     b->p0 = r->n;
+    b->kb = b->vb = b->shg = -1;
 #define NAME(fmt, ...) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l, ##__VA_ARGS__), n)
     b->ln1w = reg_add(r, NAME("ln_1.weight"), 1, d, 1, -1, 1, TAG_DP, 0, 1);
     b->ln1b = reg_add(r, NAME("ln_1.bias"), 1, d, 1, -1, 1, TAG_DP, 0, 0);
@@ -60,6 +62,7 @@ static void add_block(Model *M, int l) {
     experts_register(r, M->kind, blk, M->topo->ep_idx * M->El, M->El, 0, d, M->fe, std, pstd, b->et);
     if (M->fs) experts_register(r, M->kind, blk, 0, 1, 1, d, M->fs, std, pstd, b->sh);
     else for (int s = 0; s < 4; s++) b->sh[s] = -1;
+    if (M->fs && m->shared_expert_gate) b->shg = reg_add(r, NAME("mlp.shared_expert_gate.weight"), 2, 1, d, -1, 1, TAG_DP, std, 0);
 #undef NAME
     b->p1 = r->n;
 }
@@ -244,6 +247,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
         int mult = M->kind->hidden_mult;
         x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
         if (M->fs) { x->sh_h = TAKE(a, float, N * M->fsl * mult); x->sh_hg = TAKE(a, float, N * M->fsl); }
+        if (M->fs && M->m.shared_expert_gate) x->sh_y = TAKE(a, float, N * d);
         if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
     }
 }
@@ -267,7 +271,7 @@ static long packed_floats(const Model *M, int l) {
     long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
     if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
-    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl);
+    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
     return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
 }
 
@@ -367,6 +371,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
         int mult = M->kind->hidden_mult;
         t[k].p = x->h; t[k++].n = Rr * M->fel * mult; t[k].p = x->hg; t[k++].n = Rr * M->fel;
         if (M->fs) { t[k].p = x->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = x->sh_hg; t[k++].n = N * M->fsl; }
+        if (M->bp[l].shg >= 0) { t[k].p = x->sh_y; t[k++].n = N * d; }
         if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
     }
     uint16_t *s = x->store;
@@ -475,7 +480,7 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     M->El = M->E / topo->ep;
     M->k = m->num_experts > 1 ? (m->router == ROUTER_EXPERT_CHOICE ? M->E : m->top_k) : 1;   // choice columns
     M->rcfg = RCFG(M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T);
-    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts;
+    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts; M->rcfg.no_renorm = !m->topk_renorm;
     M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
     M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
     CHECK(!model_overlap_check(cfg, T), "moe.overlap_degree: refused");
@@ -598,21 +603,35 @@ static Exchange exchange_of(Model *M, BlockActs *x) {
 }
 
 // The shared expert (docs/config.md, Routers and experts): an always-on FFN of the experts' kind, TP-split like a dense
-// FFN; its TP-summed output is left in M->tmp (the first pass only: a recompute needs h, hg).
+// FFN, optionally scaled by sigmoid(ln2·w) (shared_expert_gate); its TP-summed output is left in M->tmp (the first
+// pass only: a recompute needs h, hg, and with the gate the ungated output x->sh_y, which the gate's backward reads).
 static void shared_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
+    int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
     experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
-    if (!recompute) comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+    if (recompute && g < 0) return;
+    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
+    if (g < 0) return;
+    buf_copy(x->sh_y, M->tmp, sizeof(float) * N * M->d);
+    if (!recompute) sigmoid_gate_forward(M->tmp, x->ln2, W(g), N, M->d);
 }
 
+// With the gate: M->dgate = the gate logit's gradient, M->tmp = sigmoid·dres (the shared expert's
+// output gradient), the backward through the expert, then the gate's share of d(ln2) and its weight's gradient.
 static void shared_backward(Model *M, int l, long N) {
     BlockActs *x = &M->ba[l];
+    int g = M->bp[l].shg;
     Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
     long off[2] = {0, N};
-    experts_backward(&s, M->tmp, M->dbig, M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
+    if (g >= 0) {
+        rows_dot(M->dgate, M->dres, x->sh_y, N, M->d);
+        sigmoid_gate_backward_y(M->tmp, M->dgate, M->dres, x->ln2, W(g), N, M->d);
+    }
+    experts_backward(&s, M->tmp, M->dbig, g >= 0 ? M->tmp : M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
     comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
+    if (g >= 0) sigmoid_gate_backward_x(M->tmp, G(g), M->dgate, x->ln2, W(g), N, M->d);
     residual_forward(M->dln, M->dln, M->tmp, N * M->d);
 }
 
@@ -1036,7 +1055,8 @@ long model_num_params(const ModelConfig *m) {
     const ExpertKind *k = expert_kind(m->expert_type);
     long fe = cfg_expert_inner(m), E = m->num_experts;
     long moe = d * E * (m->router == ROUTER_NOISY_TOPK ? 2 : 1) + (m->bias_update_rate > 0 ? E : 0) +
-               E * expert_numel(k, d, fe) + (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) : 0);
+               E * expert_numel(k, d, fe) +
+               (m->shared_experts > 0 ? expert_numel(k, d, m->shared_experts * fe) + (m->shared_expert_gate ? d : 0) : 0);
     for (int l = 0; l < m->n_layer; l++) {
         n += 4 * d + 3 * d * d + 3 * d + d * d + d;
         long ffn = d * f + f + f * d + d;

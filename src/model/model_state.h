@@ -16,6 +16,8 @@ typedef struct {
     int moe;
     int fcw, fcb, fcprojw, fcprojb;                          // dense FFN
     int kw, vw, upw;                                         // llama: k_proj, v_proj (qkvw is q_proj), up_proj (fcw is gate_proj)
+    int kb, vb;                                              // llama with qkv_bias: k_proj, v_proj biases (qkvb is q_proj's; -1: none)
+    int shg;                                                 // MoE with shared_expert_gate: its weight [1, d] (-1: none)
     int router, noise, bias;                                 // MoE: router, noise_weight, expert_bias (-1: none)
     int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
 } BlockParams;
@@ -34,6 +36,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
     float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,mult·fe/tp] [Rr,fe/tp]
     float *sh_h, *sh_hg;                // shared expert [N,mult·fs/tp] [N,fs/tp]
+    float *sh_y;                        // shared_expert_gate: the shared expert's TP-summed output before the gate [N,d]
     float *ysend;                       // expert outputs back on the token side [Rs,d]
     float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
     uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward

@@ -2,7 +2,8 @@
 // experts: w1 [f, d] (gate), w3 [f, d] (up), w2 [d, f] (down), torch.nn.Linear's [out, in], no
 // biases; down(silu(gate(x))·up(x)). The same function as expert_swiglu.c's c_fc = w1ᵀ | w3ᵀ,
 // c_proj = w2ᵀ. Under TP w1 and w3 split by rows, w2 by columns. w3 fills the Experts view
-// slot 1 (gelu's bias slot: this kind has no biases).
+// slot 1 (gelu's bias slot: this kind has no biases). expert_qwen2_moe is the same expert under
+// Qwen2-MoE's names (a llama MoE with shared experts, config.h cfg_qwen_layout).
 #include "moe/experts.h"
 #include "nn/linear.h"
 #include "nn/swiglu.h"
@@ -55,3 +56,12 @@ static void mixtral_backward(const Experts *x, float *dxin, float *dh, const flo
 static double mixtral_macs(double d, double f) { return 3 * d * f; }
 
 const ExpertKind expert_mixtral = {"mixtral", 3, mixtral_tensors, 2, mixtral_forward, mixtral_backward, mixtral_macs};
+
+// The same expert under Qwen2-MoE's names (Qwen2MoeMLP: gate_proj, up_proj, down_proj).
+static const ExpertTensor qwen_tensors[] = {
+    {"gate_proj.weight", 0, 2, 0, 1, 1, 0, 0, 1, INIT_NORMAL},
+    {"up_proj.weight", 1, 2, 0, 1, 1, 0, 0, 1, INIT_NORMAL},
+    {"down_proj.weight", 2, 2, 1, 0, 0, 1, 1, 1, INIT_RESIDUAL},
+};
+
+const ExpertKind expert_qwen2_moe = {"qwen2_moe", 3, qwen_tensors, 2, mixtral_forward, mixtral_backward, mixtral_macs};

@@ -4,7 +4,8 @@
 
 const ExpertKind *expert_kind(int type) { return type == EXPERT_SWIGLU ? &expert_swiglu : &expert_gelu; }
 const ExpertKind *expert_kind_of(const ModelConfig *m) {
-    return cfg_is_llama(m) && m->expert_type == EXPERT_SWIGLU ? &expert_mixtral : expert_kind(m->expert_type);
+    if (cfg_is_llama(m) && m->expert_type == EXPERT_SWIGLU) return cfg_qwen_layout(m) ? &expert_qwen2_moe : &expert_mixtral;
+    return expert_kind(m->expert_type);
 }
 
 long expert_tensor_rows(const ExpertTensor *t, long d, long f) { return t->rd * d + t->rf * f; }

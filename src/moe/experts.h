@@ -47,9 +47,10 @@ typedef struct ExpertKind {
     double (*macs)(double d, double f);
 } ExpertKind;
 
-extern const ExpertKind expert_gelu, expert_swiglu, expert_mixtral;
+extern const ExpertKind expert_gelu, expert_swiglu, expert_mixtral, expert_qwen2_moe;
 const ExpertKind *expert_kind(int type);   // EXPERT_GELU / EXPERT_SWIGLU
-// The kind a model's experts are: its expert_type, in Mixtral's layout for model.arch llama.
+// The kind a model's experts are: its expert_type, in Mixtral's layout for model.arch llama (Qwen2-MoE's
+// with shared experts).
 const ExpertKind *expert_kind_of(const ModelConfig *m);
 
 // Rows and columns of tensor t for width d and hidden size f (the full, unsplit shape).

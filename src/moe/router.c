@@ -132,8 +132,8 @@ static float route_token(const RouterCfg *c, long t, float *p, int *ch, float *g
         else sum += p[ch[j]];
         skip[j] = 0;
     }
-    for (int j = 0; j < k; j++)
-        g[j] = c->kind == ROUTER_NOISY_TOPK ? g[j] / sum : k == 1 && c->kind != ROUTER_MIXTRAL ? p[ch[0]] : p[ch[j]] / sum;
+    int plain = c->no_renorm || (k == 1 && c->kind != ROUTER_MIXTRAL);   // gates = p: no renormalisation
+    for (int j = 0; j < k; j++) g[j] = c->kind == ROUTER_NOISY_TOPK ? g[j] / sum : plain ? p[ch[j]] : p[ch[j]] / sum;
     if (c->kind == ROUTER_GSHARD && c->train)   // the second expert only when 2·g₂ > u
         skip[1] = !(2 * g[1] > router_uniform(c, 1, t));
     return lse;
@@ -412,7 +412,7 @@ void router_backward(float *dlogits, const float *dgate, const float *probs, con
         else   // noisy_topk: the gates do not go through p (k = 0 here: only the aux and z terms)
             router_backward_token(dlogits + t * E, probs + t * E, fcount + (long)g * E, choice + t * k, dgate + t * k,
                                   lse[t], E, noisy ? 0 : k, S, aux_scale, z_scale,
-                                  c->kind == ROUTER_MIXTRAL);
+                                  c->no_renorm ? ROUTER_RENORM_NONE : c->kind == ROUTER_MIXTRAL);
     }
     if (!noisy) return;
     for (long t0 = 0; t0 < N; t0 += c->group_tokens)

@@ -21,6 +21,7 @@ typedef struct {
     // the routing family (docs/config.md); all zero = the §2 top-k router
     int kind;                 // ROUTER_* (config.h)
     int use_rts;              // capacity slots in a random token order per choice rank
+    int no_renorm;            // topk, mixtral: the gates are the chosen probabilities as they are
     int num_groups, topk_groups;   // group-limited routing (0 or 1 group: off)
     float importance_coef, load_coef;   // noisy_topk losses
     const float *bias;        // [E] added to p for choosing only, or NULL

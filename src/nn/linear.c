@@ -14,3 +14,18 @@ void linear_backward(float *dinp, long ldd, float *dw, const float *dout, long l
     if (dinp) gemm(0, 0, (int)N, C, OC, 1.0f, dout, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
     if (dw) gemm(1, 0, OC, C, (int)N, 1.0f, dout, (int)ldo, inp, (int)ldi, 1.0f, dw, C);
 }
+
+void linear_bias_forward(float *out, long ldo, const float *b, long N, int OC) {
+#pragma omp parallel for
+    for (long t = 0; t < N; t++)
+        for (int o = 0; o < OC; o++) out[t * ldo + o] += b[o];
+}
+
+void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC) {
+#pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float s = 0;
+        for (long t = 0; t < N; t++) s += dout[t * ldo + o];
+        db[o] += s;
+    }
+}

@@ -9,3 +9,7 @@ void linear_forward(float *out, long ldo, const float *inp, long ldi, const floa
 // ldi). dinp or dw may be NULL.
 void linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp, long ldi,
                      const float *w, long N, int C, int OC, int accumulate);
+// out[N,OC] (row stride ldo) += b[OC] on every row (Qwen2's q, k, v biases); db[OC] += the column
+// sums of dout.
+void linear_bias_forward(float *out, long ldo, const float *b, long N, int OC);
+void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC);
