@@ -10,6 +10,8 @@
 #  3. OneBitAdam (freeze_step 2) against AdamW (stage 0), dp 4 across the nodes, at 1gbit and 100mbit.
 # OVERLAP=N passes --overlap-degree N to every run (the expert-parallel exchange in N chunks behind
 # the experts, docs/overlap.md; layouts without an all-to-all are unchanged by it).
+# OVERLAP_COMM=1 adds --overlap-comm (ZeRO's reductions during the backward, docs/overlap_comm.md;
+# not with the OneBitAdam part, which refuses it).
 # Step times are wall times (the links are what is measured); the machine is shared, so read them
 # with the spread the tables give.
 set -euo pipefail
@@ -35,8 +37,9 @@ brun() {
   local name=$1; shift
   local mo=(); while [ "$1" != -- ]; do mo+=("$1"); shift; done; shift
   local b0 b1
+  local oc=(); [ "${OVERLAP_COMM:-0}" = 1 ] && [[ $name != A-onebit* ]] && oc=(--overlap-comm)
   b0=$($C stats | awk '{s += $2} END {printf "%.0f\n", s}')
-  $C run "$OUT/hosts" 4 "${mo[@]}" -x OMP_NUM_THREADS=1 "$TED" train "${model[@]}" "$@" --overlap-degree "${OVERLAP:-1}" \
+  $C run "$OUT/hosts" 4 "${mo[@]}" -x OMP_NUM_THREADS=1 "$TED" train "${model[@]}" "$@" --overlap-degree "${OVERLAP:-1}" "${oc[@]}" \
     --log "$OUT/$name.jsonl" --overwrite >"$OUT/$name.out" 2>&1 || echo "run $name failed (see $OUT/$name.out)"
   b1=$($C stats | awk '{s += $2} END {printf "%.0f\n", s}')
   echo $((b1 - b0)) > "$OUT/$name.bytes"

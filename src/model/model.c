@@ -653,28 +653,19 @@ static void chunk_backward(Model *M, BlockActs *x, const Experts *e, long r0, co
     experts_backward(e, g, M->dbig, g, x->xexp + r0 * d, x->h + r0 * f * mult, x->hg + r0 * f, off, 1);
 }
 
-// tok_in → experts (exp_in) → work → exp_out → tok_out, chunk i's experts running while chunk
-// i+1's rows travel to them and chunk i−1's travel back. Without DTD the expert outputs are summed
-// over TP per chunk (DTD sums them inside the exchange).
+typedef struct { Model *M; BlockActs *x; const Experts *e; float *out; ChunkWork work; } ChunkCtx;
+static void chunk_work(void *ctx, long r0, const long *off) {
+    ChunkCtx *k = ctx;
+    k->work(k->M, k->x, k->e, r0, off, k->out);
+}
+
+// tok_in → experts (exp_in) → work → exp_out → tok_out in chunks, the exchange and the TP sum of
+// the expert outputs (DTD: inside the exchange) travelling behind other chunks' experts (moe/chunked.c).
 static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, const float *tok_in, float *exp_in,
                         float *exp_out, float *tok_out, ChunkWork work) {
     Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
-    long off[M->El + 1];
-    chunked_start_to_experts(&c, 0, tok_in);
-    for (int i = 0; i < c.n; i++) {
-        if (i + 1 < c.n) chunked_start_to_experts(&c, i + 1, tok_in);
-        chunked_finish_to_experts(&c, i, exp_in);
-        comm_progress();
-        long r0 = chunked_rows(&c, i, off);
-        int pt = comm_progress_thread_start();   // moves the requests in flight while the experts run
-        work(M, x, e, r0, off, exp_out);
-        comm_progress_thread_stop(pt);
-        comm_progress();
-        if (!ex->dtd) comm_allreduce(tp_group(M), exp_out + r0 * M->d, off[M->El] * M->d, DT_F32);
-        chunked_start_to_tokens(&c, i, exp_out);
-        if (i > 0) chunked_finish_to_tokens(&c, i - 1, tok_out);
-    }
-    chunked_finish_to_tokens(&c, c.n - 1, tok_out);
+    ChunkCtx k = {M, x, e, exp_out, work};
+    chunked_run(&c, tok_in, exp_in, exp_out, tok_out, chunk_work, &k);
 }
 
 // CAC's recompute over the chunk-major expert side: the experts again, nothing travels.

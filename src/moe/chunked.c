@@ -86,6 +86,19 @@ static void expert_rows(const Chunked *c, const Exchange *v, float *exp, float *
     }
 }
 
+// DTD's TP steps per chunk, as non-blocking collectives waited for at once: the wait naps instead of
+// spinning (comm_req_wait), leaving the core to a TP peer that may share it.
+static void tp_allgather(Group *tp, const float *send, float *recv, long n) {
+    CommReq r;
+    comm_iallgather(tp, send, recv, n, DT_F32, &r);
+    comm_req_wait(&r);
+}
+static void tp_reduce_scatter(Group *tp, const float *send, float *recv, long n) {
+    CommReq r;
+    comm_ireduce_scatter(tp, send, recv, n, DT_F32, &r);
+    comm_req_wait(&r);
+}
+
 #define VIEW(i) long E_ = c->x->E, scnt[E_], rcnt[E_], off[c->x->El + 1], s0, r0; \
     Exchange v = view(c, i, scnt, rcnt, off, &s0, &r0); \
     long cnt[4 * 64] = {0}, *sc = cnt, *sd = cnt + 64, *rc = cnt + 128, *rd = cnt + 192; \
@@ -104,7 +117,7 @@ void chunked_finish_to_experts(Chunked *c, int i, float *exp) {
     comm_req_wait(&c->req[i]);
     float *buf = region(c, RCV, s0, r0);
     if (c->q > 1) {   // DTD: the TP group puts the shares together
-        comm_allgather(v.tp, buf, region(c, WIDE, s0, r0), v.Rr / c->q * c->d, DT_F32);
+        tp_allgather(v.tp, buf, region(c, WIDE, s0, r0), v.Rr / c->q * c->d);
         buf = region(c, WIDE, s0, r0);
     }
     expert_rows(c, &v, exp + r0 * c->d, buf, 1);
@@ -114,7 +127,7 @@ void chunked_start_to_tokens(Chunked *c, int i, const float *exp) {
     VIEW(i);
     float *rcv = region(c, RCV, s0, r0), *buf = c->q > 1 ? region(c, WIDE, s0, r0) : rcv;
     expert_rows(c, &v, (float *)exp + r0 * c->d, buf, 0);
-    if (c->q > 1) comm_reduce_scatter(v.tp, buf, rcv, v.Rr / c->q * c->d, DT_F32);   // DTD: the sum of the f shards
+    if (c->q > 1) tp_reduce_scatter(v.tp, buf, rcv, v.Rr / c->q * c->d);   // DTD: the sum of the f shards
     comm_ialltoallv(v.ep, rcv, rc, rd, region(c, SND, s0, r0), sc, sd, DT_F32, &c->req[i]);
 }
 
@@ -123,8 +136,38 @@ void chunked_finish_to_tokens(Chunked *c, int i, float *tok) {
     comm_req_wait(&c->req[i]);
     float *buf = region(c, SND, s0, r0);
     if (c->q > 1) {
-        comm_allgather(v.tp, buf, region(c, TOKW, s0, r0), v.Rs / c->q * c->d, DT_F32);
+        tp_allgather(v.tp, buf, region(c, TOKW, s0, r0), v.Rs / c->q * c->d);
         buf = region(c, TOKW, s0, r0);
     }
     token_rows(c, i, scnt, tok, buf, c->q, 0);
+}
+
+// Without DTD chunk i's expert outputs are summed over TP before its combine starts. The sum is a
+// non-blocking all-reduce waited for at once: its wait naps instead of spinning (comm_req_wait), which
+// leaves the core to a TP peer that shares it and is still on the same chunk.
+static void tp_sum(Chunked *c, int i, float *exp) {
+    long off[c->x->El + 1], r0 = chunked_rows(c, i, off);
+    CommReq r;
+    comm_iallreduce(c->x->tp, exp + r0 * c->d, off[c->x->El] * c->d, DT_F32, &r);
+    comm_req_wait(&r);
+}
+
+void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out, float *tok_out, ChunkedWork work,
+                 void *ctx) {
+    long off[c->x->El + 1];
+    chunked_start_to_experts(c, 0, tok_in);
+    for (int i = 0; i < c->n; i++) {
+        if (i + 1 < c->n) chunked_start_to_experts(c, i + 1, tok_in);
+        chunked_finish_to_experts(c, i, exp_in);
+        comm_progress();
+        long r0 = chunked_rows(c, i, off);
+        int pt = comm_progress_thread_start();   // moves the requests in flight while the experts run
+        work(ctx, r0, off);
+        comm_progress_thread_stop(pt);
+        comm_progress();
+        if (!c->x->dtd) tp_sum(c, i, exp_out);
+        chunked_start_to_tokens(c, i, exp_out);
+        if (i > 0) chunked_finish_to_tokens(c, i - 1, tok_out);
+    }
+    chunked_finish_to_tokens(c, c->n - 1, tok_out);
 }

@@ -30,3 +30,12 @@ void chunked_finish_to_experts(Chunked *c, int i, float *exp);
 // exp is read (and with DTD summed over TP) before the call returns; tok gets chunk i's rows.
 void chunked_start_to_tokens(Chunked *c, int i, const float *exp);
 void chunked_finish_to_tokens(Chunked *c, int i, float *tok);
+
+// The work on chunk i's expert side: rows [r0, r0 + off[El]), each local expert's first row in off.
+typedef void (*ChunkedWork)(void *ctx, long r0, const long *off);
+// The whole overlapped pass: tok_in travels to the experts (exp_in), work runs per chunk and writes
+// exp_out, whose rows travel back to tok_out (without DTD summed over TP first, with DTD inside the
+// exchange). While chunk i's work runs, with the progress thread, chunk i+1's dispatch and chunk
+// i−1's combine are in flight.
+void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out, float *tok_out, ChunkedWork work,
+                 void *ctx);
