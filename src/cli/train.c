@@ -799,7 +799,7 @@ int cmd_bench(int argc, char **argv) {
     if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
-               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a memcpy of\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16, fp16) against a memcpy of\n"
                "       the same bytes\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"

@@ -27,7 +27,7 @@ void adamw_half(float *w, float *m, float *v, uint16_t *g16, long n, float gscal
 void adamw_f32_host(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout);
 void adamw_half_host(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                      uint16_t *w16, int half);
-// `ted bench --optimizer N`: times one step over N parameters, fp32 and bf16 weights, and a
+// `ted bench --optimizer N`: times one step over N parameters, fp32, bf16 and fp16 weights, and a
 // memcpy of the same bytes; prints ms per step, GB/s (bytes read + written) and the ratio in
 // words, and what zeroing the gradient in a pass of its own would add.
 int adam_bench(long n, int reps);

@@ -196,10 +196,14 @@ static double sumsq_host(const void *x, long n, int half, float s) {
         const uint16_t *restrict h = x;
         #pragma omp simd reduction(+ : acc)
         for (long j = 0; j < n; j++) { double g = bf16_to_f32(h[j]) * s; acc += g * g; }
-    } else if (half == 2) {
-        const uint16_t *restrict h = x;
-        #pragma omp simd reduction(+ : acc)
-        for (long j = 0; j < n; j++) { double g = fp16_to_f32(h[j]) * s; acc += g * g; }
+    } else if (half == 2) {   // up-cast a block at a time by core/half.h's F16C conversions
+        float f[512];
+        for (long b = 0; b < n; b += 512) {
+            long k = n - b < 512 ? n - b : 512;
+            fp16_to_f32_n(f, (const uint16_t *)x + b, k);
+            #pragma omp simd reduction(+ : acc)
+            for (long j = 0; j < k; j++) { double g = f[j] * s; acc += g * g; }
+        }
     } else {
         const float *restrict f = x;
         #pragma omp simd reduction(+ : acc)
