@@ -21,7 +21,7 @@ static inline float adam_elem(float w, float *m, float *v, float g, float step, 
 }
 
 #ifdef TED_CUDA
-// On a GPU the gradient is zeroed by a device memset after the kernel.
+// On a GPU the gradient is zeroed by a device memset once the kernels have read it.
 static void gpu_f32(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout) {
     if (gscale != 1.0f) cu_scale(g, n, gscale);
     cu_adamw(w, m, v, g, n, a->lr, a->decay, a->b1, a->b2, a->eps, a->bc1, a->bc2);
