@@ -408,8 +408,7 @@ static StepMetrics train_step(Run *R, long s) {
     Model *M = &R->M;
     comm_stats_reset();
     mem_reset_peaks();
-    double t0 = now_ms();
-    model_zero_grad(M);
+    double t0 = now_ms();   // the gradients are zero: the last zero_step left them so
     memset(&M->rstats, 0, sizeof M->rstats);
     R->step = s;
     M->rng_step = s;   // router randomness: global coordinates (the pipeline sets each micro-batch's)
@@ -800,7 +799,7 @@ int cmd_bench(int argc, char **argv) {
     if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
-               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16) against a memcpy of\n"
+               "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16, fp16) against a memcpy of\n"
                "       the same bytes\n"
                "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
                "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
@@ -850,7 +849,6 @@ int cmd_bench(int argc, char **argv) {
         if (s == warm) memset(&M.rstats, 0, sizeof M.rstats);
         comm_stats_reset();
         double t0 = now_ms(), c0 = cpu_ms();
-        model_zero_grad(&M);
         bb.step = s;
         pipe_train_step(&P, bench_batch, &bb, (float)(1.0 / (ntok * topo.dp)), m->aux_coef, m->z_coef);
         pipe_sum_tied(&P);

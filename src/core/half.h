@@ -2,6 +2,9 @@
 #pragma once
 #include <stdint.h>
 #include <string.h>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 static inline uint16_t bf16_from_f32(float f) {
     uint32_t u;
@@ -33,6 +36,23 @@ static inline float fp16_to_f32(uint16_t u) {
     ted_f16 h;
     memcpy(&h, &u, 2);
     return (float)h;
+}
+// n fp16 values to fp32 and back (round to nearest even), 8 at a time with the F16C
+// instructions where the target has them: gcc does not vectorise the _Float16 conversions.
+static inline void fp16_to_f32_n(float *out, const uint16_t *in, long n) {
+    long j = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + j))));
+#endif
+    for (; j < n; j++) out[j] = fp16_to_f32(in[j]);
+}
+static inline void fp16_from_f32_n(uint16_t *out, const float *in, long n) {
+    long j = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(in + j), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; j < n; j++) out[j] = fp16_from_f32(in[j]);
 }
 // kind: 1 = bf16, 2 = fp16
 static inline uint16_t half_from_f32(int kind, float f) { return kind == 1 ? bf16_from_f32(f) : fp16_from_f32(f); }

@@ -38,6 +38,8 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 // the step), aux_scale each group's l_aux (aux_coef/groups of the step), z_scale each
 // token's z term (z_coef/tokens of the step). Gradients accumulate into the registry.
 void model_backward(Model *M, float lm_scale, float aux_scale, float z_scale);
+// Zeroes the registry's gradients. A training step does not call it: zero_step leaves them
+// zero (zero.h). For backwards not followed by zero_step (gradient checks).
 void model_zero_grad(Model *M);
 // Pipeline pieces (one process: a single chunk that is first and last; model_forward/backward
 // are that chunk on view 0). Local chunk i, activation view `slot` of it:

@@ -2,7 +2,10 @@
 // restrict pointers with `omp parallel for simd`, so that gcc vectorises them for the vector
 // width it targets (-march=native: AVX2 / AVX-512) and OpenMP threads split them. Used by the
 // ZeRO optimizer on the CPU and by ZeRO-Offload's host step; on a GPU run the same calls go to
-// the CUDA kernels.
+// the CUDA kernels. Each call consumes its gradient: it is left zero, ready for the next step's
+// backward to accumulate into (on the CPU in the same pass, so that the gradient's bytes cross
+// the cache once; on a GPU by a memset after the kernel). The clip norm needs every gradient
+// before the first update, so its sum of squares stays a pass of its own (zero.c).
 #pragma once
 #include <stdint.h>
 
@@ -13,19 +16,20 @@ typedef struct {
 } AdamHyper;
 
 // fp32 weights: g is scaled by gscale (clipping), w, m, v updated, the new weights also written
-// to wout (the model's copy) unless it is NULL.
-void adamw_f32(float *w, float *m, float *v, const float *g, long n, float gscale, const AdamHyper *a, float *wout);
+// to wout (the model's copy) unless it is NULL; g is left zero.
+void adamw_f32(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout);
 // 16-bit storage (half 1 bf16, 2 fp16): gradients g16 (times gscale: unscaling and clipping),
-// fp32 masters w and m, v updated, the rounded weights written to w16. One pass on the CPU; a
-// GPU run up-casts through `tile` (n floats of device memory), the tiled optimizer.
-void adamw_half(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
+// fp32 masters w and m, v updated, the rounded weights written to w16, g16 left zero. One pass
+// on the CPU; a GPU run up-casts through `tile` (n floats of device memory), the tiled optimizer.
+void adamw_half(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                 uint16_t *w16, int half, float *tile);
 // The host loops themselves, whatever the run's device (ZeRO-Offload steps host memory).
-void adamw_f32_host(float *w, float *m, float *v, const float *g, long n, float gscale, const AdamHyper *a, float *wout);
-void adamw_half_host(float *w, float *m, float *v, const uint16_t *g16, long n, float gscale, const AdamHyper *a,
+void adamw_f32_host(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout);
+void adamw_half_host(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                      uint16_t *w16, int half);
-// `ted bench --optimizer N`: times one step over N parameters, fp32 and bf16 weights, and a
-// memcpy of the same bytes; prints ms per step, GB/s (bytes read + written) and the ratio in words.
+// `ted bench --optimizer N`: times one step over N parameters, fp32, bf16 and fp16 weights, and a
+// memcpy of the same bytes; prints ms per step, GB/s (bytes read + written) and the ratio in
+// words, and what zeroing the gradient in a pass of its own would add.
 int adam_bench(long n, int reps);
 // The same from the command line's N (a positive integer; else one line and TED_EXIT_USAGE).
 int adam_bench_cmd(const char *arg);

@@ -45,7 +45,7 @@ void offload_sync_master(Zero *z) {
     }
 }
 
-void offload_step(Zero *z, int i, const void *gdev, const AdamHyper *a, float gscale) {
+void offload_step(Zero *z, int i, void *gdev, const AdamHyper *a, float gscale) {
     const Registry *r = z->reg;
     const Param *p = &r->p[i];
     const Shard *s = &z->sh[i];
@@ -53,7 +53,8 @@ void offload_step(Zero *z, int i, const void *gdev, const AdamHyper *a, float gs
     char *wdev = r->half ? (char *)(p->w16 + s->off) : (char *)(p->w + s->off);
     for (long j0 = 0; j0 < s->len; j0 += z->stage_n) {
         long n = s->len - j0 < z->stage_n ? s->len - j0 : z->stage_n, at = s->base + j0;
-        buf_copy(z->gstage, (const char *)gdev + es * j0, es * n);                     // gradients down
+        buf_copy(z->gstage, (char *)gdev + es * j0, es * n);                           // gradients down
+        buf_zero((char *)gdev + es * j0, es * n);                                      // consumed
         if (r->half) adamw_half_host(z->master + at, z->m + at, z->v + at, z->gstage, n, gscale, a, z->wstage, r->half);
         else adamw_f32_host(z->master + at, z->m + at, z->v + at, z->gstage, n, gscale, a, z->wstage);
         buf_copy(wdev + es * j0, z->wstage, es * n);                                  // weights up

@@ -14,5 +14,6 @@ int offload_init(Zero *z, const Config *c);
 void offload_free(Zero *z);
 // master := the registry's weights, through the staging tile.
 void offload_sync_master(Zero *z);
-// Steps tensor i on the host: gdev is its gradient shard on the device (storage format).
-void offload_step(Zero *z, int i, const void *gdev, const AdamHyper *a, float gscale);
+// Steps tensor i on the host: gdev is its gradient shard on the device (storage format), left
+// zero once it has gone down.
+void offload_step(Zero *z, int i, void *gdev, const AdamHyper *a, float gscale);

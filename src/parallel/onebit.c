@@ -170,10 +170,14 @@ void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
     float b1 = c->beta1;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->onebit->freeze_step);
     for (int i = 0; i < r->n; i++) {   // m = β1·m + (1−β1)·S·g_local: the group average is the full gradient's
-        const Param *p = &r->p[i];
+        const Param *p = &r->p[i];     // the gradient is consumed: left zero for the next step (adam.h)
         float s = unscale * zero_group(z, p)->size, *m = z->m + z->sh[i].base;
         #pragma omp parallel for schedule(static)
-        for (long j = 0; j < p->numel; j++) m[j] = b1 * m[j] + (1 - b1) * grad_at(r, p, j, s);
+        for (long j = 0; j < p->numel; j++) {
+            m[j] = b1 * m[j] + (1 - b1) * grad_at(r, p, j, s);
+            if (r->half) p->g16[j] = 0;
+            else p->g[j] = 0;
+        }
     }
     average_momenta(z);
     for (int i = 0; i < r->n; i++) {

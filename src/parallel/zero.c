@@ -196,10 +196,14 @@ static double sumsq_host(const void *x, long n, int half, float s) {
         const uint16_t *restrict h = x;
         #pragma omp simd reduction(+ : acc)
         for (long j = 0; j < n; j++) { double g = bf16_to_f32(h[j]) * s; acc += g * g; }
-    } else if (half == 2) {
-        const uint16_t *restrict h = x;
-        #pragma omp simd reduction(+ : acc)
-        for (long j = 0; j < n; j++) { double g = fp16_to_f32(h[j]) * s; acc += g * g; }
+    } else if (half == 2) {   // up-cast a block at a time by core/half.h's F16C conversions
+        float f[512];
+        for (long b = 0; b < n; b += 512) {
+            long k = n - b < 512 ? n - b : 512;
+            fp16_to_f32_n(f, (const uint16_t *)x + b, k);
+            #pragma omp simd reduction(+ : acc)
+            for (long j = 0; j < k; j++) { double g = f[j] * s; acc += g * g; }
+        }
     } else {
         const float *restrict f = x;
         #pragma omp simd reduction(+ : acc)
@@ -253,7 +257,8 @@ static double reduce_and_norm(Zero *z, float unscale) {
 }
 
 // AdamW on the shard of every tensor, the new weights written back (16-bit: rounded) and
-// gathered. 16-bit gradients are up-cast tile by tile into one fp32 buffer.
+// gathered, the shard's gradients left zero in the same pass (adam.h). 16-bit gradients are
+// up-cast tile by tile into one fp32 buffer.
 static void update(Zero *z, const Config *c, float lr, float gscale, long tile) {
     Registry *r = z->reg;
     int half = r->half;
@@ -268,7 +273,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
         for (long j0 = 0; j0 < s->len; j0 += step) {
             long n = s->len - j0 < step ? s->len - j0 : step, at = s->base + j0;
             if (half)
-                adamw_half(z->master + at, z->m + at, z->v + at, (const uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
+                adamw_half(z->master + at, z->m + at, z->v + at, (uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
                            p->w16 + s->off + j0, half, z->tile);
             else
                 adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
@@ -276,6 +281,23 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
         }
         // every rank of the group gets the whole updated tensor
         gather(z, i);
+    }
+}
+
+// The gradients no update consumed start the next step at zero as well: on a skipped step all of
+// them; at stage 1, each tensor's parts outside this rank's shard (the other ranks update those).
+static void zero_unconsumed(Zero *z, int all) {
+    Registry *r = z->reg;
+    size_t es = r->half ? 2 : 4;
+    if (all && z->stage == 2) buf_zero(z->gshard, es * z->total);
+    else if (all) buf_zero(r->half ? (void *)r->g16 : (void *)r->g, es * r->total);
+    if (all || z->stage != 1) return;
+    for (int i = 0; i < r->n; i++) {
+        const Shard *s = &z->sh[i];
+        long numel = r->p[i].numel, end = s->off + s->len;
+        char *g = r->half ? (char *)r->p[i].g16 : (char *)r->p[i].g;
+        buf_zero(g, es * (s->off < numel ? s->off : numel));
+        if (end < numel) buf_zero(g + es * end, es * (numel - end));
     }
 }
 
@@ -295,10 +317,10 @@ double zero_step(Zero *z, const Config *c, float lr) {
         if (compressed) onebit_update(z, c, lr, unscale);
         else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
     }
-    // stage 2: the shard's gradients and the bucket (it served the gather) start the next step at zero
-    if (z->stage == 2) {
-        buf_zero(z->gshard, (z->reg->half ? 2 : 4) * z->total);
-        buf_zero(z->bucket, (z->reg->half ? 2 : 4) * z->bucket_elems);
-    }
+    // the updates left the gradients they read at zero; the rest now. The next step's backward
+    // accumulates into zeros: nothing clears the gradients between steps or micro-batches.
+    zero_unconsumed(z, z->skipped);
+    // stage 2: the bucket (it served the gather) starts the next step at zero
+    if (z->stage == 2) buf_zero(z->bucket, (z->reg->half ? 2 : 4) * z->bucket_elems);
     return norm;
 }

@@ -35,7 +35,9 @@ void zero_device_view(Zero *z, int copy);
 // c->tile_size elements at a time through one reused buffer (0: the whole shard at once).
 // Sums gradients over their DP groups (each rank's loss is normalised by the tokens of the
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW
-// on the shard, gathers the parameters. Returns the gradient norm before clipping.
+// on the shard, gathers the parameters. Every gradient is left zero (AdamW consumes the shard's
+// in its pass; a skipped fp16 step zeroes them all), so a training step needs no zeroing of
+// its own and its micro-batches accumulate. Returns the gradient norm before clipping.
 double zero_step(Zero *z, const Config *c, float lr);
 // zero_optimization.overlap_comm: the gathers of params [i0, i1) that zero_step started are done
 // (the forward waits through the registry's hook; checkpoints and the routing bias call this).
