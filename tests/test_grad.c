@@ -76,11 +76,11 @@ static void check_attention_long(void) {
     counter = 1u << 30;
     long nq = (long)LT_ * 3 * LH_ * LHD_, no = (long)LT_ * LH_ * LHD_;
     float *qkv = buf(nq), *att = buf((long)LH_ * LT_ * LT_), *gq = buf(nq), *out = buf(no), *R = buf(no);
-    float *scratch = buf((long)omp_get_max_threads() * LT_ * LT_);
+    float *scratch = buf(omp_get_max_threads() * attention_scratch_floats(LT_));
     fill(qkv, nq, 1); fill(R, no, 1);
     OpCtx a = {qkv, att, NULL, out, R, NULL, NULL, 0, 0, 0};
     f_attention_long(&a);
-    attention_backward(gq, R, att, qkv, 1, LT_, LH_, LHD_, scratch);
+    attention_backward(gq, R, att, qkv, out, 1, LT_, LH_, LHD_, scratch);
     check("attention d(qkv), T 150 (causal blocks)", f_attention_long, &a, qkv, gq, nq, 1e-2f, 1e-2);
     counter = keep;
 }
@@ -123,11 +123,11 @@ static void test_ops(void) {
     check("gelu", f_gelu, &c, c.inp, gi, c.N, 1e-2f, 1e-2);
     // attention (causal, 2 heads)
     long nq = (long)B_ * T_ * 3 * H_ * HD_;
-    float *qkv = buf(nq), *att = buf((long)B_ * H_ * T_ * T_), *gq = buf(nq), *scratch = buf((long)omp_get_max_threads() * T_ * T_);
+    float *qkv = buf(nq), *att = buf((long)B_ * H_ * T_ * T_), *gq = buf(nq), *scratch = buf(omp_get_max_threads() * attention_scratch_floats(T_));
     fill(qkv, nq, 1); fill(c.R, (long)B_ * T_ * H_ * HD_, 1);
     OpCtx a = {qkv, att, NULL, c.out, c.R, NULL, NULL, 0, 0, 0};
     f_attention(&a);
-    attention_backward(gq, c.R, att, qkv, B_, T_, H_, HD_, scratch);
+    attention_backward(gq, c.R, att, qkv, c.out, B_, T_, H_, HD_, scratch);
     check("attention d(qkv)", f_attention, &a, qkv, gq, nq, 1e-2f, 1e-2);
     check_attention_long();
     // cross-entropy over logits with 2 padded columns: d(sum R_i·loss_i)

@@ -149,7 +149,8 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 // Causal attention by blocks of ATT_BLOCK rows: row block i meets only the columns up to the end of
 // its own block, so the products skip the masked upper triangle (about half the FLOPs at long T);
-// its cells inside the diagonal block are written as zeros and nothing reads beyond it.
+// its cells inside the diagonal block are written as zeros and nothing reads beyond it. The
+// backward walks the same blocks as column strips (keys), so A is stored row-major T×T per head.
 #define ATT_BLOCK 64
 
 // One row of scores (u <= t live) to probabilities; the cells up to n (the block's end) zeroed.
@@ -163,16 +164,6 @@ static void softmax_row(float *restrict row, int t, int n) {
     #pragma omp simd
     for (int u = 0; u <= t; u++) row[u] *= inv;
     for (int u = t + 1; u < n; u++) row[u] = 0;
-}
-
-// dS = A ⊙ (dA − Σ A⊙dA) · scale on one row, zeros past t up to n.
-static void softmax_row_backward(float *restrict g, const float *restrict ar, int t, int n, float scale) {
-    float s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int u = 0; u <= t; u++) s += ar[u] * g[u];
-    #pragma omp simd
-    for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
-    for (int u = t + 1; u < n; u++) g[u] = 0;
 }
 
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
@@ -196,41 +187,68 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
     }
 }
 
-// By row blocks: dA = dO·Vᵀ, dS, dQ = dS·K; then by column blocks j (rows j.. below meet them):
-// dV_j = A[j.., j]ᵀ·dO[j..], dK_j = dS[j.., j]ᵀ·Q[j..].
-static void attention_backward_one(float *dq, const float *dO, const float *a, const float *q, float *dA, int T,
-                                   int D, int hd, float scale) {
-    int ld = 3 * D;
-    const float *k = q + D, *v = q + 2 * D;
-    float *dk = dq + D, *dv = dq + 2 * D;
-    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, n = r0 + m;
-        float *g = dA + (long)r0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1.0f, dO + (long)r0 * D, D, v, ld, 0.0f, g, T);
-        for (int t = r0; t < n; t++) softmax_row_backward(g + (long)(t - r0) * T, a + (long)t * T, t, n, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1.0f, g, T, k, ld, 0.0f, dq + (long)r0 * ld, ld);
-    }
-    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-        int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
-        const float *ac = a + (long)c0 * T + c0, *gc = dA + (long)c0 * T + c0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dO + (long)c0 * D, D, 0.0f,
-                    dv + (long)c0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, gc, T, q + (long)c0 * ld, ld, 0.0f,
-                    dk + (long)c0 * ld, ld);
+long attention_scratch_floats(int T) { return (long)ATT_BLOCK * T + T; }
+
+// Δ_t = dO_t·O_t, which equals Σ_u A_tu·dA_tu (dA = dO·Vᵀ, O = A·V): the softmax backward's row sum
+// without a whole row of dA.
+static void attention_delta(float *restrict delta, const float *dO, const float *O, int T, int D, int hd) {
+    for (int t = 0; t < T; t++) {
+        const float *x = dO + (long)t * D, *y = O + (long)t * D;
+        float s = 0;
+        #pragma omp simd reduction(+ : s)
+        for (int c = 0; c < hd; c++) s += x[c] * y[c];
+        delta[t] = s;
     }
 }
 
-void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
-                        int H, int hd, float *scratch) {
+// g[rows, m] = dA strip → dS = A ⊙ (dA − Δ) · scale; a: the strip of A (row stride T). Cells above
+// the diagonal hold A = 0 (the forward's zeros), so their dS is 0.
+static void strip_softmax_backward(float *restrict g, const float *restrict a, const float *delta, int rows, int m,
+                                   int T, float scale) {
+    for (int i = 0; i < rows; i++) {
+        float *gr = g + (long)i * m, dl = delta[i];
+        const float *ar = a + (long)i * T;
+        #pragma omp simd
+        for (int u = 0; u < m; u++) gr[u] = ar[u] * (gr[u] - dl) * scale;
+    }
+}
+
+// By column strips j of ATT_BLOCK keys (the rows t ≥ c0 meet them), each strip's dS in cache:
+//   G = dO[c0..]·V_jᵀ → dS;  dV_j = A[c0.., j]ᵀ·dO[c0..];  dK_j = dSᵀ·Q[c0..];  dQ[c0..] += dS·K_j.
+// A is read once and no T×T buffer of dA is written. Strip 0 meets every row and sets dQ.
+static void attention_backward_one(float *dq, const float *dO, const float *O, const float *a, const float *q,
+                                   float *scr, int T, int D, int hd, float scale) {
+    int ld = 3 * D;
+    const float *k = q + D, *v = q + 2 * D;
+    float *dk = dq + D, *dv = dq + 2 * D, *delta = scr + (long)ATT_BLOCK * T, *g = scr;
+    attention_delta(delta, dO, O, T, D, hd);
+    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+        int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
+        const float *ac = a + (long)c0 * T + c0, *dOc = dO + (long)c0 * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, hd, 1.0f, dOc, D, v + (long)c0 * ld, ld, 0.0f,
+                    g, m);
+        strip_softmax_backward(g, ac, delta + c0, rows, m, T, scale);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dOc, D, 0.0f,
+                    dv + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, g, m, q + (long)c0 * ld, ld, 0.0f,
+                    dk + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, m, 1.0f, g, m, k + (long)c0 * ld, ld,
+                    c0 ? 1.0f : 0.0f, dq + (long)c0 * ld, ld);
+    }
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
+                        int T, int H, int hd, float *scratch) {
     ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        attention_backward_one(dqkv + (long)b * T * ld + h * hd, dout + (long)b * T * D + h * hd,
-                               att + (long)bh * T * T, qkv + (long)b * T * ld + h * hd,
-                               scratch + (long)omp_get_thread_num() * T * T, T, D, hd, scale);
+        long io = (long)b * T * D + h * hd;
+        attention_backward_one(dqkv + (long)b * T * ld + h * hd, dout + io, out + io, att + (long)bh * T * T,
+                               qkv + (long)b * T * ld + h * hd,
+                               scratch + omp_get_thread_num() * attention_scratch_floats(T), T, D, hd, scale);
     }
 }
 
