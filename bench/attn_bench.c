@@ -4,8 +4,8 @@
 //                                         masked half of T² not counted)
 //   ideal ms     = causal GFLOP / rate, for two rates timed by CPU time on one thread:
 //     peak:  a 1024³ sgemm (what `ted bench` calls the 1-core peak, mfu_cpu's denominator);
-//     shape: the same six products over the causal 64-row blocks, nothing between them
-//            (how fast OpenBLAS runs these thin shapes; --block sets its block size).
+//     shape: the same six products as ops.c runs them over the causal blocks of 64, nothing
+//            between them (how fast OpenBLAS runs these thin shapes; --block sets the size).
 //   over_peak = op ms / ideal ms at the peak — the "within 1.3×" reads off it.
 // Run it with OMP_NUM_THREADS=1 for the per-core figure.
 //   usage: attn_bench [--T 1024,2048] [--B 1] [--H 4] [--hd 64] [--reps 5] [--block 64]
@@ -40,26 +40,28 @@ static void run_op(void *p) {
     attention_backward(r->dqkv, r->dout, r->att, r->qkv, r->out, r->o->B, r->T, r->o->H, r->o->hd, r->scratch);
 }
 
-// The six causal products of one (b, h) by row blocks (S = QKᵀ, O = P·V, dP = dO·Vᵀ, dQ = dS·K)
-// and column blocks (dV = Pᵀ·dO, dK = dSᵀ·Q) into T×T buffers A and G; no softmax.
+// The six causal products of one (b, h) as ops.c runs them: forward by row blocks (S = QKᵀ into
+// the T×T buffer A, O = P·V), backward by key strips (dP = dO·V_jᵀ into a strip buffer G,
+// dV_j = P_jᵀ·dO, dK_j = dS_jᵀ·Q, dQ += dS_j·K_j); no softmax.
 static void products_one(const Run *r, const float *q, const float *dO, float *o, float *dq) {
     int T = r->T, hd = r->o->hd, D = r->o->H * hd, ld = 3 * D, bk = r->o->block;
     const float *k = q + D, *v = q + 2 * D;
     for (int r0 = 0; r0 < T; r0 += bk) {
         int m = T - r0 < bk ? T - r0 : bk, n = r0 + m;
-        float *a = r->A + (long)r0 * T, *g = r->G + (long)r0 * T;
+        float *a = r->A + (long)r0 * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1, q + (long)r0 * ld, ld, k, ld, 0, a, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1, a, T, v, ld, 0, o + (long)r0 * D, D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1, dO + (long)r0 * D, D, v, ld, 0, g, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1, g, T, k, ld, 0, dq + (long)r0 * ld, ld);
     }
     for (int c0 = 0; c0 < T; c0 += bk) {
         int m = T - c0 < bk ? T - c0 : bk, rows = T - c0;
-        const float *ac = r->A + (long)c0 * T + c0, *gc = r->G + (long)c0 * T + c0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1, ac, T, dO + (long)c0 * D, D, 0,
-                    dq + 2 * D + (long)c0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1, gc, T, q + (long)c0 * ld, ld, 0,
+        const float *ac = r->A + (long)c0 * T + c0, *dOc = dO + (long)c0 * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, hd, 1, dOc, D, v + (long)c0 * ld, ld, 0, r->G, m);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1, ac, T, dOc, D, 0, dq + 2 * D + (long)c0 * ld,
+                    ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1, r->G, m, q + (long)c0 * ld, ld, 0,
                     dq + D + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, m, 1, r->G, m, k + (long)c0 * ld, ld,
+                    c0 ? 1.0f : 0.0f, dq + (long)c0 * ld, ld);
     }
 }
 
@@ -108,8 +110,9 @@ static void bench_T(const Opts *o, int T, double peak) {
     for (long i = 0; i < N * 3 * D; i++) r.qkv[i] = rng_normal(1, 2, (uint64_t)i);
     for (long i = 0; i < N * D; i++) r.dout[i] = rng_normal(1, 3, (uint64_t)i);
     double op = best_cpu(o->reps, run_op, &r);
-    r.A = ted_alloc(sizeof(float) * TT, MEM_TEMP); r.G = ted_alloc(sizeof(float) * TT, MEM_TEMP);
-    memset(r.A, 0, sizeof(float) * TT); memset(r.G, 0, sizeof(float) * TT);
+    long GT = (long)o->block * T;
+    r.A = ted_alloc(sizeof(float) * TT, MEM_TEMP); r.G = ted_alloc(sizeof(float) * GT, MEM_TEMP);
+    memset(r.A, 0, sizeof(float) * TT); memset(r.G, 0, sizeof(float) * GT);
     double prod = best_cpu(o->reps, run_products, &r), pf = products_flops(o, T);
     double causal = 4.0 * o->B * o->H * (double)T * T * o->hd / 2 * 3, shape = pf / (prod * 1e-3);
     double ideal_peak = causal / peak * 1e3, ideal_shape = causal / shape * 1e3;
