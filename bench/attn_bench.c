@@ -40,18 +40,34 @@ static void run_op(void *p) {
     attention_backward(r->dqkv, r->dout, r->att, r->qkv, r->out, r->o->B, r->T, r->o->H, r->o->hd, r->scratch);
 }
 
-// The six causal products of one (b, h) as ops.c runs them: forward by row blocks (S = QKᵀ into
-// the T×T buffer A, O = P·V), backward by key strips (dP = dO·V_jᵀ into a strip buffer G,
-// dV_j = P_jᵀ·dO, dK_j = dS_jᵀ·Q, dQ += dS_j·K_j); no softmax.
+// The forward's products as ops.c runs them: 512 rows at a time against the keys before them (one
+// S = QKᵀ and one O = P·V), then their own keys by row blocks, each to its block's end.
+static void forward_products(const Run *r, const float *q, float *o) {
+    int T = r->T, hd = r->o->hd, D = r->o->H * hd, ld = 3 * D, bk = r->o->block;
+    const float *k = q + D, *v = q + 2 * D;
+    for (int s0 = 0; s0 < T; s0 += 512) {
+        int ms = T - s0 < 512 ? T - s0 : 512;
+        float *as = r->A + (long)s0 * T;
+        if (s0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ms, s0, hd, 1, q + (long)s0 * ld, ld, k, ld, 0, as, T);
+        if (s0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ms, hd, s0, 1, as, T, v, ld, 0, o + (long)s0 * D, D);
+        for (int r0 = s0; r0 < s0 + ms; r0 += bk) {
+            int m = s0 + ms - r0 < bk ? s0 + ms - r0 : bk, n = r0 + m;
+            float *a = r->A + (long)r0 * T + s0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n - s0, hd, 1, q + (long)r0 * ld, ld, k + (long)s0 * ld,
+                        ld, 0, a, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n - s0, 1, a, T, v + (long)s0 * ld, ld, 1,
+                        o + (long)r0 * D, D);
+        }
+    }
+}
+
+// The six causal products of one (b, h) as ops.c runs them: the forward's, then the backward's by
+// key strips (dP = dO·V_jᵀ into a strip buffer G, dV_j = P_jᵀ·dO, dK_j = dS_jᵀ·Q, dQ += dS_j·K_j);
+// no softmax.
 static void products_one(const Run *r, const float *q, const float *dO, float *o, float *dq) {
     int T = r->T, hd = r->o->hd, D = r->o->H * hd, ld = 3 * D, bk = r->o->block;
     const float *k = q + D, *v = q + 2 * D;
-    for (int r0 = 0; r0 < T; r0 += bk) {
-        int m = T - r0 < bk ? T - r0 : bk, n = r0 + m;
-        float *a = r->A + (long)r0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1, q + (long)r0 * ld, ld, k, ld, 0, a, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1, a, T, v, ld, 0, o + (long)r0 * D, D);
-    }
+    forward_products(r, q, o);
     for (int c0 = 0; c0 < T; c0 += bk) {
         int m = T - c0 < bk ? T - c0 : bk, rows = T - c0;
         const float *ac = r->A + (long)c0 * T + c0, *dOc = dO + (long)c0 * D;
