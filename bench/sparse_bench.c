@@ -4,7 +4,7 @@
 // 1 global). Prints per T one JSON line: ms (best of the repetitions), the saved probabilities'
 // bytes (att) and the scratch bytes, the best CPU time of the process (steadier on a loaded machine), the present-block fraction, and the sparse time
 // over dense time × fraction. Dense is skipped (--dense-max) above a length; its bytes are
-// still computed (B·H·T² floats; scratch T² floats per thread).
+// still computed (B·H·T² floats; scratch attention_scratch_floats(T) per thread).
 //   usage: sparse_bench [--T 1024,2048,...] [--B 1] [--reps 3 (0: sizes only)] [--dense-max 8192] [--mode fixed]
 //                       [--block 64] [--local 4] [--global 1] [--recompute 0|1]
 #include "core/alloc.h"
@@ -37,7 +37,7 @@ typedef struct { const Opts *o; int T; float *qkv, *dout, *out, *dqkv, *att, *sc
 static void run_dense(void *p) {
     Run *r = p;
     attention_forward(r->out, r->att, r->qkv, r->o->B, r->T, r->o->H, r->o->hd);
-    attention_backward(r->dqkv, r->dout, r->att, r->qkv, r->o->B, r->T, r->o->H, r->o->hd, r->scratch);
+    attention_backward(r->dqkv, r->dout, r->att, r->qkv, r->out, r->o->B, r->T, r->o->H, r->o->hd, r->scratch);
 }
 static void run_sparse(void *p) {
     Run *r = p;
@@ -57,7 +57,7 @@ static void bench_T(const Opts *o, int T) {
     double frac = (double)L.nnz / ((double)o->H * L.nb * L.nb);
     long s_att = 4 * sparse_attention_att_floats(&L, o->B), s_scr = 4 * (threads * sparse_attention_scratch_floats(&L, o->hd) +
                                                                    sparse_attention_recompute_floats(&L, o->B));
-    long d_att = 4L * o->B * o->H * T * T, d_scr = 4L * threads * T * T;
+    long d_att = 4L * o->B * o->H * T * T, d_scr = 4L * threads * attention_scratch_floats(T);
     double s_cpu = -1, d_cpu = -1, s_ms = -1, d_ms = -1;
     if (o->reps > 0) {
         r.att = ted_alloc(s_att, MEM_TEMP); r.scratch = ted_alloc(s_scr, MEM_TEMP);

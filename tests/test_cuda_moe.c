@@ -105,9 +105,9 @@ static void test_attention(int B, int T, int H, int hd) {
     float *qkv = frandom(nq, 1.5f), *dout = frandom(no, 1.0f);
     float *out = xmalloc(sizeof(float) * no), *att = xmalloc(sizeof(float) * na);
     float *dqkv = xmalloc(sizeof(float) * nq);
-    float *scratch = xmalloc(sizeof(float) * T * T * omp_get_max_threads());
+    float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(T) * omp_get_max_threads());
     attention_forward(out, att, qkv, B, T, H, hd);
-    attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch);
+    attention_backward(dqkv, dout, att, qkv, out, B, T, H, hd, scratch);
 
     float *d_qkv = dev_copy(qkv, sizeof(float) * nq), *d_dout = dev_copy(dout, sizeof(float) * no);
     float *junk = frandom(nq > na ? nq : na, 100.0f);   // outputs start as garbage: all must be written

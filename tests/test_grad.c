@@ -76,12 +76,88 @@ static void check_attention_long(void) {
     counter = 1u << 30;
     long nq = (long)LT_ * 3 * LH_ * LHD_, no = (long)LT_ * LH_ * LHD_;
     float *qkv = buf(nq), *att = buf((long)LH_ * LT_ * LT_), *gq = buf(nq), *out = buf(no), *R = buf(no);
-    float *scratch = buf((long)omp_get_max_threads() * LT_ * LT_);
+    float *scratch = buf(omp_get_max_threads() * attention_scratch_floats(LT_));
     fill(qkv, nq, 1); fill(R, no, 1);
     OpCtx a = {qkv, att, NULL, out, R, NULL, NULL, 0, 0, 0};
     f_attention_long(&a);
-    attention_backward(gq, R, att, qkv, 1, LT_, LH_, LHD_, scratch);
+    attention_backward(gq, R, att, qkv, out, 1, LT_, LH_, LHD_, scratch);
     check("attention d(qkv), T 150 (causal blocks)", f_attention_long, &a, qkv, gq, nq, 1e-2f, 1e-2);
+    counter = keep;
+}
+
+// Attention at T 600 (a superblock of 512 rows, then 64 + 24) against the formula in double: out,
+// and dqkv by the plain softmax backward. att, out and dqkv start as garbage: all must be written.
+enum { NT_ = 600, NH_ = 2, NHD_ = 8, NB_ = 2 };
+static void naive_attention(double *o, double *dq, const float *qkv, const float *dO, int b, int h) {
+    int D = NH_ * NHD_, ld = 3 * D;
+    double sc = 1.0 / sqrt((double)NHD_), p[NT_], dp[NT_];
+    const float *Q = qkv + (long)b * NT_ * ld + h * NHD_, *K = Q + D, *V = Q + 2 * D;
+    for (int t = 0; t < NT_; t++) {
+        double mx = -1e300, s = 0, dl = 0;
+        for (int u = 0; u <= t; u++) {
+            p[u] = 0;
+            for (int c = 0; c < NHD_; c++) p[u] += (double)Q[(long)t * ld + c] * K[(long)u * ld + c] * sc;
+            mx = fmax(mx, p[u]);
+        }
+        for (int u = 0; u <= t; u++) { p[u] = exp(p[u] - mx); s += p[u]; }
+        const float *g = dO + ((long)b * NT_ + t) * D + h * NHD_;
+        for (int u = 0; u <= t; u++) {
+            p[u] /= s; dp[u] = 0;
+            for (int c = 0; c < NHD_; c++) {
+                o[(long)t * NHD_ + c] += p[u] * V[(long)u * ld + c];
+                dp[u] += (double)g[c] * V[(long)u * ld + c];
+                dq[((long)u * 3 + 2) * NHD_ + c] += p[u] * g[c];   // dV
+            }
+            dl += p[u] * dp[u];
+        }
+        for (int u = 0; u <= t; u++)
+            for (int c = 0; c < NHD_; c++) {
+                double ds = p[u] * (dp[u] - dl) * sc;
+                dq[(long)t * 3 * NHD_ + c] += ds * K[(long)u * ld + c];
+                dq[((long)u * 3 + 1) * NHD_ + c] += ds * Q[(long)t * ld + c];
+            }
+    }
+}
+static double rel_err(const float *x, long ldx, const double *ref, int rows, int w) {
+    double e = 0, m = 1e-30;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < w; c++) {
+            e = fmax(e, fabs(x[(long)r * ldx + c] - ref[(long)r * w + c]));
+            m = fmax(m, fabs(ref[(long)r * w + c]));
+        }
+    return e / m;
+}
+static void check_attention_naive(void) {
+    uint64_t keep = counter;   // its own draws, as check_attention_long
+    counter = 3u << 30;
+    int D = NH_ * NHD_;
+    long nq = (long)NB_ * NT_ * 3 * D, no = (long)NB_ * NT_ * D;
+    float *qkv = buf(nq), *dO = buf(no), *out = buf(no), *dqkv = buf(nq), *att = buf((long)NB_ * NH_ * NT_ * NT_);
+    float *scratch = buf(omp_get_max_threads() * attention_scratch_floats(NT_));
+    double *o = ted_alloc(sizeof(double) * NT_ * NHD_, MEM_TEMP), *dq = ted_alloc(sizeof(double) * NT_ * 3 * NHD_, MEM_TEMP);
+    fill(qkv, nq, 1.5f); fill(dO, no, 1);
+    for (long i = 0; i < (long)NB_ * NH_ * NT_ * NT_; i++) att[i] = 1e30f;
+    for (long i = 0; i < nq; i++) dqkv[i] = 1e30f;
+    for (long i = 0; i < no; i++) out[i] = 1e30f;
+    attention_forward(out, att, qkv, NB_, NT_, NH_, NHD_);
+    attention_backward(dqkv, dO, att, qkv, out, NB_, NT_, NH_, NHD_, scratch);
+    double eo = 0, eq = 0;
+    for (int b = 0; b < NB_; b++)
+        for (int h = 0; h < NH_; h++) {
+            memset(o, 0, sizeof(double) * NT_ * NHD_); memset(dq, 0, sizeof(double) * NT_ * 3 * NHD_);
+            naive_attention(o, dq, qkv, dO, b, h);
+            eo = fmax(eo, rel_err(out + (long)b * NT_ * D + h * NHD_, D, o, NT_, NHD_));
+            for (int part = 0; part < 3; part++) {   // q, k, v columns of this head against the reference's
+                double *r = ted_alloc(sizeof(double) * NT_ * NHD_, MEM_TEMP);
+                for (int t = 0; t < NT_; t++) memcpy(r + (long)t * NHD_, dq + ((long)t * 3 + part) * NHD_, sizeof(double) * NHD_);
+                eq = fmax(eq, rel_err(dqkv + (long)b * NT_ * 3 * D + part * D + h * NHD_, 3 * D, r, NT_, NHD_));
+                ted_free(r);
+            }
+        }
+    int ok = eo < 1e-5 && eq < 1e-5;
+    printf("%-44s out %.2e  dqkv %.2e  %s\n", "attention T 600 against the formula", eo, eq, ok ? "ok" : "FAIL");
+    failures += !ok; passes += ok;
+    ted_free(o); ted_free(dq);
     counter = keep;
 }
 
@@ -123,13 +199,14 @@ static void test_ops(void) {
     check("gelu", f_gelu, &c, c.inp, gi, c.N, 1e-2f, 1e-2);
     // attention (causal, 2 heads)
     long nq = (long)B_ * T_ * 3 * H_ * HD_;
-    float *qkv = buf(nq), *att = buf((long)B_ * H_ * T_ * T_), *gq = buf(nq), *scratch = buf((long)omp_get_max_threads() * T_ * T_);
+    float *qkv = buf(nq), *att = buf((long)B_ * H_ * T_ * T_), *gq = buf(nq), *scratch = buf(omp_get_max_threads() * attention_scratch_floats(T_));
     fill(qkv, nq, 1); fill(c.R, (long)B_ * T_ * H_ * HD_, 1);
     OpCtx a = {qkv, att, NULL, c.out, c.R, NULL, NULL, 0, 0, 0};
     f_attention(&a);
-    attention_backward(gq, c.R, att, qkv, B_, T_, H_, HD_, scratch);
+    attention_backward(gq, c.R, att, qkv, c.out, B_, T_, H_, HD_, scratch);
     check("attention d(qkv)", f_attention, &a, qkv, gq, nq, 1e-2f, 1e-2);
     check_attention_long();
+    check_attention_naive();
     // cross-entropy over logits with 2 padded columns: d(sum R_i·loss_i)
     float *logits = buf(N_ * V_);
     fill(logits, N_ * V_, 2); fill(c.R, N_, 1);

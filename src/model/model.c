@@ -395,9 +395,10 @@ static void layout_grads(Model *M, Bump *a) {
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
-    // attention backward: T·T per OpenMP thread on the CPU, every (b, h) at once on the GPU
+    // attention backward: a strip per OpenMP thread on the CPU, T·T for every (b, h) at once on the GPU
     long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
-    long per_row = !M->sl ? (long)M->T * M->T : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
+    long per_row = !M->sl ? (ted_device == DEV_CUDA ? (long)M->T * M->T : attention_scratch_floats(M->T))
+                   : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
     long chunk = 0;   // sparse recompute: the backward's chunk of recomputed strips
     for (int l = 0; M->sl && ted_device != DEV_CUDA && l < M->L; l++) {
         long c = sparse_attention_recompute_floats(&M->sl[l], M->Bmax);
@@ -950,7 +951,7 @@ static void attn_backward(Model *M, int l, int B, int T) {
     else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
     if (M->sl)
         sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
-    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
     if (M->llama) llama_qkv_backward(M, l, B, T);
     else matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
 }

@@ -149,7 +149,8 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 // Causal attention by blocks of ATT_BLOCK rows: row block i meets only the columns up to the end of
 // its own block, so the products skip the masked upper triangle (about half the FLOPs at long T);
-// its cells inside the diagonal block are written as zeros and nothing reads beyond it.
+// its cells inside the diagonal block are written as zeros and nothing reads beyond it. The
+// backward walks the same blocks as column strips (keys), so A is stored row-major T×T per head.
 #define ATT_BLOCK 64
 
 // One row of scores (u <= t live) to probabilities; the cells up to n (the block's end) zeroed.
@@ -165,14 +166,40 @@ static void softmax_row(float *restrict row, int t, int n) {
     for (int u = t + 1; u < n; u++) row[u] = 0;
 }
 
-// dS = A ⊙ (dA − Σ A⊙dA) · scale on one row, zeros past t up to n.
-static void softmax_row_backward(float *restrict g, const float *restrict ar, int t, int n, float scale) {
-    float s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int u = 0; u <= t; u++) s += ar[u] * g[u];
-    #pragma omp simd
-    for (int u = 0; u <= t; u++) g[u] = ar[u] * (g[u] - s) * scale;
-    for (int u = t + 1; u < n; u++) g[u] = 0;
+// The forward takes ATT_SUPER rows at a time: their products with the keys before them are one
+// GEMM each (K and V packed once per superblock, not once per row block); the superblock's own
+// keys go by row blocks, each to its block's end.
+#define ATT_SUPER 512
+
+// Scores of rows s0..s0+ms−1 (× scale) into a, then each row's softmax. The cells are zeroed first
+// and the products add to them (β = 1): OpenBLAS's own β = 0 pass over them is slower.
+static void scores_super(float *a, const float *q, const float *k, int s0, int ms, int T, int ld, int hd,
+                         float scale) {
+    for (int t = s0; t < s0 + ms; t++) {
+        int n = (t / ATT_BLOCK + 1) * ATT_BLOCK;
+        memset(a + (long)t * T, 0, sizeof(float) * (n < T ? n : T));
+    }
+    if (s0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ms, s0, hd, scale, q + (long)s0 * ld, ld, k, ld, 1.0f,
+                    a + (long)s0 * T, T);
+    for (int r0 = s0; r0 < s0 + ms; r0 += ATT_BLOCK) {
+        int m = s0 + ms - r0 < ATT_BLOCK ? s0 + ms - r0 : ATT_BLOCK, n = r0 + m;   // rows r0..n-1 meet columns 0..n-1
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n - s0, hd, scale, q + (long)r0 * ld, ld,
+                    k + (long)s0 * ld, ld, 1.0f, a + (long)r0 * T + s0, T);
+        for (int t = r0; t < n; t++) softmax_row(a + (long)t * T, t, n);
+    }
+}
+
+// O of rows s0..s0+ms−1 = P·V: the keys before s0 in one product, then the superblock's own.
+static void values_super(float *o, const float *a, const float *v, int s0, int ms, int T, int ld, int D, int hd) {
+    if (s0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ms, hd, s0, 1.0f, a + (long)s0 * T, T, v, ld, 0.0f,
+                    o + (long)s0 * D, D);
+    for (int r0 = s0; r0 < s0 + ms; r0 += ATT_BLOCK) {
+        int m = s0 + ms - r0 < ATT_BLOCK ? s0 + ms - r0 : ATT_BLOCK, n = r0 + m;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n - s0, 1.0f, a + (long)r0 * T + s0, T,
+                    v + (long)s0 * ld, ld, s0 ? 1.0f : 0.0f, o + (long)r0 * D, D);
+    }
 }
 
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
@@ -184,53 +211,86 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
         int b = bh / H, h = bh % H;
         const float *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
         float *a = att + (long)bh * T * T, *o = out + (long)b * T * D + h * hd;
-        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-            int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, n = r0 + m;   // rows r0..n-1 meet columns 0..n-1
-            float *ar = a + (long)r0 * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, scale, q + (long)r0 * ld, ld, k, ld, 0.0f,
-                        ar, T);
-            for (int t = r0; t < n; t++) softmax_row(ar + (long)(t - r0) * T, t, n);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1.0f, ar, T, v, ld, 0.0f,
-                        o + (long)r0 * D, D);
+        for (int s0 = 0; s0 < T; s0 += ATT_SUPER) {
+            int ms = T - s0 < ATT_SUPER ? T - s0 : ATT_SUPER;
+            scores_super(a, q, k, s0, ms, T, ld, hd, scale);
+            values_super(o, a, v, s0, ms, T, ld, D, hd);
         }
     }
 }
 
-// By row blocks: dA = dO·Vᵀ, dS, dQ = dS·K; then by column blocks j (rows j.. below meet them):
-// dV_j = A[j.., j]ᵀ·dO[j..], dK_j = dS[j.., j]ᵀ·Q[j..].
-static void attention_backward_one(float *dq, const float *dO, const float *a, const float *q, float *dA, int T,
-                                   int D, int hd, float scale) {
-    int ld = 3 * D;
-    const float *k = q + D, *v = q + 2 * D;
-    float *dk = dq + D, *dv = dq + 2 * D;
-    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, n = r0 + m;
-        float *g = dA + (long)r0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hd, 1.0f, dO + (long)r0 * D, D, v, ld, 0.0f, g, T);
-        for (int t = r0; t < n; t++) softmax_row_backward(g + (long)(t - r0) * T, a + (long)t * T, t, n, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n, 1.0f, g, T, k, ld, 0.0f, dq + (long)r0 * ld, ld);
-    }
-    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-        int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
-        const float *ac = a + (long)c0 * T + c0, *gc = dA + (long)c0 * T + c0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dO + (long)c0 * D, D, 0.0f,
-                    dv + (long)c0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, gc, T, q + (long)c0 * ld, ld, 0.0f,
-                    dk + (long)c0 * ld, ld);
+long attention_scratch_floats(int T) { return (long)ATT_BLOCK * T + T; }
+
+// Δ_t = dO_t·O_t, which equals Σ_u A_tu·dA_tu (dA = dO·Vᵀ, O = A·V): the softmax backward's row sum
+// without a whole row of dA.
+static void attention_delta(float *restrict delta, const float *dO, const float *O, int T, int D, int hd) {
+    for (int t = 0; t < T; t++) {
+        const float *x = dO + (long)t * D, *y = O + (long)t * D;
+        float s = 0;
+        #pragma omp simd reduction(+ : s)
+        for (int c = 0; c < hd; c++) s += x[c] * y[c];
+        delta[t] = s;
     }
 }
 
-void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
-                        int H, int hd, float *scratch) {
+// g[rows, m] = −Δ of each row, for the product dA = dO·Vᵀ to add to (β = 1: faster than OpenBLAS's
+// β = 0 pass, and the subtraction comes free).
+static void strip_fill_delta(float *restrict g, const float *delta, int rows, int m) {
+    for (int i = 0; i < rows; i++) {
+        float *gr = g + (long)i * m, dl = -delta[i];
+        #pragma omp simd
+        for (int u = 0; u < m; u++) gr[u] = dl;
+    }
+}
+
+// g[rows, m] = dA − Δ → dS = A ⊙ (dA − Δ) · scale; a: the strip of A (row stride T). Cells above the
+// diagonal hold A = 0 (the forward's zeros), so their dS is 0.
+static void strip_softmax_backward(float *restrict g, const float *restrict a, int rows, int m, int T, float scale) {
+    for (int i = 0; i < rows; i++) {
+        float *gr = g + (long)i * m;
+        const float *ar = a + (long)i * T;
+        #pragma omp simd
+        for (int u = 0; u < m; u++) gr[u] = ar[u] * gr[u] * scale;
+    }
+}
+
+// By column strips j of ATT_BLOCK keys (the rows t ≥ c0 meet them), each strip's dS in cache:
+//   G = dO[c0..]·V_jᵀ − Δ → dS;  dV_j = A[c0.., j]ᵀ·dO[c0..];  dK_j = dSᵀ·Q[c0..];  dQ[c0..] += dS·K_j.
+// A is read once and no T×T buffer of dA is written. Strip 0 meets every row and sets dQ.
+static void attention_backward_one(float *dq, const float *dO, const float *O, const float *a, const float *q,
+                                   float *scr, int T, int D, int hd, float scale) {
+    int ld = 3 * D;
+    const float *k = q + D, *v = q + 2 * D;
+    float *dk = dq + D, *dv = dq + 2 * D, *delta = scr + (long)ATT_BLOCK * T, *g = scr;
+    attention_delta(delta, dO, O, T, D, hd);
+    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+        int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
+        const float *ac = a + (long)c0 * T + c0, *dOc = dO + (long)c0 * D;
+        strip_fill_delta(g, delta + c0, rows, m);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, hd, 1.0f, dOc, D, v + (long)c0 * ld, ld, 1.0f,
+                    g, m);
+        strip_softmax_backward(g, ac, rows, m, T, scale);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dOc, D, 0.0f,
+                    dv + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, g, m, q + (long)c0 * ld, ld, 0.0f,
+                    dk + (long)c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, m, 1.0f, g, m, k + (long)c0 * ld, ld,
+                    c0 ? 1.0f : 0.0f, dq + (long)c0 * ld, ld);
+    }
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
+                        int T, int H, int hd, float *scratch) {
     ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        attention_backward_one(dqkv + (long)b * T * ld + h * hd, dout + (long)b * T * D + h * hd,
-                               att + (long)bh * T * T, qkv + (long)b * T * ld + h * hd,
-                               scratch + (long)omp_get_thread_num() * T * T, T, D, hd, scale);
+        long io = (long)b * T * D + h * hd;
+        attention_backward_one(dqkv + (long)b * T * ld + h * hd, dout + io, out + io, att + (long)bh * T * T,
+                               qkv + (long)b * T * ld + h * hd,
+                               scratch + omp_get_thread_num() * attention_scratch_floats(T), T, D, hd, scale);
     }
 }
 
