@@ -12,9 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GLIBC__)   // as ops.c: libmvec's vector tanhf and expf
+#if defined(__x86_64__) && defined(__GLIBC__)   // libmvec's vector tanhf, as ops.c declared it for the old GELU
 extern float tanhf(float) __attribute__((__simd__("notinbranch")));
-extern float expf(float) __attribute__((__simd__("notinbranch")));
 #endif
 #define GELU_K 0.7978845608028654f
 
@@ -81,19 +80,10 @@ static void was_combine_backward(float *dy, float *dgate, const float *dout, con
             dgate[t * k + j] = dot;
         }
 }
-static void was_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int V) {
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < N; i++) {
-        float *r = logits + i * V;
-        double s = 0;
-        for (int c = 0; c < V; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
-        sum[i] = (float)s;
-    }
-}
 
 // ---- timing ------------------------------------------------------------------------------
 enum { NT = 2048, D = 256, F = 1024, K = 2, NR = NT * K, MAXREP = 64 };
-typedef struct { float *h, *hg, *g, *dh, *db, *x, *o, *w, *b, *mean, *rstd, *dx, *dw, *y, *gate, *dg, *lg, *lg0, *mx, *s; int *row; int V; } Bufs;
+typedef struct { float *h, *hg, *g, *dh, *db, *x, *o, *w, *b, *mean, *rstd, *dx, *dw, *y, *gate, *dg; int *row; } Bufs;
 typedef void (*Run)(Bufs *, int now);
 
 static void r_gelu_f(Bufs *B, int now) { (now ? gelu_forward : was_gelu_forward)(B->hg, B->h, (long)NR * F); }
@@ -109,11 +99,6 @@ static void r_ln_b(Bufs *B, int now) {
 }
 static void r_comb(Bufs *B, int now) {
     (now ? combine_backward : was_combine_backward)(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
-}
-static void r_ce(Bufs *B, int now) {
-    memcpy(B->lg, B->lg0, sizeof(float) * NT * B->V);   // both pay the copy
-    if (now) crossentropy_exp(B->s, B->lg, B->mx, NT, 0, B->V, B->V);
-    else was_crossentropy_exp(B->s, B->lg, B->mx, NT, B->V);
 }
 
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
@@ -138,7 +123,7 @@ int main(int argc, char **argv) {
     Bufs B = {fbuf((long)NR * F, -3, 3), fbuf((long)NR * F, 0, 0), fbuf((long)NR * F, -1, 1), fbuf((long)NR * F, 0, 0),
               fbuf(F, 0, 0), fbuf((long)NT * D, 0, 1), fbuf((long)NT * D, -1, 1), fbuf(D, 0.5f, 1.5f), fbuf(D, 0, 0.1f),
               fbuf(NT, 0, 0), fbuf(NT, 0, 0), fbuf((long)NR * D, 0, 0), fbuf(D, 0, 0), fbuf((long)NR * D, -1, 1),
-              fbuf(NR, 0, 1), fbuf(NR, 0, 0), NULL, NULL, fbuf(NT, 0, 0), fbuf(NT, 0, 0), NULL, 0};
+              fbuf(NR, 0, 1), fbuf(NR, 0, 0), NULL};
     B.row = ted_alloc(sizeof(int) * NR, MEM_TEMP);
     for (long i = 0; i < NR; i++) B.row[i] = (int)((i * 7919) % NR);   // a scattered permutation of the slots
     printf("1 thread = OMP_NUM_THREADS=1; CPU ms, medians of %d alternated\n", reps);
@@ -147,11 +132,5 @@ int main(int argc, char **argv) {
     measure("layernorm forward [2048,256]", r_ln_f, &B, reps);
     measure("layernorm backward [2048,256]", r_ln_b, &B, reps);
     measure("combine backward [2048 tokens, top-2, d 256]", r_comb, &B, reps);
-    for (int V = 256; V <= 8192; V *= 32) {
-        B.V = V; B.lg = fbuf((long)NT * V, 0, 0); B.lg0 = fbuf((long)NT * V, -5, 0);
-        char name[64];
-        snprintf(name, sizeof name, "cross-entropy exp [2048,%d] (+ a copy)", V);
-        measure(name, r_ce, &B, reps);
-    }
     return 0;
 }

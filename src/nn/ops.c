@@ -8,10 +8,9 @@
 #include <omp.h>
 #include <string.h>
 
-// glibc's libmvec has vector tanhf and expf; math.h declares them only under -ffast-math, so say
-// it here (without fast-math's other licences) to let the GELU and softmax loops vectorize.
+// glibc's libmvec has a vector expf; math.h declares it only under -ffast-math, so say it here
+// (without fast-math's other licences) to let the GELU and softmax loops vectorize.
 #if defined(__x86_64__) && defined(__GLIBC__)
-extern float tanhf(float) __attribute__((__simd__("notinbranch")));
 extern float expf(float) __attribute__((__simd__("notinbranch")));
 #endif
 
@@ -322,7 +321,6 @@ void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0
     for (long i = 0; i < N; i++) {
         float *r = logits + i * Vl;
         double s = 0;
-        #pragma omp simd reduction(+ : s)
         for (int c = 0; c < nr; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
         for (int c = nr; c < Vl; c++) r[c] = 0;          // padded columns never win
         sum[i] = (float)s;
