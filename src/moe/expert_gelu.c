@@ -1,5 +1,7 @@
 // expert_gelu.c — the expert kind of design: c_fc [d,f] + bias → GELU → c_proj [f,d] + bias,
-// one GEMM per local expert over its block of rows (the GPU runs the same as grouped GEMMs).
+// one GEMM per local expert over its block of rows (the GPU runs the same as grouped GEMMs). One
+// batched call over the experts does not pay on the CPU (oneDNN's batched matmul against this
+// loop: docs/measured.md, bench/expert_gemm.c).
 #include "core/backend.h"
 #include "moe/experts.h"
 #include "moe/moe_cuda.h"
