@@ -50,25 +50,34 @@ static double shared_by(Group *w) {
     return s > 1 ? s : 1;
 }
 
-// One-way time of an n-byte message between rank r and r + shift for every r < pairs at once (best
-// of reps round trips, as rank 0 sees it): with pairs > 1 the ranks of a node share its uplink as
-// they do when a collective crosses nodes.
+// One-way time of an n-byte message between rank r and r + shift for every r < pairs at once (the
+// median of reps round trips, as rank 0 sees it: the best one would credit a shaped link's burst
+// allowance as bandwidth): with pairs > 1 the ranks of a node share its uplink as they do when a
+// collective crosses nodes.
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static double pingpong(Group *w, int shift, int pairs, long n, int reps) {
     char *buf = ted_alloc((size_t)n, MEM_COMM);
     int me = w->rank, lo = me < pairs, hi = me >= shift && me - shift < pairs;
-    double best = 1e30;
+    double *t = ted_alloc(sizeof(double) * reps, MEM_TEMP), mid;
     for (int i = 0; i < reps; i++) {
+        t[i] = 0;
         comm_barrier(w);
         if (!lo && !hi) continue;
         MPI_Request req;
         double t0 = now_ms();
         if (lo) { comm_isend(w, buf, n, DT_BYTE, me + shift, 7, &req); comm_wait(&req); comm_recv(w, buf, n, DT_BYTE, me + shift, 8); }
         else { comm_recv(w, buf, n, DT_BYTE, me - shift, 7); comm_isend(w, buf, n, DT_BYTE, me - shift, 8, &req); comm_wait(&req); }
-        double t = (now_ms() - t0) / 2e3;
-        if (t < best) best = t;
+        t[i] = (now_ms() - t0) / 2e3;
     }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    mid = t[reps / 2];
+    ted_free(t);
     ted_free(buf);
-    return best;
+    return mid;
 }
 
 // The link between rank 0 and rank shift, `pairs` pairs at once (everyone calls; rank 0's figures
