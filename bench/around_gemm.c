@@ -1,11 +1,13 @@
 // around_gemm.c — the element-wise work around the GEMMs of a training step, the op alone: ted's
-// loops (copied here verbatim as `was_*`) against faster candidates that are not in ted (`cand_*`:
-// they change last bits that tests pinned to today's rounding feel; docs/measured.md), on the
-// bench model's shapes (B·T 2048 tokens, d 256, f 1024, top-2: one MoE block's 4096 expert rows).
-// CPU time (getrusage), medians of the repetitions, alternated; prints one line per op.
+// own functions (and `was_*` where a step is two of them) against faster candidates that are not in
+// ted (`cand_*`: they change last bits that tests pinned to today's rounding feel; docs/measured.md),
+// on the bench model's shapes (B·T 2048 tokens, d 256, f 1024, top-2: one MoE block's 4096 expert
+// rows). CPU time (getrusage), medians of the repetitions, alternated; prints one line per op.
 //   OMP_NUM_THREADS=1 build/around_gemm [reps (21)]
 #include "core/alloc.h"
 #include "core/util.h"
+#include "moe/dispatcher.h"
+#include "nn/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +20,6 @@ extern float expf(float) __attribute__((__simd__("notinbranch")));
 #define GELU_K 0.7978845608028654f
 
 // ---- the loops as they were -------------------------------------------------------------
-static void was_gelu_forward(float *out, const float *inp, long n) {
-    #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-    }
-}
 // gelu_backward, then matmul_backward's bias-gradient pass over the same rows
 static void was_gelu_bias_backward(float *dh, float *db, const float *dhg, const float *h, long N, int OC) {
     #pragma omp parallel for simd schedule(static)
@@ -54,50 +49,6 @@ static void cand_gelu_bias_backward(float *dh, float *db, const float *dhg, cons
         #pragma omp simd
         for (int o = 0; o < OC; o++) db[o] += r[o];
     }
-}
-static void was_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                  const float *b, long N, int d) {
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < N; i++) {
-        const float *x = inp + i * d;
-        float m = 0, v = 0;
-        for (int c = 0; c < d; c++) m += x[c];
-        m /= d;
-        for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
-        float s = 1.0f / sqrtf(v / d + 1e-5f), *o = out + i * d;
-        for (int c = 0; c < d; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
-        mean[i] = m; rstd[i] = s;
-    }
-}
-static void was_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                   const float *w, const float *mean, const float *rstd, long N, int d) {
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < N; i++) {
-        const float *g = dout + i * d, *x = inp + i * d;
-        float m = mean[i], s = rstd[i], a = 0, bsum = 0;
-        for (int c = 0; c < d; c++) { float gw = g[c] * w[c]; a += gw; bsum += gw * (x[c] - m) * s; }
-        a /= d; bsum /= d;
-        float *dx = dinp + i * d;
-        for (int c = 0; c < d; c++) { float xh = (x[c] - m) * s; dx[c] += (g[c] * w[c] - a - xh * bsum) * s; }
-    }
-    for (long i = 0; i < N; i++) {
-        const float *g = dout + i * d, *x = inp + i * d;
-        for (int c = 0; c < d; c++) { dw[c] += g[c] * (x[c] - mean[i]) * rstd[i]; db[c] += g[c]; }
-    }
-}
-static void was_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                                 const int *row, long N, int k, int d) {
-    #pragma omp parallel for schedule(static)
-    for (long t = 0; t < N; t++)
-        for (int j = 0; j < k; j++) {
-            int r = row[t * k + j];
-            dgate[t * k + j] = 0;
-            if (r < 0) continue;
-            const float *go = dout + t * d, *yr = y + (long)r * d;
-            float g = gate[t * k + j], dot = 0, *dr = dy + (long)r * d;
-            for (int c = 0; c < d; c++) { dr[c] = g * go[c]; dot += yr[c] * go[c]; }
-            dgate[t * k + j] = dot;
-        }
 }
 
 // the candidates: the same loops with their sums as SIMD reductions
@@ -155,18 +106,18 @@ enum { NT = 2048, D = 256, F = 1024, K = 2, NR = NT * K, MAXREP = 64 };
 typedef struct { float *h, *hg, *g, *dh, *db, *x, *o, *w, *b, *mean, *rstd, *dx, *dw, *y, *gate, *dg; int *row; } Bufs;
 typedef void (*Run)(Bufs *, int now);
 
-static void r_gelu_f(Bufs *B, int now) { (now ? cand_gelu_forward : was_gelu_forward)(B->hg, B->h, (long)NR * F); }
+static void r_gelu_f(Bufs *B, int now) { (now ? cand_gelu_forward : gelu_forward)(B->hg, B->h, (long)NR * F); }
 static void r_gelu_b(Bufs *B, int now) {
     (now ? cand_gelu_bias_backward : was_gelu_bias_backward)(B->dh, B->db, B->g, B->h, NR, F);
 }
 static void r_ln_f(Bufs *B, int now) {
-    (now ? cand_layernorm_forward : was_layernorm_forward)(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
+    (now ? cand_layernorm_forward : layernorm_forward)(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
 }
 static void r_ln_b(Bufs *B, int now) {
-    (now ? cand_layernorm_backward : was_layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
+    (now ? cand_layernorm_backward : layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
 }
 static void r_comb(Bufs *B, int now) {
-    (now ? cand_combine_backward : was_combine_backward)(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
+    (now ? cand_combine_backward : combine_backward)(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
 }
 
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
