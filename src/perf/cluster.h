@@ -16,8 +16,8 @@ typedef struct {
     double peak;           // FLOP/s of one device at the run's precision
     double gemm_eff;       // the share of the peak the model's GEMMs reach
     double mem;            // bytes of one device
-    double shared_by;      // devices that share one compute unit (the CPU test bed: ranks > cores), 1 = none:
-                           // peak is then the rate of a device while all are busy; one alone runs shared_by× faster
+    double shared_by;      // the CPU test bed (ranks > cores): peak is then the rate of a device while all are busy,
+                           // and one alone runs shared_by× faster (calibrated); 1 = devices of their own
     Link intra, inter;
 } Cluster;
 
