@@ -89,13 +89,16 @@ static double alone(Group *w) {
     return rate;
 }
 
-// One-way time of an n-byte message between rank r and r + shift for every r < pairs at once (the
-// median of reps round trips, as rank 0 sees it: the best one would credit a shaped link's burst
-// allowance as bandwidth): with pairs > 1 the ranks of a node share its uplink as they do when a
-// collective crosses nodes.
-static double pingpong(Group *w, int shift, int pairs, long n, int reps) {
-    char *buf = ted_alloc((size_t)n, MEM_COMM);
-    int me = w->rank, lo = me < pairs, hi = me >= shift && me - shift < pairs;
+// One-way time of an n-byte message between rank r and r + shift for every r < pairs at once, the
+// median of reps tries as rank 0 sees it (the best one would credit a shaped link's burst allowance
+// as bandwidth). With pairs > 1 the ranks of a node share its uplink as they do when a collective
+// crosses nodes. Ping-pong (duplex 0): a message there, then one back, half the round trip. Duplex:
+// both ends send at once and the time is until both messages are in, so every pair loads both
+// directions all along, as a collective does (in a ping-pong, pairs that drift apart find the
+// link free and read up to 20 % fast at 1 Gbit/s).
+static double one_way(Group *w, int shift, int pairs, long n, int reps, int duplex) {
+    char *buf = ted_alloc((size_t)n * 2, MEM_COMM), *in = buf + n;
+    int me = w->rank, lo = me < pairs, hi = me >= shift && me - shift < pairs, peer = lo ? me + shift : me - shift;
     double *t = ted_alloc(sizeof(double) * reps, MEM_TEMP), mid;
     for (int i = 0; i < reps; i++) {
         t[i] = 0;
@@ -103,9 +106,10 @@ static double pingpong(Group *w, int shift, int pairs, long n, int reps) {
         if (!lo && !hi) continue;
         MPI_Request req;
         double t0 = now_ms();
-        if (lo) { comm_isend(w, buf, n, DT_BYTE, me + shift, 7, &req); comm_wait(&req); comm_recv(w, buf, n, DT_BYTE, me + shift, 8); }
-        else { comm_recv(w, buf, n, DT_BYTE, me - shift, 7); comm_isend(w, buf, n, DT_BYTE, me - shift, 8, &req); comm_wait(&req); }
-        t[i] = (now_ms() - t0) / 2e3;
+        if (duplex) { comm_isend(w, buf, n, DT_BYTE, peer, 7, &req); comm_recv(w, in, n, DT_BYTE, peer, 7); comm_wait(&req); }
+        else if (lo) { comm_isend(w, buf, n, DT_BYTE, peer, 7, &req); comm_wait(&req); comm_recv(w, in, n, DT_BYTE, peer, 8); }
+        else { comm_recv(w, in, n, DT_BYTE, peer, 7); comm_isend(w, buf, n, DT_BYTE, peer, 8, &req); comm_wait(&req); }
+        t[i] = (now_ms() - t0) / (duplex ? 1e3 : 2e3);
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     mid = t[reps / 2];
@@ -115,11 +119,10 @@ static double pingpong(Group *w, int shift, int pairs, long n, int reps) {
 }
 
 // The link between rank 0 and rank shift, `pairs` pairs at once (everyone calls; rank 0's figures
-// are broadcast): latency from one pair alone, bandwidth with every pair sending (the median of 9
-// 8 MB round trips: of 5, one calibration in four read a 1 Gbit/s link 20 % fast).
+// are broadcast): latency from one pair alone (ping-pong), bandwidth with every pair sending both ways.
 static Link measure_link(Group *w, int shift, int pairs) {
     double v[2] = {0, 0};
-    double lat = pingpong(w, shift, 1, 8, 200), big = pingpong(w, shift, pairs, 8 << 20, 9);
+    double lat = one_way(w, shift, 1, 8, 200, 0), big = one_way(w, shift, pairs, 8 << 20, 9, 1);
     if (w->rank == 0) { v[0] = lat; v[1] = (8 << 20) / (big - lat > 0 ? big - lat : big); }
     comm_broadcast(w, v, 2, DT_F64, 0);
     return (Link){v[1], v[0]};
@@ -147,8 +150,8 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
              "fp32 sgemm rate with every rank multiplying at once (median of 3); shared_by = how much faster one rank multiplies while the others wait, when ranks share the machine's cores; links: %s; gemm_efficiency 0.55 is ted's bench "
              "model MFU on CPUs, not measured", c->nodes, c->per_node,
              near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
-                                 : far < 0 ? "8-byte and 8 MB ping-pong inside the node (inter = intra: one node)"
-                                           : "8-byte and 8 MB ping-pong inside a node and between nodes, the latter "
+                                 : far < 0 ? "8-byte ping-pong and 8 MB both ways at once inside the node (inter = intra: one node)"
+                                           : "8-byte ping-pong and 8 MB both ways at once inside a node and between nodes, the latter "
                                              "with every rank of the node sending at once (a device's share of the uplink)");
     return 0;
 }
