@@ -62,9 +62,11 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *x = inp + i * d;
-        float m = 0, v = 0;
+        float m = 0, v = 0;   // the sums in vector lanes (8 partial sums, then added): a fixed order
+        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < d; c++) m += x[c];
         m /= d;
+        #pragma omp simd reduction(+ : v)
         for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
         float s = 1.0f / sqrtf(v / d + 1e-5f);
         float *o = out + i * d;
@@ -80,6 +82,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
     for (long i = 0; i < N; i++) {
         const float *g = dout + i * d, *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0;
+        #pragma omp simd reduction(+ : a, bsum)
         for (int c = 0; c < d; c++) {
             float gw = g[c] * w[c];
             a += gw; bsum += gw * (x[c] - m) * s;
@@ -371,6 +374,25 @@ void crossentropy_max(float *mx, float *tl, const float *logits, const int *targ
     }
 }
 
+// r[c] = e^(r[c] − m) for c < n, every column through the same 8-wide vector expf (libmvec's
+// differs from the scalar expf in the last bit): the last n mod 8 go through a buffer rather than a
+// scalar epilogue, so a logit's exp does not depend on where its row or vocabulary shard ends.
+#define EXP_W 8
+static void exp_shifted(float *r, float m, int n) {
+    int c0 = 0;
+    for (; c0 + EXP_W <= n; c0 += EXP_W) {
+        float *x = r + c0;
+        #pragma omp simd
+        for (int c = 0; c < EXP_W; c++) x[c] = expf(x[c] - m);
+    }
+    if (c0 == n) return;
+    float t[EXP_W] = {0};
+    memcpy(t, r + c0, sizeof(float) * (n - c0));
+    #pragma omp simd
+    for (int c = 0; c < EXP_W; c++) t[c] = expf(t[c] - m);
+    memcpy(r + c0, t, sizeof(float) * (n - c0));
+}
+
 void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
     ON_GPU(cu_crossentropy_exp(sum, logits, mx, N, v0, Vl, V));
     int nr = real_cols(v0, Vl, V);
@@ -378,7 +400,9 @@ void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0
     for (long i = 0; i < N; i++) {
         float *r = logits + i * Vl;
         double s = 0;
-        for (int c = 0; c < nr; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
+        exp_shifted(r, mx[i], nr);
+        #pragma omp simd reduction(+ : s)
+        for (int c = 0; c < nr; c++) s += r[c];
         for (int c = nr; c < Vl; c++) r[c] = 0;          // padded columns never win
         sum[i] = (float)s;
     }
