@@ -304,6 +304,29 @@ static void test_ops(void) {
         printf("%-44s %3d rows    max abs err %.2e  %s\n", "cross-entropy over 2 vocabulary shards", N_, worst, worst < 1e-5 ? "ok" : "FAIL");
         failures += worst >= 1e-5; passes += worst < 1e-5;
     }
+    {   // a logit's exp is the same bits whatever shard holds it and wherever the shard ends: a row of
+        // V 37 in one shard, and in three of 13 columns (the last 11 real + 2 padding), as tp 3 cuts it
+        enum { VW = 37, SW = 13, RW = 3 };
+        float one[RW * VW], sh[RW * SW], mx[RW], sum[RW];
+        int same = 1;
+        uint64_t keep_counter = counter;   // its own draws: the checks after it see the numbers they always saw
+        counter = 5u << 28;
+        fill(one, RW * VW, 4);
+        counter = keep_counter;
+        for (int i = 0; i < RW; i++) { mx[i] = -INFINITY; for (int v = 0; v < VW; v++) mx[i] = fmaxf(mx[i], one[i * VW + v]); }
+        float keep[RW * VW];
+        memcpy(keep, one, sizeof keep);
+        crossentropy_exp(sum, one, mx, RW, 0, VW, VW);
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < RW; i++)
+                for (int v = 0; v < SW; v++) sh[i * SW + v] = k * SW + v < VW ? keep[i * VW + k * SW + v] : 0;
+            crossentropy_exp(sum, sh, mx, RW, k * SW, SW, VW);
+            for (int i = 0; i < RW; i++)
+                for (int v = 0; v < SW && k * SW + v < VW; v++) same &= !memcmp(&sh[i * SW + v], &one[i * VW + k * SW + v], 4);
+        }
+        printf("%-44s %s\n", "cross-entropy exp: same bits in 3 shards", same ? "ok" : "FAIL");
+        failures += !same; passes += same;
+    }
     // encoder: linear, the gradient is a gather; check through f = Σ out ⊙ R
     {
         int d = 8, V = 5, tok[B_ * T_];
