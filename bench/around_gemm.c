@@ -1,8 +1,8 @@
 // around_gemm.c — the element-wise work around the GEMMs of a training step, the op alone: ted's
-// own functions (and `was_*` where a step is two of them) against faster candidates that are not in
-// ted (`cand_*`: they change last bits that tests pinned to today's rounding feel; docs/measured.md),
-// on the bench model's shapes (B·T 2048 tokens, d 256, f 1024, top-2: one MoE block's 4096 expert
-// rows). CPU time (getrusage), medians of the repetitions, alternated; prints one line per op.
+// own functions ("now") against the loops they replaced (copied here verbatim as `was_*`: the GELU
+// through the vector tanhf with the bias gradient in a pass of its own, scalar sums), on the bench
+// model's shapes (B·T 2048 tokens, d 256, f 1024, top-2: one MoE block's 4096 expert rows).
+// CPU time (getrusage), medians of the repetitions, alternated; prints one line per op.
 //   OMP_NUM_THREADS=1 build/around_gemm [reps (21)]
 #include "core/alloc.h"
 #include "core/util.h"
@@ -13,13 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GLIBC__)   // libmvec's vector tanhf and expf, as ops.c declares them
+#if defined(__x86_64__) && defined(__GLIBC__)   // as ops.c: libmvec's vector tanhf and expf
 extern float tanhf(float) __attribute__((__simd__("notinbranch")));
 extern float expf(float) __attribute__((__simd__("notinbranch")));
 #endif
 #define GELU_K 0.7978845608028654f
 
 // ---- the loops as they were -------------------------------------------------------------
+static void was_gelu_forward(float *out, const float *inp, long n) {
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
 // gelu_backward, then matmul_backward's bias-gradient pass over the same rows
 static void was_gelu_bias_backward(float *dh, float *db, const float *dhg, const float *h, long N, int OC) {
     #pragma omp parallel for simd schedule(static)
@@ -31,50 +38,26 @@ static void was_gelu_bias_backward(float *dh, float *db, const float *dhg, const
     }
     for (long i = 0; i < N; i++) for (int o = 0; o < OC; o++) db[o] += dh[i * OC + o];
 }
-// the candidate: x·σ(2u) through the vector expf, and the backward with the bias gradient in one pass
-static inline float cand_sigma(float x) { return 1.0f / (1.0f + expf(-2.0f * GELU_K * (x + 0.044715f * x * x * x))); }
-static void cand_gelu_forward(float *out, const float *inp, long n) {
-    #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) out[i] = inp[i] * cand_sigma(inp[i]);
-}
-static void cand_gelu_bias_backward(float *dh, float *db, const float *dhg, const float *h, long N, int OC) {
-    for (long i = 0; i < N; i++) {
-        const float *x = h + i * OC, *g = dhg + i * OC;
-        float *r = dh + i * OC;
-        #pragma omp simd
-        for (int o = 0; o < OC; o++) {
-            float s = cand_sigma(x[o]);
-            r[o] = g[o] * (s + 2.0f * x[o] * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * 0.044715f * x[o] * x[o]));
-        }
-        #pragma omp simd
-        for (int o = 0; o < OC; o++) db[o] += r[o];
-    }
-}
-
-// the candidates: the same loops with their sums as SIMD reductions
-static void cand_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+static void was_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                   const float *b, long N, int d) {
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *x = inp + i * d;
         float m = 0, v = 0;
-        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < d; c++) m += x[c];
         m /= d;
-        #pragma omp simd reduction(+ : v)
         for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
         float s = 1.0f / sqrtf(v / d + 1e-5f), *o = out + i * d;
         for (int c = 0; c < d; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
         mean[i] = m; rstd[i] = s;
     }
 }
-static void cand_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+static void was_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                    const float *w, const float *mean, const float *rstd, long N, int d) {
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *g = dout + i * d, *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0;
-        #pragma omp simd reduction(+ : a, bsum)
         for (int c = 0; c < d; c++) { float gw = g[c] * w[c]; a += gw; bsum += gw * (x[c] - m) * s; }
         a /= d; bsum /= d;
         float *dx = dinp + i * d;
@@ -85,7 +68,7 @@ static void cand_layernorm_backward(float *dinp, float *dw, float *db, const flo
         for (int c = 0; c < d; c++) { dw[c] += g[c] * (x[c] - mean[i]) * rstd[i]; db[c] += g[c]; }
     }
 }
-static void cand_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
+static void was_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
                                  const int *row, long N, int k, int d) {
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
@@ -95,40 +78,53 @@ static void cand_combine_backward(float *dy, float *dgate, const float *dout, co
             if (r < 0) continue;
             const float *go = dout + t * d, *yr = y + (long)r * d;
             float g = gate[t * k + j], dot = 0, *dr = dy + (long)r * d;
-            #pragma omp simd reduction(+ : dot)
             for (int c = 0; c < d; c++) { dr[c] = g * go[c]; dot += yr[c] * go[c]; }
             dgate[t * k + j] = dot;
         }
 }
+static void was_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int V) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < N; i++) {
+        float *r = logits + i * V;
+        double s = 0;
+        for (int c = 0; c < V; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
+        sum[i] = (float)s;
+    }
+}
 
 // ---- timing ------------------------------------------------------------------------------
 enum { NT = 2048, D = 256, F = 1024, K = 2, NR = NT * K, MAXREP = 64 };
-typedef struct { float *h, *hg, *g, *dh, *db, *x, *o, *w, *b, *mean, *rstd, *dx, *dw, *y, *gate, *dg; int *row; } Bufs;
+typedef struct { float *h, *hg, *g, *dh, *db, *x, *o, *w, *b, *mean, *rstd, *dx, *dw, *y, *gate, *dg, *lg, *lg0, *mx, *s; int *row; int V; } Bufs;
 typedef void (*Run)(Bufs *, int now);
 
-static void r_gelu_f(Bufs *B, int now) { (now ? cand_gelu_forward : gelu_forward)(B->hg, B->h, (long)NR * F); }
+static void r_gelu_f(Bufs *B, int now) { (now ? gelu_forward : was_gelu_forward)(B->hg, B->h, (long)NR * F); }
 static void r_gelu_b(Bufs *B, int now) {
-    (now ? cand_gelu_bias_backward : was_gelu_bias_backward)(B->dh, B->db, B->g, B->h, NR, F);
+    if (now) matmul_bias_gelu_backward(NULL, NULL, B->db, B->dh, B->g, B->h, NULL, NULL, NR, 0, F);
+    else was_gelu_bias_backward(B->dh, B->db, B->g, B->h, NR, F);
 }
 static void r_ln_f(Bufs *B, int now) {
-    (now ? cand_layernorm_forward : layernorm_forward)(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
+    (now ? layernorm_forward : was_layernorm_forward)(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
 }
 static void r_ln_b(Bufs *B, int now) {
-    (now ? cand_layernorm_backward : layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
+    (now ? layernorm_backward : was_layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
 }
 static void r_comb(Bufs *B, int now) {
-    (now ? cand_combine_backward : combine_backward)(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
+    (now ? combine_backward : was_combine_backward)(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
+}
+static void r_ce(Bufs *B, int now) {
+    memcpy(B->lg, B->lg0, sizeof(float) * NT * B->V);   // both pay the copy
+    if (now) crossentropy_exp(B->s, B->lg, B->mx, NT, 0, B->V, B->V);
+    else was_crossentropy_exp(B->s, B->lg, B->mx, NT, B->V);
 }
 
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 
-static void measure(const char *name, Run run, Bufs *B, int reps, const char *now_name) {
+static void measure(const char *name, Run run, Bufs *B, int reps) {
     double t[2][MAXREP];
     for (int r = 0; r < reps; r++)
         for (int now = 0; now < 2; now++) { double c0 = cpu_ms(); run(B, now); t[now][r] = cpu_ms() - c0; }
     qsort(t[0], reps, sizeof(double), cmp); qsort(t[1], reps, sizeof(double), cmp);
-    printf("%-46s was %7.3f ms  %s %7.3f ms  (%.2fx)\n", name, t[0][reps / 2], now_name, t[1][reps / 2],
-           t[0][reps / 2] / t[1][reps / 2]);
+    printf("%-46s was %7.3f ms  now %7.3f ms  (%.2fx)\n", name, t[0][reps / 2], t[1][reps / 2], t[0][reps / 2] / t[1][reps / 2]);
 }
 
 static float *fbuf(long n, float lo, float hi) {
@@ -143,14 +139,20 @@ int main(int argc, char **argv) {
     Bufs B = {fbuf((long)NR * F, -3, 3), fbuf((long)NR * F, 0, 0), fbuf((long)NR * F, -1, 1), fbuf((long)NR * F, 0, 0),
               fbuf(F, 0, 0), fbuf((long)NT * D, 0, 1), fbuf((long)NT * D, -1, 1), fbuf(D, 0.5f, 1.5f), fbuf(D, 0, 0.1f),
               fbuf(NT, 0, 0), fbuf(NT, 0, 0), fbuf((long)NR * D, 0, 0), fbuf(D, 0, 0), fbuf((long)NR * D, -1, 1),
-              fbuf(NR, 0, 1), fbuf(NR, 0, 0), NULL};
+              fbuf(NR, 0, 1), fbuf(NR, 0, 0), NULL, NULL, fbuf(NT, 0, 0), fbuf(NT, 0, 0), NULL, 0};
     B.row = ted_alloc(sizeof(int) * NR, MEM_TEMP);
     for (long i = 0; i < NR; i++) B.row[i] = (int)((i * 7919) % NR);   // a scattered permutation of the slots
     printf("1 thread = OMP_NUM_THREADS=1; CPU ms, medians of %d alternated\n", reps);
-    measure("GELU forward [4096,1024]", r_gelu_f, &B, reps, "candidate");
-    measure("GELU backward + bias gradient [4096,1024]", r_gelu_b, &B, reps, "candidate");
-    measure("layernorm forward [2048,256]", r_ln_f, &B, reps, "candidate");
-    measure("layernorm backward [2048,256]", r_ln_b, &B, reps, "candidate");
-    measure("combine backward [2048 tokens, top-2, d 256]", r_comb, &B, reps, "candidate");
+    measure("GELU forward [4096,1024]", r_gelu_f, &B, reps);
+    measure("GELU backward + bias gradient [4096,1024]", r_gelu_b, &B, reps);
+    measure("layernorm forward [2048,256]", r_ln_f, &B, reps);
+    measure("layernorm backward [2048,256]", r_ln_b, &B, reps);
+    measure("combine backward [2048 tokens, top-2, d 256]", r_comb, &B, reps);
+    for (int V = 256; V <= 8192; V *= 32) {
+        B.V = V; B.lg = fbuf((long)NT * V, 0, 0); B.lg0 = fbuf((long)NT * V, -5, 0);
+        char name[64];
+        snprintf(name, sizeof name, "cross-entropy exp [2048,%d] (+ a copy)", V);
+        measure(name, r_ce, &B, reps);
+    }
     return 0;
 }

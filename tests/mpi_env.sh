@@ -47,3 +47,32 @@ assert worst <= tol, f"{sys.argv[2]}: weights differ by {worst:.2e} (tolerance {
 print(f"{worst:.1e}")
 PY
 }
+# near_tie OUT NP ONE_ARGS... -- LAYOUT_ARGS...: passes when a layout parts from one process only
+# at a near tie of the routing. It runs the one process (ONE_ARGS, one thread) again with
+# --log-tensors and the layout on NP ranks (LAYOUT_ARGS, the caller's OMP_NUM_THREADS), and
+# `ted compare` must find the first parting at a step whose smallest routing margin is below 1e-6:
+# two router scores so close that another GEMM shape's or sum order's rounding may route a token
+# the other way, after which capacity drops and training take the runs apart. The layout logs its
+# tensors too, except with --pp > 1 (each stage holds other tensors): there the margin is the one
+# process's at the step where the losses part; until that step the runs agree to rounding, so it
+# is the margin the layout met. A real bug (a wrong gradient) parts at a step with no near tie and
+# fails. Prints compare's lines.
+near_tie() {
+  local out=$1 np=$2 one=() lay=() tl=(--log-tensors) i; shift 2
+  while [ "$1" != -- ]; do one+=("$1"); shift; done; shift; lay=("$@")
+  for ((i = 0; i + 1 < ${#lay[@]}; i++)); do
+    if [ "${lay[i]}" = --pp ] && [ "${lay[i + 1]}" -gt 1 ]; then tl=(); fi
+  done
+  OMP_NUM_THREADS=1 "$TED" train "${one[@]}" --log-tensors --log "$out-one-t.jsonl" >"$out-one-t.out" 2>&1 \
+    || { echo "one process with --log-tensors failed"; return 1; }
+  "${MPIRUN[@]}" -np "$np" "$TED" train "${lay[@]}" "${tl[@]}" --log "$out-t.jsonl" >"$out-t.out" 2>&1 \
+    || { echo "the layout again failed"; return 1; }
+  near_tie_logs "$out-one-t.jsonl" "$out-t.jsonl"
+}
+# near_tie_logs ONE.jsonl OTHER.jsonl: the check of near_tie on two logs, the first a one-process
+# run with --log-tensors (OTHER may hold only some of its steps, e.g. those after a resume)
+near_tie_logs() {
+  local c; c=$("$TED" compare "$1" "$2" --rtol 1e-5 --atol 1e-8) && { echo "compare finds no parting"; return 1; }
+  echo "$c" | tr '\n' ' '
+  grep -q "smallest routing margin: .*a near tie" <<<"$c"
+}

@@ -186,6 +186,32 @@ static void test_matmul(void) {
     free(x); free(w); free(bias); free(g);
 }
 
+// The fused MLP pair: h, GELU(h), then dh in place over dhg, its bias gradient, dinp and dw
+static void test_mlp_fused(void) {
+    long N = 37;
+    int C = 48, OC = 70;
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0), *g = rnd(N * OC, 1, 0);
+    float *gb = rnd(OC, 1, 0), *gw = rnd((long)C * OC, 1, 0);
+    float *h = malloc(sizeof(float) * N * OC), *hg = malloc(sizeof(float) * N * OC), *gin = malloc(sizeof(float) * N * C);
+    float *dx = up(x, sizeof(float) * N * C), *dw = up(w, sizeof(float) * C * OC), *dbias = up(bias, sizeof(float) * OC);
+    float *dg = up(g, sizeof(float) * N * OC), *dgb = up(gb, sizeof(float) * OC), *dgw = up(gw, sizeof(float) * C * OC);
+    float *dh = cu_malloc(sizeof(float) * N * OC), *dhg = cu_malloc(sizeof(float) * N * OC);
+    float *dgin = cu_malloc(sizeof(float) * N * C);
+    matmul_bias_gelu_forward(h, hg, x, w, bias, N, C, OC);
+    cu_matmul_bias_gelu_forward(dh, dhg, dx, dw, dbias, N, C, OC);
+    cmp("matmul_bias_gelu_forward h", dh, h, N * OC, 1e-4);
+    cmp("matmul_bias_gelu_forward GELU(h)", dhg, hg, N * OC, 1e-4);
+    matmul_bias_gelu_backward(gin, gw, gb, g, g, h, x, w, N, C, OC);
+    cu_matmul_bias_gelu_backward(dgin, dgw, dgb, dg, dg, dh, dx, dw, N, C, OC);
+    cmp("matmul_bias_gelu_backward dh", dg, g, N * OC, 1e-4);
+    cmp("matmul_bias_gelu_backward dbias", dgb, gb, OC, 1e-4);
+    cmp("matmul_bias_gelu_backward dinp", dgin, gin, N * C, 1e-4);
+    cmp("matmul_bias_gelu_backward dw", dgw, gw, (long)C * OC, 1e-4);
+    cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg); cu_free(dgb); cu_free(dgw); cu_free(dh); cu_free(dhg);
+    cu_free(dgin);
+    free(x); free(w); free(bias); free(g); free(gb); free(gw); free(h); free(hg); free(gin);
+}
+
 static void test_gelu(void) {
     long n = 1037;
     float *x = rnd(n, 4, 0), *g = rnd(n, 1, 0), *out = malloc(sizeof(float) * n), *gin = malloc(sizeof(float) * n);
@@ -410,6 +436,7 @@ int main(void) {
     test_layernorm();
     test_matmul();
     test_gelu();
+    test_mlp_fused();
     test_crossentropy(0, 128, 100);   // one shard with 28 padding columns
     test_crossentropy(64, 64, 100);   // a last shard: 36 real columns, targets below it
     test_crossentropy(0, 64, 100);    // a first shard without padding, targets past it

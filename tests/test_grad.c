@@ -161,6 +161,73 @@ static void check_attention_naive(void) {
     counter = keep;
 }
 
+// The fused MLP half (matmul_bias_gelu_*): f = Σ GELU(inp·w + b) ⊙ R
+typedef struct { float *inp, *w, *b, *h, *hg, *R; } MlpCtx;
+static double f_mlp(void *p) {
+    MlpCtx *c = p;
+    matmul_bias_gelu_forward(c->h, c->hg, c->inp, c->w, c->b, N_, C_, OC_);
+    return dot(c->hg, c->R, N_ * OC_);
+}
+static void report(const char *name, double worst, double tol) {
+    int ok = worst <= tol;
+    printf("%-44s max err %.2e  %s\n", name, worst, ok ? "ok" : "FAIL");
+    failures += !ok; passes += ok;
+}
+static void check_mlp_fused(void) {
+    uint64_t keep = counter;   // its own draws: the checks after it see the numbers they always saw
+    counter = 1u << 31;
+    MlpCtx c = {buf(N_ * C_), buf(C_ * OC_), buf(OC_), buf(N_ * OC_), buf(N_ * OC_), buf(N_ * OC_)};
+    float *gi = buf(N_ * C_), *gw = buf(C_ * OC_), *gb = buf(OC_), *dh = buf(N_ * OC_), *g2 = buf(N_ * OC_);
+    float *gb1 = buf(OC_);
+    fill(c.inp, N_ * C_, 1); fill(c.w, C_ * OC_, 0.5f); fill(c.b, OC_, 1); fill(c.R, N_ * OC_, 1);
+    f_mlp(&c);
+    memset(gw, 0, sizeof(float) * C_ * OC_); memset(gb, 0, sizeof(float) * OC_);
+    matmul_bias_gelu_backward(gi, gw, gb, dh, c.R, c.h, c.inp, c.w, N_, C_, OC_);
+    check("matmul+bias+gelu d(input)", f_mlp, &c, c.inp, gi, N_ * C_, 1e-2f, 1e-2);
+    check("matmul+bias+gelu d(weight)", f_mlp, &c, c.w, gw, C_ * OC_, 1e-2f, 1e-2);
+    check("matmul+bias+gelu d(bias)", f_mlp, &c, c.b, gb, OC_, 1e-2f, 1e-2);
+    f_mlp(&c);   // the checks left h and hg at a perturbed point
+    // h is the GEMM plus bias, hg and dh the tanh formula (in double) of h
+    double wh = 0, wg = 0, wd = 0;
+    for (int i = 0; i < N_; i++)
+        for (int o = 0; o < OC_; o++) {
+            double z = c.b[o], x = c.h[i * OC_ + o];
+            for (int k = 0; k < C_; k++) z += (double)c.inp[i * C_ + k] * c.w[k * OC_ + o];
+            double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = tanh(u);
+            double g = 0.5 * x * (1 + th);
+            double dg = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+            wh = fmax(wh, fabs(x - z));
+            wg = fmax(wg, fabs(c.hg[i * OC_ + o] - g) / fmax(fabs(g), 1e-3));
+            wd = fmax(wd, fabs(dh[i * OC_ + o] - c.R[i * OC_ + o] * dg) / fmax(fabs(c.R[i * OC_ + o] * dg), 1e-3));
+        }
+    report("matmul+bias+gelu h = inp·w + b", wh, 1e-5);
+    report("matmul+bias+gelu GELU(h) vs tanh form (rel)", wg, 1e-5);
+    report("matmul+bias+gelu dh vs tanh form (rel)", wd, 1e-5);
+    // in place (dh = dhg): the same bits; on one thread: the same up to the vector/scalar exp's last bit
+    memcpy(g2, c.R, sizeof(float) * N_ * OC_);
+    memset(gb1, 0, sizeof(float) * OC_);
+    matmul_bias_gelu_backward(NULL, NULL, gb1, g2, g2, c.h, c.inp, c.w, N_, C_, OC_);
+    int same = memcmp(g2, dh, sizeof(float) * N_ * OC_) == 0 && memcmp(gb1, gb, sizeof(float) * OC_) == 0;
+    report("matmul+bias+gelu in place = apart (bits)", same ? 0 : 1, 0);
+    memcpy(g2, c.R, sizeof(float) * N_ * OC_);
+    memset(gb1, 0, sizeof(float) * OC_);
+    int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    matmul_bias_gelu_backward(NULL, NULL, gb1, g2, g2, c.h, c.inp, c.w, N_, C_, OC_);
+    omp_set_num_threads(nt);
+    double w1 = 0;
+    for (int i = 0; i < N_ * OC_; i++) w1 = fmax(w1, fabs(g2[i] - dh[i]) / fmax(fabs(dh[i]), 1e-3));
+    for (int o = 0; o < OC_; o++) w1 = fmax(w1, fabs(gb1[o] - gb[o]) / fmax(fabs(gb[o]), 1e-3));
+    report("matmul+bias+gelu 1 thread against 2 (rel)", w1, 1e-6);
+    // the tails: x³ overflowing gives exactly 0 (negative) and x (positive), slopes 0 and 1
+    float x[4] = {-1e4f, -60, 60, 1e4f}, y[4], one[4] = {1, 1, 1, 1}, s[4];
+    gelu_forward(y, x, 4);
+    gelu_backward(s, x, one, 4);
+    int tails = y[0] == 0 && y[1] == 0 && y[2] == 60 && y[3] == 1e4f && s[0] == 0 && s[1] == 0 && s[2] == 1 && s[3] == 1;
+    report("gelu tails (|x| 60, 1e4): 0 / x, slopes 0 / 1", tails ? 0 : 1, 0);
+    counter = keep;
+}
+
 static int targets[N_];
 static double f_ce(void *p) {
     OpCtx *c = p;
@@ -197,6 +264,7 @@ static void test_ops(void) {
     c.N = N_ * C_;
     gelu_backward(gi, c.inp, c.R, c.N);
     check("gelu", f_gelu, &c, c.inp, gi, c.N, 1e-2f, 1e-2);
+    check_mlp_fused();
     // attention (causal, 2 heads)
     long nq = (long)B_ * T_ * 3 * H_ * HD_;
     float *qkv = buf(nq), *att = buf((long)B_ * H_ * T_ * T_), *gq = buf(nq), *scratch = buf(omp_get_max_threads() * attention_scratch_floats(T_));
@@ -235,6 +303,29 @@ static void test_ops(void) {
         for (int i = 0; i < N_; i++) worst = fmax(worst, fabs(loss[i] - one[i]));
         printf("%-44s %3d rows    max abs err %.2e  %s\n", "cross-entropy over 2 vocabulary shards", N_, worst, worst < 1e-5 ? "ok" : "FAIL");
         failures += worst >= 1e-5; passes += worst < 1e-5;
+    }
+    {   // a logit's exp is the same bits whatever shard holds it and wherever the shard ends: a row of
+        // V 37 in one shard, and in three of 13 columns (the last 11 real + 2 padding), as tp 3 cuts it
+        enum { VW = 37, SW = 13, RW = 3 };
+        float one[RW * VW], sh[RW * SW], mx[RW], sum[RW];
+        int same = 1;
+        uint64_t keep_counter = counter;   // its own draws: the checks after it see the numbers they always saw
+        counter = 5u << 28;
+        fill(one, RW * VW, 4);
+        counter = keep_counter;
+        for (int i = 0; i < RW; i++) { mx[i] = -INFINITY; for (int v = 0; v < VW; v++) mx[i] = fmaxf(mx[i], one[i * VW + v]); }
+        float keep[RW * VW];
+        memcpy(keep, one, sizeof keep);
+        crossentropy_exp(sum, one, mx, RW, 0, VW, VW);
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < RW; i++)
+                for (int v = 0; v < SW; v++) sh[i * SW + v] = k * SW + v < VW ? keep[i * VW + k * SW + v] : 0;
+            crossentropy_exp(sum, sh, mx, RW, k * SW, SW, VW);
+            for (int i = 0; i < RW; i++)
+                for (int v = 0; v < SW && k * SW + v < VW; v++) same &= !memcmp(&sh[i * SW + v], &one[i * VW + k * SW + v], 4);
+        }
+        printf("%-44s %s\n", "cross-entropy exp: same bits in 3 shards", same ? "ok" : "FAIL");
+        failures += !same; passes += same;
     }
     // encoder: linear, the gradient is a gather; check through f = Σ out ⊙ R
     {

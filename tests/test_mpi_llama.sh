@@ -7,7 +7,13 @@
 # process within 1e-2. A dense llama (tied head) checks tp and pp. Qwen2-MoE's block (q/k/v biases, a
 # shared expert scaled by its sigmoid gate, MoE every other block) checks tp × ep with DTD, CAC and
 # checkpointing, bf16 (16-bit activation storage) over tp, and pp × dp with ZeRO 1 and unrenormalised
-# gates (topk_renorm false).
+# gates (topk_renorm false). An fp32 layout that parts from one process passes only at a near tie of
+# the routing (near_tie in tests/mpi_env.sh: capacity drops turn a choice that rounding routes the
+# other way into a parting, with nothing wrong). Adam eps is 1e-6 in the MoE configs (as in
+# test_mpi_routing): weight gradients near 0 (~1e-8, sums of terms that cancel) carry round-off
+# comparable to eps 1e-8, and lr·g/(|g|+eps) turned it into 1.09e-5 of qwen-tp2-ep2-dtd-cac-ckpt's
+# layer-2 up_proj at losses equal to 7e-9 and per-tensor gradient norms within 1.4e-6 (with eps 1e-6:
+# 2.9e-7). The tolerance stays 1e-5.
 set -euo pipefail
 : "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
 rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
@@ -16,16 +22,18 @@ source tests/mpi_env.sh
 GLOBAL=4
 cat > "$TED_TMP/moe.json" <<'JSON'
 {"model": {"arch": "llama", "n_kv_head": 2, "tie_word_embeddings": false, "rope_theta": 500},
- "moe": {"router": "mixtral", "expert_type": "swiglu"}}
+ "moe": {"router": "mixtral", "expert_type": "swiglu"}, "optimizer": {"params": {"eps": 1e-6}}}
 JSON
 cat > "$TED_TMP/moe_sparse.json" <<'JSON'
 {"model": {"arch": "llama", "n_kv_head": 2, "tie_word_embeddings": false, "rope_theta": 500},
  "moe": {"router": "mixtral", "expert_type": "swiglu", "shared_experts": 1},
- "sparse_attention": {"mode": "fixed", "block": 4, "num_local_blocks": 2, "num_global_blocks": 1}}
+ "sparse_attention": {"mode": "fixed", "block": 4, "num_local_blocks": 2, "num_global_blocks": 1},
+ "optimizer": {"params": {"eps": 1e-6}}}
 JSON
 cat > "$TED_TMP/qwen.json" <<'JSON'
 {"model": {"arch": "llama", "n_kv_head": 2, "tie_word_embeddings": false, "rope_theta": 500, "qkv_bias": true},
- "moe": {"router": "mixtral", "expert_type": "swiglu", "shared_experts": 2, "shared_expert_gate": true}}
+ "moe": {"router": "mixtral", "expert_type": "swiglu", "shared_experts": 2, "shared_expert_gate": true},
+ "optimizer": {"params": {"eps": 1e-6}}}
 JSON
 moe=(--config "$TED_TMP/moe.json" --data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 4
      --n-positions 32 --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1
@@ -41,13 +49,18 @@ run_case() {
   for a in "$@"; do if [ "$a" = -- ]; then seen=1; elif [ $seen = 0 ]; then base+=("$a"); else lay+=("$a"); fi; done
   local ref=$TED_TMP/$name-single out=$TED_TMP/$name
   OMP_NUM_THREADS=1 "$TED" train "${base[@]}" --micro-batch $GLOBAL --log $ref.jsonl --save $ref >/dev/null
-  if "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$TED" train "${base[@]}" "${lay[@]}" --micro-batch $((GLOBAL / dp)) \
-       --log "$out.jsonl" --save "$out" >"$out.out" 2>&1 \
-     && l=$(compare_logs "$ref.jsonl" "$out.jsonl" "$tol") \
-     && w=$(compare_weights "$ref/step_00000008/model.safetensors" "$out/step_00000008/model.safetensors" "$tol"); then
+  local why=
+  if ! "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$TED" train "${base[@]}" "${lay[@]}" --micro-batch $((GLOBAL / dp)) \
+       --log "$out.jsonl" --save "$out" >"$out.out" 2>&1; then
+    echo "FAIL $name: the run"; tail -3 "$out.out"; fail=$((fail + 1))
+  elif l=$(compare_logs "$ref.jsonl" "$out.jsonl" "$tol" 2>/dev/null) \
+     && w=$(compare_weights "$ref/step_00000008/model.safetensors" "$out/step_00000008/model.safetensors" "$tol" 2>/dev/null); then
     echo "ok   $name: losses $l, weights $w"; pass=$((pass + 1))
+  elif [ "$tol" = 1e-5 ] && why=$(OMP_NUM_THREADS=1 near_tie "$out" "$np" "${base[@]}" --micro-batch $GLOBAL -- "${base[@]}" \
+                                  "${lay[@]}" --micro-batch $((GLOBAL / dp))); then
+    echo "ok   $name: parts from one process at a near tie: $why"; pass=$((pass + 1))
   else
-    echo "FAIL $name"; tail -3 "$out.out"; fail=$((fail + 1))
+    echo "FAIL $name${why:+: parts from one process, and not at a near tie: $why}"; fail=$((fail + 1))
   fi
 }
 run_case moe-ep2-zero2 1e-5 2 2 "${moe[@]}" --zero-stage 2 -- --ep 2

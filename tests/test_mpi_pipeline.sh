@@ -11,11 +11,12 @@ export OMP_NUM_THREADS=1
 GLOBAL=4   # sequences per micro-batch over all data-parallel ranks; 4 micro-batches per step
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 8 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 4 --num-experts 8 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 1e-3
-       --warmup 4 --eval-every 5 --eval-windows 16 --log-every 100 --seed 2)
-# --seed 2: at capacity factor 1 this model drops about 40 % of its choices, and under the default
-# seed one of them sat on a near tie that the attention's blocked sums (rounding within 1e-8) took
-# the other way at step 7 (losses 3.7e-5 apart after equal to 1e-8 before). --log-tensors, which
-# shows a parting's routing margin, does not run with pp > 1, so the seed is one with no such tie.
+       --warmup 4 --eval-every 5 --eval-windows 16 --log-every 100)
+# At capacity factor 1 this model drops about 40 % of its choices, and a choice on a near tie (two
+# router scores within 1e-6) goes either way with any change of summation order (the attention's
+# blocked sums, a vector exp): from there the layout parts from one process though nothing is
+# wrong. An fp32 layout that parts passes only at such a tie (near_tie in tests/mpi_env.sh, with
+# the one process's routing margin at the step where the losses part).
 pass=0 fail=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
@@ -33,19 +34,31 @@ for mode in capacity dropless; do
                             --log "$ref.jsonl" --save "$ref" >/dev/null
     tol=1e-5; [[ " ${sw[*]} " == *" --bf16 "* ]] && tol=2e-2
     dp=$((ep > 1 ? 2 : 1)); np=$((pp * tp * dp)); out=$TED_TMP/$mode-pp$pp-tp$tp-ep$ep-$sched-$tag
-    if "${MPIRUN[@]}" -np $np "$TED" train "${model[@]}" --capacity-factor $cf --micro-batch $((GLOBAL / dp)) \
-         --pp $pp --tp $tp --ep $ep --pp-schedule $sched --pp-virtual $v "${sw[@]}" --log "$out.jsonl" --save "$out" \
-         >"$out.out" 2>&1 \
-       && l=$(compare_logs "$ref.jsonl" "$out.jsonl" $tol) \
-       && { [ $tol != 1e-5 ] || w=$(compare_weights "$ref/step_00000010/model.safetensors" \
-                                                    "$out/step_00000010/model.safetensors" 1e-5); }; then
-      ok "$mode pp $pp tp $tp ep $ep $sched v $v ${sw[*]}: losses $l, weights ${w:-(bf16: losses only)}"
+    what="$mode pp $pp tp $tp ep $ep $sched v $v ${sw[*]}"
+    lay=("${model[@]}" --capacity-factor $cf --micro-batch $((GLOBAL / dp)) --pp $pp --tp $tp --ep $ep
+         --pp-schedule $sched --pp-virtual $v "${sw[@]}")
+    if ! "${MPIRUN[@]}" -np $np "$TED" train "${lay[@]}" --log "$out.jsonl" --save "$out" >"$out.out" 2>&1; then
+      bad "$what: the run"; tail -3 "$out.out"
+    elif l=$(compare_logs "$ref.jsonl" "$out.jsonl" $tol 2>/dev/null) \
+         && { [ $tol != 1e-5 ] || w=$(compare_weights "$ref/step_00000010/model.safetensors" \
+                                                      "$out/step_00000010/model.safetensors" 1e-5); }; then
+      ok "$what: losses $l, weights ${w:-(bf16: losses only)}"
+    elif [ $tol = 1e-5 ] && why=$(near_tie "$out" $np "${model[@]}" --capacity-factor $cf --micro-batch $GLOBAL \
+                                   "${sw[@]}" -- "${lay[@]}"); then
+      ok "$what: parts from one process at a near tie: $why"
     else
-      bad "$mode pp $pp tp $tp ep $ep $sched v $v ${sw[*]}"; tail -3 "$out.out"
+      bad "$what: parts from one process${why:+, and not at a near tie: $why}"
     fi
-    unset w
+    unset w why
   done
 done
+# ... and the near-tie check still fails a real bug: expert gradients doubled on an ep 2 rank
+bug=$TED_TMP/bug-pp2-ep2
+if why=$(near_tie $bug 4 "${model[@]}" --capacity-factor 1.0 --micro-batch $GLOBAL -- "${model[@]}" --capacity-factor 1.0 \
+           --micro-batch $((GLOBAL / 2)) --pp 2 --ep 2 --debug-expert-grad-scale 2); then
+  bad "a doubled expert gradient (pp 2 ep 2) passed as a near tie: $why"
+elif grep -q "no near tie" <<<"$why"; then ok "a doubled expert gradient (pp 2 ep 2) is no near tie: $why"
+else bad "a doubled expert gradient (pp 2 ep 2): $why"; fi
 
 # 2. activation memory on stage 0 with pp 4 and m 8: 1f1b at most pp/m of gpipe (+10 %); interleaved
 #    within Megatron's count of chunk micro-batches in flight, (pp-1)·2 + (v-1)·pp + 1, plus one per
@@ -96,10 +109,14 @@ done
 single=$TED_TMP/reshard-single
 "$TED" train "${model[@]}" "${rs[@]}" --log $single.jsonl --save $single >/dev/null
 rm -rf $single/step_00000010
-if "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" "${rs[@]}" --pp 4 --resume $single --log $single-pp4.jsonl \
-     --save $single >/dev/null 2>&1 && r=$(steps_after5 $TED_TMP/capacity-single-fp32.jsonl $single-pp4.jsonl); then
+if ! "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" "${rs[@]}" --pp 4 --resume $single --log $single-pp4.jsonl \
+     --save $single >/dev/null 2>&1; then bad "resume pp 1 -> pp 4: the run"
+elif r=$(steps_after5 $TED_TMP/capacity-single-fp32.jsonl $single-pp4.jsonl 2>/dev/null); then
   ok "resume pp 1 step 5 -> pp 4: steps 6-10 within $r"
-else bad "resume pp 1 -> pp 4"; fi
+elif "$TED" train "${model[@]}" --capacity-factor 1.0 --micro-batch $GLOBAL --log-tensors --log $single-one-t.jsonl \
+       >/dev/null 2>&1 && why=$(near_tie_logs $single-one-t.jsonl $single-pp4.jsonl); then
+  ok "resume pp 1 step 5 -> pp 4: parts from one process at a near tie: $why"
+else bad "resume pp 1 -> pp 4: parts from one process${why:+, and not at a near tie: $why}"; fi
 
 # 5. refusals (every rank, one line, exit 2) and a killed stage ending the job
 refuse() {

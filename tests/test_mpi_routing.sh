@@ -27,22 +27,8 @@ configs=(
   "expert_choice|1.0|--router expert_choice --capacity-factor 1.5"
   "topk_groups_bias_gelu_shared|1.0|--top-k 2 --num-groups 2 --topk-groups 1 --bias-update-rate 0.005 --aux-coef 0 --shared-experts 2 --expert-inner 32"
 )
-# A layout that parts from one process passes only when `ted compare` of the two runs again with
-# --log-tensors finds the first difference at a step whose closest routing choice was a near tie
-# (two scores within 1e-6: another GEMM shape's rounding may route that token the other way);
-# prints compare's lines. near_tie REF OUT ARGS... -- LAYOUT_ARGS... (the one process takes
-# --micro-batch $GLOBAL)
-near_tie() {
-  local ref=$1 out=$2 args=() lay=(); shift 2
-  while [ "$1" != -- ]; do args+=("$1"); shift; done; shift; lay=("$@")
-  OMP_NUM_THREADS=1 "$TED" train "${args[@]}" --micro-batch $GLOBAL --log-tensors --log "$ref-t.jsonl" \
-    >"$ref-t.out" 2>&1 || { echo "one process with --log-tensors failed"; return 1; }
-  "${MPIRUN[@]}" -np 4 "$TED" train "${args[@]}" "${lay[@]}" --log-tensors --log "$out-t.jsonl" >"$out-t.out" 2>&1 \
-    || { echo "the layout with --log-tensors failed"; return 1; }
-  local c; c=$("$TED" compare "$ref-t.jsonl" "$out-t.jsonl" --rtol 1e-5 --atol 1e-8) && { echo "compare finds no parting"; return 1; }
-  echo "$c" | tr '\n' ' '
-  grep -q "smallest routing margin: .*a near tie" <<<"$c"
-}
+# A layout that parts from one process passes only at a near tie of the routing (near_tie in
+# tests/mpi_env.sh: `ted compare` of both runs again with --log-tensors).
 pass=0 fail=0
 for cfg in "${configs[@]}"; do
   IFS='|' read -r name cfs opts <<<"$cfg"
@@ -60,8 +46,8 @@ for cfg in "${configs[@]}"; do
       elif l=$(compare_logs "$ref.jsonl" "$out.jsonl" 1e-5 loss,lm_loss,aux_loss,val_loss,dropped_frac,max_mean) \
          && w=$(compare_weights "$ref/step_00000010/model.safetensors" "$out/step_00000010/model.safetensors" 1e-5); then
         echo "ok   $name cf $cf tp $tp ep $ep: losses $l, weights $w"; pass=$((pass + 1))
-      elif why=$(near_tie "$ref" "$out" "${model[@]}" --capacity-factor $cf "${extra[@]}" -- --micro-batch $((GLOBAL / dp)) \
-                 --tp "$tp" --ep "$ep"); then
+      elif why=$(near_tie "$out" 4 "${model[@]}" --capacity-factor $cf "${extra[@]}" --micro-batch $GLOBAL -- \
+                 "${model[@]}" --capacity-factor $cf "${extra[@]}" --micro-batch $((GLOBAL / dp)) --tp "$tp" --ep "$ep"); then
         echo "ok   $name cf $cf tp $tp ep $ep: parts from one process at a near tie: $why"; pass=$((pass + 1))
       else
         echo "FAIL $name cf $cf tp $tp ep $ep: parts from one process, and not at a near tie: $why"; fail=$((fail + 1))

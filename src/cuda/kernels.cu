@@ -244,7 +244,7 @@ __global__ void colsum_add_kernel(float *out, const float *x, long N, int C) {
     }
 }
 
-// ---- GELU (tanh approximation, the formula of ops.c) ------------------------------------
+// ---- GELU (tanh approximation: the function of ops.c, which evaluates it as x·σ(2u)) -----
 
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
 
@@ -496,6 +496,19 @@ extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dou
     if (n <= 0) return;
     gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
     CU_LAUNCH_CHECK();
+}
+
+// The fused MLP pair of ops.c, here as the two kernels each (the bias already rides in the GEMM)
+extern "C" void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias,
+                                            long N, int C, int OC) {
+    cu_matmul_forward(h, inp, w, bias, N, C, OC, 0);
+    cu_gelu_forward(hg, h, N * OC);
+}
+
+extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg,
+                                             const float *h, const float *inp, const float *w, long N, int C, int OC) {
+    cu_gelu_backward(dh, h, dhg, N * OC);
+    cu_matmul_backward(dinp, dw, dbias, dh, inp, w, N, C, OC, 0);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)

@@ -773,8 +773,7 @@ static int ffn_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
     int skip = recompute && x->ar_ffn;
     if (M->llama) { llama_ffn_forward(M, l, M->tmp, N, skip); return !skip; }
-    matmul_forward(x->fch, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl, 0);
-    gelu_forward(x->fchg, x->fch, N * M->fl);
+    matmul_bias_gelu_forward(x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl);
     if (skip) return 0;
     matmul_forward(M->tmp, x->fchg, W(b->fcprojw), M->topo->tp_idx == 0 ? W(b->fcprojb) : NULL, N, M->fl, M->d, 0);
     return 1;
@@ -936,8 +935,7 @@ static void ffn_backward(Model *M, int l, long N) {
     int d = M->d;
     if (M->llama) { llama_ffn_backward(M, l, N); return; }
     matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
-    gelu_backward(M->dbig, x->fch, M->dbig, N * M->fl);
-    matmul_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, x->ln2, W(b->fcw), N, d, M->fl, 0);
+    matmul_bias_gelu_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, M->dbig, x->fch, x->ln2, W(b->fcw), N, d, M->fl);
 }
 
 // The attention's backward from M->dres (gradient of its output) into M->dln (d of its normed

@@ -206,6 +206,7 @@ void combine_backward(float *dy, float *dgate, const float *dout, const float *y
             if (r < 0) continue;
             const float *go = dout + t * d, *yr = y + (long)r * d;
             float g = gate[t * k + j], dot = 0, *dr = dy + (long)r * d;
+            #pragma omp simd reduction(+ : dot)
             for (int c = 0; c < d; c++) { dr[c] = g * go[c]; dot += yr[c] * go[c]; }
             dgate[t * k + j] = dot;
         }

@@ -1,7 +1,7 @@
 // expert_gelu.c — the expert kind of design: c_fc [d,f] + bias → GELU → c_proj [f,d] + bias,
-// one GEMM per local expert over its block of rows (the GPU runs the same as grouped GEMMs). One
-// batched call over the experts does not pay on the CPU (oneDNN's batched matmul against this
-// loop: docs/measured.md, bench/expert_gemm.c).
+// one GEMM per local expert over its block of rows, the GELU right after its expert's GEMM (the GPU
+// runs the same as grouped GEMMs). One batched call over the experts does not pay on the CPU
+// (oneDNN's batched matmul against this loop: docs/measured.md, bench/expert_gemm.c).
 #include "core/backend.h"
 #include "moe/experts.h"
 #include "moe/moe_cuda.h"
@@ -21,11 +21,8 @@ static void gelu_expert_forward(const Experts *x, float *h, float *hg, float *y,
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_forward(h + r0 * f, xin + r0 * d, x->wfc + (long)e * d * f, x->bfc + (long)e * f, n, d, f, 0);
-    }
-    gelu_forward(hg, h, off[x->El] * f);
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
+        matmul_bias_gelu_forward(h + r0 * f, hg + r0 * f, xin + r0 * d, x->wfc + (long)e * d * f, x->bfc + (long)e * f,
+                                 n, d, f);
         matmul_forward(y + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d,
                        proj_bias ? x->bproj + (long)e * d : NULL, n, f, d, 0);
     }
@@ -39,12 +36,8 @@ static void gelu_expert_backward(const Experts *x, float *dxin, float *dhg, cons
         long r0 = off[e], n = off[e + 1] - off[e];
         matmul_backward(dhg + r0 * f, x->gwproj + (long)e * f * d, proj_bias ? x->gbproj + (long)e * d : NULL,
                         dy + r0 * d, hg + r0 * f, x->wproj + (long)e * f * d, n, f, d, 0);
-    }
-    gelu_backward(dhg, h, dhg, off[x->El] * f);
-    for (int e = 0; e < x->El; e++) {
-        long r0 = off[e], n = off[e + 1] - off[e];
-        matmul_backward(dxin + r0 * d, x->gwfc + (long)e * d * f, x->gbfc + (long)e * f, dhg + r0 * f,
-                        xin + r0 * d, x->wfc + (long)e * d * f, n, d, f, 0);
+        matmul_bias_gelu_backward(dxin + r0 * d, x->gwfc + (long)e * d * f, x->gbfc + (long)e * f, dhg + r0 * f,
+                                  dhg + r0 * f, h + r0 * f, xin + r0 * d, x->wfc + (long)e * d * f, n, d, f);
     }
 }
 

@@ -8,10 +8,9 @@
 #include <omp.h>
 #include <string.h>
 
-// glibc's libmvec has vector tanhf and expf; math.h declares them only under -ffast-math, so say
-// it here (without fast-math's other licences) to let the GELU and softmax loops vectorize.
+// glibc's libmvec has a vector expf; math.h declares it only under -ffast-math, so say it here
+// (without fast-math's other licences) to let the GELU and softmax loops vectorize.
 #if defined(__x86_64__) && defined(__GLIBC__)
-extern float tanhf(float) __attribute__((__simd__("notinbranch")));
 extern float expf(float) __attribute__((__simd__("notinbranch")));
 #endif
 
@@ -63,9 +62,11 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *x = inp + i * d;
-        float m = 0, v = 0;
+        float m = 0, v = 0;   // the sums in vector lanes (8 partial sums, then added): a fixed order
+        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < d; c++) m += x[c];
         m /= d;
+        #pragma omp simd reduction(+ : v)
         for (int c = 0; c < d; c++) { float z = x[c] - m; v += z * z; }
         float s = 1.0f / sqrtf(v / d + 1e-5f);
         float *o = out + i * d;
@@ -81,6 +82,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
     for (long i = 0; i < N; i++) {
         const float *g = dout + i * d, *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0;
+        #pragma omp simd reduction(+ : a, bsum)
         for (int c = 0; c < d; c++) {
             float gw = g[c] * w[c];
             a += gw; bsum += gw * (x[c] - m) * s;
@@ -297,24 +299,61 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
 // ---------------------------------------------------------------------------------------
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
 
+// GELU's tanh form through one vectorised exp: 0.5·x·(1 + tanh u) = x·σ(2u), u = K(x + 0.044715x³),
+// σ(z) = 1/(1 + e^−z); and d/dx = σ + 2x·σ(1 − σ)·du/dx (as 1 − tanh² u = 4σ(1 − σ)). Both tails are
+// exact: e^−2u overflows to inf (σ = 0) for large negative x and vanishes for large positive x.
+static inline float gelu_sigma(float x) { return 1.0f / (1.0f + expf(-2.0f * GELU_K * (x + 0.044715f * x * x * x))); }
+static inline float gelu_value(float x) { return x * gelu_sigma(x); }
+static inline float gelu_slope(float x) {
+    float s = gelu_sigma(x);
+    return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 void gelu_forward(float *out, const float *inp, long n) {
     ON_GPU(cu_gelu_forward(out, inp, n));
     #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-    }
+    for (long i = 0; i < n; i++) out[i] = gelu_value(inp[i]);
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
     ON_GPU(cu_gelu_backward(dinp, inp, dout, n));
     #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) {
-        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u), sech2 = 1.0f - th * th;
-        float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+    for (long i = 0; i < n; i++) dinp[i] = dout[i] * gelu_slope(inp[i]);
+}
+
+void matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias, long N,
+                              int C, int OC) {
+    ON_GPU(cu_matmul_bias_gelu_forward(h, hg, inp, w, bias, N, C, OC));
+    matmul_forward(h, inp, w, bias, N, C, OC, 0);   // the bias rows are the GEMM's C (beta 1): no pass of its own
+    gelu_forward(hg, h, N * OC);                    // right after, while this block of h is in cache
+}
+
+// dh = dhg ⊙ GELU'(h) and dbias += Σ rows dh in one pass: threads split the columns and each sums its
+// columns over the rows in order, so the bias gradient is the same whatever the thread count.
+static void gelu_bias_backward(float *dh, float *dbias, const float *dhg, const float *h, long N, int OC) {
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int o0 = OC * id / nt, o1 = OC * (id + 1) / nt;
+        for (long i = 0; i < N; i++) {
+            const float *x = h + i * OC, *g = dhg + i * OC;
+            float *r = dh + i * OC;
+            #pragma omp simd
+            for (int o = o0; o < o1; o++) r[o] = g[o] * gelu_slope(x[o]);
+            if (dbias) {
+                #pragma omp simd
+                for (int o = o0; o < o1; o++) dbias[o] += r[o];   // the row just written, still in L1
+            }
+        }
     }
+}
+
+void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
+                               const float *inp, const float *w, long N, int C, int OC) {
+    ON_GPU(cu_matmul_bias_gelu_backward(dinp, dw, dbias, dh, dhg, h, inp, w, N, C, OC));
+    if (N == 0) return;
+    gelu_bias_backward(dh, dbias, dhg, h, N, OC);
+    matmul_backward(dinp, dw, NULL, dh, inp, w, N, C, OC, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -335,6 +374,25 @@ void crossentropy_max(float *mx, float *tl, const float *logits, const int *targ
     }
 }
 
+// r[c] = e^(r[c] − m) for c < n, every column through the same 8-wide vector expf (libmvec's
+// differs from the scalar expf in the last bit): the last n mod 8 go through a buffer rather than a
+// scalar epilogue, so a logit's exp does not depend on where its row or vocabulary shard ends.
+#define EXP_W 8
+static void exp_shifted(float *r, float m, int n) {
+    int c0 = 0;
+    for (; c0 + EXP_W <= n; c0 += EXP_W) {
+        float *x = r + c0;
+        #pragma omp simd
+        for (int c = 0; c < EXP_W; c++) x[c] = expf(x[c] - m);
+    }
+    if (c0 == n) return;
+    float t[EXP_W] = {0};
+    memcpy(t, r + c0, sizeof(float) * (n - c0));
+    #pragma omp simd
+    for (int c = 0; c < EXP_W; c++) t[c] = expf(t[c] - m);
+    memcpy(r + c0, t, sizeof(float) * (n - c0));
+}
+
 void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
     ON_GPU(cu_crossentropy_exp(sum, logits, mx, N, v0, Vl, V));
     int nr = real_cols(v0, Vl, V);
@@ -342,7 +400,9 @@ void crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0
     for (long i = 0; i < N; i++) {
         float *r = logits + i * Vl;
         double s = 0;
-        for (int c = 0; c < nr; c++) { r[c] = expf(r[c] - mx[i]); s += r[c]; }
+        exp_shifted(r, mx[i], nr);
+        #pragma omp simd reduction(+ : s)
+        for (int c = 0; c < nr; c++) s += r[c];
         for (int c = nr; c < Vl; c++) r[c] = 0;          // padded columns never win
         sum[i] = (float)s;
     }

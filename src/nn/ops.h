@@ -41,6 +41,14 @@ long attention_scratch_floats(int T);
 void gelu_forward(float *out, const float *inp, long n);
 void gelu_backward(float *dinp, const float *inp, const float *dout, long n);   // dinp = written
 
+// The MLP's first half: h[N,OC] = inp[N,C]·w[C,OC] + bias (kept for the backward), hg = GELU(h);
+// bias may be NULL. Its backward: dh = dhg ⊙ GELU'(h) with dbias += Σ rows dh in the same pass
+// (dh may be dhg itself), then dinp[N,C] = dh·wᵀ (written) and dw += inpᵀ·dh. dinp, dw, dbias may be NULL.
+void matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias, long N,
+                              int C, int OC);
+void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
+                               const float *inp, const float *w, long N, int C, int OC);
+
 // Cross-entropy over a vocabulary shard: logits[N,Vl] are the columns v0 … v0+Vl−1 of the full
 // logits, and only global columns < V are real (the rest is padding that never wins). Three
 // passes around the caller's reductions over the shards (no-ops for one shard):

@@ -32,6 +32,10 @@ void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         long N, int C, int OC, int accumulate);
 void cu_gelu_forward(float *out, const float *inp, long n);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
+void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias, long N,
+                                 int C, int OC);
+void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
+                                  const float *inp, const float *w, long N, int C, int OC);
 void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl,
                          int V);
 void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V);
