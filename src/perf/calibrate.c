@@ -57,17 +57,18 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 // The sgemm rate of the slowest rank with every rank multiplying at once (shared cores show), the
-// median of three tries: one try is off by up to 15 % when the ranks start it at different times.
+// median of PEAK_TRIES tries: one try is off by up to 20 % when the ranks start it at different times.
+#define PEAK_TRIES 5
 static double peak_all(Group *w) {
-    double t[3];
-    for (int i = 0; i < 3; i++) {
+    double t[PEAK_TRIES];
+    for (int i = 0; i < PEAK_TRIES; i++) {
         comm_barrier(w);
         float neg = -(float)sgemm_peak_flops(1024, 5);
         comm_allreduce_max(w, &neg, 1);
         t[i] = -neg;
     }
-    qsort(t, 3, sizeof *t, cmp_double);
-    return t[1];
+    qsort(t, PEAK_TRIES, sizeof *t, cmp_double);
+    return t[PEAK_TRIES / 2];
 }
 
 // Rank 0's sgemm rate while every other rank waits and yields its core (the napping wait of
@@ -118,6 +119,27 @@ static double one_way(Group *w, int shift, int pairs, long n, int reps, int dupl
     return mid;
 }
 
+// On shared cores, what a TP or EP collective waits for its peers beyond its bytes when the ranks
+// compute between calls, as a block's do: pairs of neighbouring ranks (on one node: ranks fill nodes
+// in order) alternate a small GEMM and an 8-byte all-reduce, MEET_ROUNDS times. A rank's waits
+// average E[max(a, b)] − E[a] over its pair's arrival times, which is what each meeting adds to its
+// step; the mean over every rank and round, less an all-reduce's two latencies, in seconds.
+#define MEET_ROUNDS 40
+static double meet_of(Group *w, const Link *intra) {
+    Group pair = comm_group(GROUP_TP, w->rank / 2, w->rank);
+    double sum = 0;
+    float v = 0;
+    for (int i = 0; i < MEET_ROUNDS; i++) {
+        sgemm_peak_flops(256, 1);
+        double t0 = now_ms();
+        comm_allreduce(&pair, &v, 1, DT_F32);
+        sum += now_ms() - t0;
+    }
+    comm_allreduce(w, &sum, 1, DT_F64);
+    double m = sum / MEET_ROUNDS / w->size * 1e-3 - 2 * intra->lat;
+    return m > 0 ? m : 0;
+}
+
 // The link between rank 0 and rank shift, `pairs` pairs at once (everyone calls; rank 0's figures
 // are broadcast): latency from one pair alone (ping-pong), bandwidth with every pair sending both ways.
 static Link measure_link(Group *w, int shift, int pairs) {
@@ -146,8 +168,9 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     // filled node by node), so the figure is what one device gets of the node's uplink
     if (far >= 0) c->inter = measure_link(&w, far, far == c->per_node ? c->per_node : 1);
     if (near < 0 && far >= 0) c->intra = c->inter;
+    c->meet = c->shared_by > 1 && near >= 0 && c->per_node % 2 == 0 ? meet_of(&w, &c->intra) : 0;
     snprintf(note, (size_t)notelen, "measured by ted tune --calibrate on %d node(s) of %d rank(s): peak = the slowest rank's "
-             "fp32 sgemm rate with every rank multiplying at once (median of 3); shared_by = how much faster one rank multiplies while the others wait, when ranks share the machine's cores; links: %s; gemm_efficiency 0.55 is ted's bench "
+             "fp32 sgemm rate with every rank multiplying at once (median of 5); shared_by = how much faster one rank multiplies while the others wait, when ranks share the machine's cores; meet_us = a TP-like collective's wait for its peer between small GEMMs, on shared cores; links: %s; gemm_efficiency 0.55 is ted's bench "
              "model MFU on CPUs, not measured", c->nodes, c->per_node,
              near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
                                  : far < 0 ? "8-byte ping-pong and 8 MB both ways at once inside the node (inter = intra: one node)"
@@ -161,10 +184,10 @@ char *cluster_json(const Cluster *c, const char *note) {
     char *out = ted_alloc(cap, MEM_TEMP);
     snprintf(out, cap,
              "{\n  \"name\": \"%s\",\n  \"note\": \"%s\",\n  \"nodes\": %d, \"devices_per_node\": %d,\n"
-             "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g, \"shared_by\": %.3g},\n"
+             "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g, \"shared_by\": %.3g, \"meet_us\": %.4g},\n"
              "  \"intra\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g},\n"
              "  \"inter\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g}\n}\n",
-             c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->shared_by, c->intra.bw / 1e9,
+             c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->shared_by, c->meet * 1e6, c->intra.bw / 1e9,
              c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6);
     return out;
 }

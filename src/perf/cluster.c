@@ -46,7 +46,7 @@ static int link_of(const char *file, const cJSON *root, const char *sect, Link *
 
 static int parse(Cluster *c, const char *file, const cJSON *root) {
     static const char *const top[] = {"name", "nodes", "devices_per_node", "device", "intra", "inter", "note", NULL};
-    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", "shared_by", NULL};
+    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", "shared_by", "meet_us", NULL};
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name"), *d = cJSON_GetObjectItemCaseSensitive(root, "device");
     double nodes, per, tf, mem;
     if (only(file, root, "", top)) return -1;
@@ -61,6 +61,9 @@ static int parse(Cluster *c, const char *file, const cJSON *root) {
     if (cJSON_GetObjectItemCaseSensitive(d, "shared_by") && member(file, d, "device", "shared_by", 0, 1024, &c->shared_by))
         return -1;
     if (c->shared_by < 1) { ted_error("%s: \"device.shared_by\" counts devices per compute unit: at least 1", file); return -1; }
+    double meet = 0;
+    if (cJSON_GetObjectItemCaseSensitive(d, "meet_us") && member(file, d, "device", "meet_us", -1e-9, 1e7, &meet)) return -1;
+    c->meet = meet * 1e-6;
     if (nodes != floor(nodes) || per != floor(per)) { ted_error("%s: \"nodes\" and \"devices_per_node\" must be integers", file); return -1; }
     snprintf(c->name, sizeof c->name, "%s", name->valuestring);
     c->nodes = (int)nodes; c->per_node = (int)per;

@@ -4,7 +4,7 @@
 // by name from configs/clusters/ (this machine, the namespace cluster, DGX A100 and H100
 // nodes, Summit as the TED paper used it):
 //   {"name": "...", "nodes": N, "devices_per_node": D,
-//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "shared_by": S]},
+//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "shared_by": S, "meet_us": W]},
 //    "intra": {"bandwidth_gbs": B, "latency_us": L}, "inter": {"bandwidth_gbs": B, "latency_us": L}}
 #pragma once
 
@@ -18,6 +18,8 @@ typedef struct {
     double mem;            // bytes of one device
     double shared_by;      // the CPU test bed (ranks > cores): peak is then the rate of a device while all are busy,
                            // and one alone runs shared_by× faster (calibrated); 1 = devices of their own
+    double meet;           // seconds a TP or EP collective waits for its peers between pieces of compute, per call,
+                           // beyond its bytes: on shared cores a peer waits for a core (calibrated); 0 = none
     Link intra, inter;
 } Cluster;
 

@@ -59,6 +59,7 @@ static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, c
             const Flow *f = &t->f[c][g];
             if (f->calls <= 0 || (g == GROUP_PP && c == COLL_SENDRECV)) continue;
             double ms = f->calls * perf_call_ms(c, n, f->bytes / f->calls, &cl->intra, &cl->inter, far);
+            if (g == GROUP_TP || g == GROUP_EP) ms += f->calls * cl->meet * 1e3;   // peers met between compute
             p->coll_ms[c][g] = ms;
             total += ms;
             if (g == GROUP_TP || g == GROUP_EP) *per_mb += ms;
