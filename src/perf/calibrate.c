@@ -56,6 +56,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// The median of n tries (sorts t).
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
 // The sgemm rate of the slowest rank with every rank multiplying at once (shared cores show), the
 // median of PEAK_TRIES tries: one try is off by up to 20 % when the ranks start it at different times.
 #define PEAK_TRIES 5
@@ -67,8 +73,7 @@ static double peak_all(Group *w) {
         comm_allreduce_max(w, &neg, 1);
         t[i] = -neg;
     }
-    qsort(t, PEAK_TRIES, sizeof *t, cmp_double);
-    return t[PEAK_TRIES / 2];
+    return median(t, PEAK_TRIES);
 }
 
 // Rank 0's sgemm rate while every other rank waits and yields its core (the napping wait of
@@ -84,8 +89,7 @@ static double alone(Group *w) {
         comm_iallreduce(w, &v, 1, DT_F32, &r);   // the others nap here until rank 0 is done
         comm_req_wait(&r);
     }
-    qsort(t, 3, sizeof *t, cmp_double);
-    double rate = t[1];
+    double rate = median(t, 3);
     comm_broadcast(w, &rate, 1, DT_F64, 0);
     return rate;
 }
@@ -112,8 +116,7 @@ static double one_way(Group *w, int shift, int pairs, long n, int reps, int dupl
         else { comm_recv(w, in, n, DT_BYTE, peer, 7); comm_isend(w, buf, n, DT_BYTE, peer, 8, &req); comm_wait(&req); }
         t[i] = (now_ms() - t0) / (duplex ? 1e3 : 2e3);
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    mid = t[reps / 2];
+    mid = median(t, reps);
     ted_free(t);
     ted_free(buf);
     return mid;
