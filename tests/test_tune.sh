@@ -96,6 +96,30 @@ rc=0; "$TED" tune --calibrate --out "$TED_TMP/cal.json" >/dev/null 2>"$TED_TMP/c
 [ $rc -eq 2 ] && grep -q "cal.json exists" "$TED_TMP/cal.err" && ok "--calibrate keeps an existing file: $(cat "$TED_TMP/cal.err")" ||
   bad "--calibrate over an existing file: exit $rc"
 
+# a token bucket between nodes (inter.burst_kb): the EP all-to-all across nodes gets cheaper, the
+# once-per-step ZeRO collectives (back to back, the bucket empty) cost the same
+for b in 0 128; do
+  /usr/bin/python3 - "$b" "$TED_TMP/bucket$b.json" <<'PY'
+import json, sys
+c = json.load(open("configs/clusters/namespace.json"))
+c["inter"] = {"bandwidth_gbs": 0.00625, "latency_us": 30, "burst_kb": float(sys.argv[1])}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  { "$TED" tune --config "$TED_TMP/model.json" --cluster "$TED_TMP/bucket$b.json" --gpus 4 --tp 2 --ep 2 --pp 1 \
+      --zero-stage 1 --json 2>&1 | grep '"dtd": 0, "cac": 0, "activation_checkpointing": 0' |
+      grep '"overlap_degree": 1, "overlap_comm": 0' | head -1 >"$TED_TMP/bucket$b.pred"; } || true
+done
+if r=$(/usr/bin/python3 - "$TED_TMP/bucket0.pred" "$TED_TMP/bucket128.pred" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert b["comm"]["alltoall.ep"] < a["comm"]["alltoall.ep"], (a["comm"], b["comm"])
+for k in ("allgather.dp", "reduce_scatter.dp"):
+    assert abs(a["comm"].get(k, 0) - b["comm"].get(k, 0)) < 1e-9, k
+assert b["step_ms"] < a["step_ms"]
+print(f"all-to-all {a['comm']['alltoall.ep']:.1f} -> {b['comm']['alltoall.ep']:.1f} ms, step {a['step_ms']:.0f} -> {b['step_ms']:.0f} ms")
+PY
+); then ok "inter.burst_kb: $r, ZeRO's unchanged"; else bad "inter.burst_kb: $r"; fi
+
 # bad input: one line, exit 2
 expect() {   # name, the line's text, args...
   local name=$1 text=$2; shift 2
@@ -110,6 +134,8 @@ echo '{"name": "x", "nodes": 2, "devices_per_node": 4, "device": {"peak_tflops":
  "intra": {"bandwidth_gbs": 1, "latency_us": 1}, "inter": {"bandwidth_gbs": 1}, "colour": 1}' >"$TED_TMP/key.json"
 expect "gemm_efficiency out of range" 'device.gemm_efficiency" must be a number in (0, 1]' --config configs/moby.json --cluster "$TED_TMP/eff.json"
 expect "an unknown cluster key" 'unknown key "colour"' --config configs/moby.json --cluster "$TED_TMP/key.json"
+sed 's/"burst_kb": 128.0/"burst_kb": -1/' "$TED_TMP/bucket128.json" >"$TED_TMP/neg.json"
+expect "a negative burst" '"inter.burst_kb" must be a number in' --config configs/moby.json --cluster "$TED_TMP/neg.json"
 expect "no such preset" "--cluster nowhere: cannot read" --config configs/moby.json --cluster nowhere
 expect "more GPUs than the cluster" "exceeds the cluster's 4 devices" --config configs/moby.json --cluster namespace --gpus 8
 expect "no layout matches" "no layout of 4 devices matches" --config configs/moby.json --cluster namespace --tp 3

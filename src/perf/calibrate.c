@@ -79,17 +79,18 @@ static double peak_all(Group *w) {
 // Rank 0's sgemm rate while every other rank waits and yields its core (the napping wait of
 // comm_req_wait, as a pipeline stage waits in its bubble): on shared cores a device alone runs this
 // much faster than peak_all, which is what the pipeline's bubble gives the busy stage.
+#define ALONE_TRIES 5
 static double alone(Group *w) {
     float v = 0;
-    double t[3];
-    for (int i = 0; i < 3; i++) {
+    double t[ALONE_TRIES];
+    for (int i = 0; i < ALONE_TRIES; i++) {
         CommReq r;
         comm_barrier(w);
         t[i] = w->rank == 0 ? sgemm_peak_flops(1024, 5) : 0;
         comm_iallreduce(w, &v, 1, DT_F32, &r);   // the others nap here until rank 0 is done
         comm_req_wait(&r);
     }
-    double rate = median(t, 3);
+    double rate = median(t, ALONE_TRIES);
     comm_broadcast(w, &rate, 1, DT_F64, 0);
     return rate;
 }
@@ -100,14 +101,15 @@ static double alone(Group *w) {
 // crosses nodes. Ping-pong (duplex 0): a message there, then one back, half the round trip. Duplex:
 // both ends send at once and the time is until both messages are in, so every pair loads both
 // directions all along, as a collective does (in a ping-pong, pairs that drift apart find the
-// link free and read up to 20 % fast at 1 Gbit/s).
-static double one_way(Group *w, int shift, int pairs, long n, int reps, int duplex) {
+// link free and read up to 20 % fast at 1 Gbit/s). Each try starts nap_s seconds after a barrier.
+static double one_way(Group *w, int shift, int pairs, long n, int reps, int duplex, double nap_s) {
     char *buf = ted_alloc((size_t)n * 2, MEM_COMM), *in = buf + n;
     int me = w->rank, lo = me < pairs, hi = me >= shift && me - shift < pairs, peer = lo ? me + shift : me - shift;
     double *t = ted_alloc(sizeof(double) * reps, MEM_TEMP), mid;
     for (int i = 0; i < reps; i++) {
         t[i] = 0;
         comm_barrier(w);
+        if (nap_s > 0) usleep((useconds_t)(nap_s * 1e6));
         if (!lo && !hi) continue;
         MPI_Request req;
         double t0 = now_ms();
@@ -124,33 +126,53 @@ static double one_way(Group *w, int shift, int pairs, long n, int reps, int dupl
 
 // On shared cores, what a TP or EP collective waits for its peers beyond its bytes when the ranks
 // compute between calls, as a block's do: pairs of neighbouring ranks (on one node: ranks fill nodes
-// in order) alternate a small GEMM and an 8-byte all-reduce, MEET_ROUNDS times. A rank's waits
+// in order) alternate a small GEMM and an 8-byte all-reduce, MEET_ROUNDS times a batch. A rank's waits
 // average E[max(a, b)] − E[a] over its pair's arrival times, which is what each meeting adds to its
-// step; the mean over every rank and round, less an all-reduce's two latencies, in seconds.
+// step; a batch's mean over every rank and round, less an all-reduce's two latencies, in seconds, and
+// the median of MEET_BATCHES batches (one batch's mean moved by 30 % between calibrations).
 #define MEET_ROUNDS 40
+#define MEET_BATCHES 5
 static double meet_of(Group *w, const Link *intra) {
     Group pair = comm_group(GROUP_TP, w->rank / 2, w->rank);
-    double sum = 0;
+    double batch[MEET_BATCHES];
     float v = 0;
-    for (int i = 0; i < MEET_ROUNDS; i++) {
-        sgemm_peak_flops(256, 1);
-        double t0 = now_ms();
-        comm_allreduce(&pair, &v, 1, DT_F32);
-        sum += now_ms() - t0;
+    for (int b = 0; b < MEET_BATCHES; b++) {
+        double sum = 0;
+        for (int i = 0; i < MEET_ROUNDS; i++) {
+            sgemm_peak_flops(256, 1);
+            double t0 = now_ms();
+            comm_allreduce(&pair, &v, 1, DT_F32);
+            sum += now_ms() - t0;
+        }
+        comm_allreduce(w, &sum, 1, DT_F64);
+        batch[b] = sum / MEET_ROUNDS / w->size * 1e-3 - 2 * intra->lat;
     }
-    comm_allreduce(w, &sum, 1, DT_F64);
-    double m = sum / MEET_ROUNDS / w->size * 1e-3 - 2 * intra->lat;
+    double m = median(batch, MEET_BATCHES);
     return m > 0 ? m : 0;
 }
 
+// A token bucket's share per device (Link.burst): after a nap long enough to refill a bucket of up to
+// BURST_PROBE bytes a device, every pair sends BURST_PROBE bytes both ways at once; what arrived
+// beyond the link's rate in that time came from the bucket. The median of 5 tries; 0 on a link that
+// keeps its rate from the first byte.
+#define BURST_PROBE (512 << 10)
+static double burst_of(Group *w, int shift, int pairs, const Link *l) {
+    double t = one_way(w, shift, pairs, BURST_PROBE, 5, 1, fmin(1.0, 2.0 * BURST_PROBE / l->bw));
+    double b = BURST_PROBE - (t - l->lat) * l->bw;
+    return b > 0 ? b : 0;
+}
+
 // The link between rank 0 and rank shift, `pairs` pairs at once (everyone calls; rank 0's figures
-// are broadcast): latency from one pair alone (ping-pong), bandwidth with every pair sending both ways.
-static Link measure_link(Group *w, int shift, int pairs) {
-    double v[2] = {0, 0};
-    double lat = one_way(w, shift, 1, 8, 200, 0), big = one_way(w, shift, pairs, 8 << 20, 9, 1);
+// are broadcast): latency from one pair alone (ping-pong), bandwidth with every pair sending both
+// ways, and with bucket set the bucket's share.
+static Link measure_link(Group *w, int shift, int pairs, int bucket) {
+    double v[3] = {0, 0, 0};
+    double lat = one_way(w, shift, 1, 8, 200, 0, 0), big = one_way(w, shift, pairs, 8 << 20, 9, 1, 0);
     if (w->rank == 0) { v[0] = lat; v[1] = (8 << 20) / (big - lat > 0 ? big - lat : big); }
     comm_broadcast(w, v, 2, DT_F64, 0);
-    return (Link){v[1], v[0]};
+    if (bucket) v[2] = burst_of(w, shift, pairs, &(Link){v[1], v[0], 0});
+    comm_broadcast(w, v + 2, 1, DT_F64, 0);
+    return (Link){v[1], v[0], v[2]};
 }
 
 int perf_calibrate(Cluster *c, char *note, int notelen) {
@@ -165,11 +187,11 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     c->shared_by = w.size > 1 ? shared_by(&w) : 1;
     if (c->shared_by > 1) c->shared_by = fmax(1, alone(&w) / c->peak);
     c->mem = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / c->per_node;
-    c->intra = c->inter = (Link){5e9, 2e-6};
-    if (near >= 0) c->intra = c->inter = measure_link(&w, near, 1);
+    c->intra = c->inter = (Link){5e9, 2e-6, 0};
+    if (near >= 0) c->intra = c->inter = measure_link(&w, near, 1, 0);
     // between nodes every rank of a node sends at once, to its twin on the next node (ranks are
     // filled node by node), so the figure is what one device gets of the node's uplink
-    if (far >= 0) c->inter = measure_link(&w, far, far == c->per_node ? c->per_node : 1);
+    if (far >= 0) c->inter = measure_link(&w, far, far == c->per_node ? c->per_node : 1, 1);
     if (near < 0 && far >= 0) c->intra = c->inter;
     c->meet = c->shared_by > 1 && near >= 0 && c->per_node % 2 == 0 ? meet_of(&w, &c->intra) : 0;
     snprintf(note, (size_t)notelen, "measured by ted tune --calibrate on %d node(s) of %d rank(s): peak = the slowest rank's "
@@ -178,7 +200,8 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
              near < 0 && far < 0 ? "not measured (one process: nominal shared-memory figures)"
                                  : far < 0 ? "8-byte ping-pong and 8 MB both ways at once inside the node (inter = intra: one node)"
                                            : "8-byte ping-pong and 8 MB both ways at once inside a node and between nodes, the latter "
-                                             "with every rank of the node sending at once (a device's share of the uplink)");
+                                             "with every rank of the node sending at once (a device's share of the uplink); burst_kb = "
+                                             "what a device sends beyond the rate after the link was idle (its token bucket)");
     return 0;
 }
 
@@ -189,8 +212,8 @@ char *cluster_json(const Cluster *c, const char *note) {
              "{\n  \"name\": \"%s\",\n  \"note\": \"%s\",\n  \"nodes\": %d, \"devices_per_node\": %d,\n"
              "  \"device\": {\"peak_tflops\": %.6g, \"gemm_efficiency\": %.3g, \"memory_gb\": %.4g, \"shared_by\": %.3g, \"meet_us\": %.4g},\n"
              "  \"intra\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g},\n"
-             "  \"inter\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g}\n}\n",
+             "  \"inter\": {\"bandwidth_gbs\": %.4g, \"latency_us\": %.4g, \"burst_kb\": %.4g}\n}\n",
              c->name, note, c->nodes, c->per_node, c->peak / 1e12, c->gemm_eff, c->mem / 1e9, c->shared_by, c->meet * 1e6, c->intra.bw / 1e9,
-             c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6);
+             c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6, c->inter.burst / 1e3);
     return out;
 }

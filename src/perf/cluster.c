@@ -32,15 +32,17 @@ static int only(const char *file, const cJSON *o, const char *sect, const char *
 }
 
 static int link_of(const char *file, const cJSON *root, const char *sect, Link *l) {
-    static const char *const keys[] = {"bandwidth_gbs", "latency_us", NULL};
+    static const char *const keys[] = {"bandwidth_gbs", "latency_us", "burst_kb", NULL};
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, sect);
     if (!cJSON_IsObject(o)) { ted_error("%s: \"%s\" must be an object {bandwidth_gbs, latency_us}", file, sect); return -1; }
-    double bw, lat;
+    double bw, lat, burst = 0;
     if (only(file, o, sect, keys) || member(file, o, sect, "bandwidth_gbs", 0, 1e6, &bw) ||
-        member(file, o, sect, "latency_us", -1e-9, 1e6, &lat))
+        member(file, o, sect, "latency_us", -1e-9, 1e6, &lat) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "burst_kb") && member(file, o, sect, "burst_kb", -1e-9, 1e9, &burst)))
         return -1;
     l->bw = bw * 1e9;
     l->lat = lat * 1e-6;
+    l->burst = burst * 1e3;
     return 0;
 }
 

@@ -5,10 +5,12 @@
 // nodes, Summit as the TED paper used it):
 //   {"name": "...", "nodes": N, "devices_per_node": D,
 //    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "shared_by": S, "meet_us": W]},
-//    "intra": {"bandwidth_gbs": B, "latency_us": L}, "inter": {"bandwidth_gbs": B, "latency_us": L}}
+//    "intra": {"bandwidth_gbs": B, "latency_us": L}, "inter": {"bandwidth_gbs": B, "latency_us": L [, "burst_kb": K]}}
 #pragma once
 
-typedef struct { double bw, lat; } Link;   // bytes/s a device sends at; seconds per message
+// bytes/s a device sends at; seconds per message; bytes a device sends at once on a link that has been
+// idle (its share of a token bucket, as tc's tbf and cloud networks shape links; 0 = none)
+typedef struct { double bw, lat, burst; } Link;
 
 typedef struct {
     char name[64];

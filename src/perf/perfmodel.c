@@ -47,11 +47,23 @@ static int members(const Layout *y, int g, int s, const Cluster *cl, int *far) {
     return n;
 }
 
+// Bytes one call sends across nodes per device (the far terms of perf_call_ms).
+static double far_bytes(int coll, int n, double bytes, int n_far) {
+    switch (coll) {
+    case COLL_ALLREDUCE: return 2.0 * n_far * bytes / n;
+    case COLL_ALLGATHER: return (double)n_far * bytes;
+    default: return (double)n_far * bytes / n;   // reduce-scatter, all-to-all
+    }
+}
+
 // The stage's collectives in one step; *per_mb gets those that stretch each micro-batch's forward
 // and backward (TP, EP), the rest run once, around the optimizer. Pipeline messages are costed by
-// msg_of and placed by the schedule's simulation.
+// msg_of and placed by the schedule's simulation. A link with a token bucket (inter.burst): between
+// two TP/EP calls that cross nodes the uplink rests while the stage computes and its in-node calls
+// run, and refills; each such call sends up to min(burst, rest × bandwidth) of its bytes at once
+// (the compute as the step sees it: compute_ms over shared_by, as step_of counts it).
 static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, const Cluster *cl, double *per_mb) {
-    double total = 0;
+    double total = 0, rest_ms = p->compute_ms / fmax(1, cl->shared_by), far_calls = 0, far_b[COLL_N][GROUP_N] = {{0}};
     *per_mb = 0;
     for (int g = 0; g < GROUP_N; g++) {
         int far, n = members(y, g, s, cl, &far);
@@ -59,12 +71,25 @@ static double comm_of(Prediction *p, const Traffic *t, const Layout *y, int s, c
             const Flow *f = &t->f[c][g];
             if (f->calls <= 0 || (g == GROUP_PP && c == COLL_SENDRECV)) continue;
             double ms = f->calls * perf_call_ms(c, n, f->bytes / f->calls, &cl->intra, &cl->inter, far);
-            if (g == GROUP_TP || g == GROUP_EP) ms += f->calls * cl->meet * 1e3;   // peers met between compute
+            if (g == GROUP_TP || g == GROUP_EP) {
+                ms += f->calls * cl->meet * 1e3 * 3 * (n - 1) / (n + 1);   // peers met between compute
+                *per_mb += ms;
+                if (far) { far_calls += f->calls; far_b[c][g] = far_bytes(c, n, f->bytes / f->calls, far); }
+                else rest_ms += ms;
+            }
             p->coll_ms[c][g] = ms;
             total += ms;
-            if (g == GROUP_TP || g == GROUP_EP) *per_mb += ms;
         }
     }
+    if (cl->inter.burst <= 0 || far_calls == 0) return total;
+    double credit = fmin(cl->inter.burst, rest_ms / far_calls * 1e-3 * cl->inter.bw);
+    for (int g = 0; g < GROUP_N; g++)
+        for (int c = 0; c < COLL_N; c++) {
+            double saved = t->f[c][g].calls * fmin(credit, far_b[c][g]) / cl->inter.bw * 1e3;
+            p->coll_ms[c][g] -= saved;
+            total -= saved;
+            *per_mb -= saved;
+        }
     return total;
 }
 

@@ -5,6 +5,8 @@
 //            alpha–beta model: every member's share reaches every other once, over the link between
 //            them (near inside the node, this device's share of the uplink across nodes), latency per
 //            algorithm step (n − 1; all-reduce twice); all-to-all one message per peer at its level;
+//            on shared cores each TP/EP call waits meet × 3(n − 1)/(n + 1) for its n peers; a link
+//            with a token bucket lets each cross-node TP/EP call send what refilled since the last;
 //   pipeline: the stages' instruction lists (parallel/schedule) run against each other with each
 //            micro-batch's forward and backward at its stage's cost (compute and TP/EP collectives)
 //            and each activation or gradient message at its link's time, one message at a time per
