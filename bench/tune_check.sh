@@ -3,12 +3,12 @@
 # two link rates (1gbit, 100mbit). At each rate `ted tune --calibrate` measures the cluster, then
 # each layout runs STEPS training steps (median step time of steps 3..STEPS) and `ted tune` predicts it
 # with the calibrated file. Prints a table per rate, the Spearman rank correlation over all runs and
-# each prediction's error.    bench/tune_check.sh [REPS] [OUTDIR]
+# each prediction's error.    bench/tune_check.sh [REPS (3)] [OUTDIR]
 # RATES picks the link rates ("none" leaves the links unshaped; default "1gbit 100mbit": unshaped, every
 # layout on this bed is compute-bound and their order is noise, docs/tune.md).
 # PREDICT_ONLY=1 predicts again from the runs and calibrations already in OUTDIR.
 set -euo pipefail
-REPS=${1:-1}
+REPS=${1:-3}
 OUT=${2:-/tmp/ted_tune_check}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
