@@ -44,6 +44,8 @@ Subcommands (all take checkpoint directories holding model.safetensors + config.
   train  train from a checkpoint with sequential data order; per-step metrics to --out JSON
   eval   mean loss over the first N windows of a whole file, all in one batch
   grad   gradient of the step-0 loss for every parameter, written as safetensors
+  batch  run the commands of a file (one command line a line) in this one process, which saves
+         the start of Python and torch per command; a failing command is named and the rest run
 Run `torch_ref.py SUBCOMMAND --help` for the options.
 
 Choices made where the design leaves room:
@@ -819,8 +821,13 @@ def cmd_eval(a):
     w = torch.stack([data.window(i) for i in range(a.windows)])
     with torch.no_grad():
         r = step_loss(P, cfg, [(w[:, :-1], w[:, 1:])], backward=False)
-    print(json.dumps({"loss": r["loss"], "lm_loss": r["lm_loss"], "aux_loss": r["aux_loss"],
-                      "windows": a.windows}))
+    out = json.dumps({"loss": r["loss"], "lm_loss": r["lm_loss"], "aux_loss": r["aux_loss"],
+                      "windows": a.windows})
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(out + "\n")
+    else:
+        print(out)
 
 
 def cmd_grad(a):
@@ -833,6 +840,31 @@ def cmd_grad(a):
     st_write(a.out, {k: v.grad for k, v in P.items()})
     print(json.dumps({"loss": r["loss"], "lm_loss": r["lm_loss"], "aux_loss": r["aux_loss"],
                       "dropped_frac": r["dropped_frac"]}))
+
+
+def cmd_batch(a):
+    import shlex
+    import traceback
+    failed = 0
+    with open(a.file) as f:
+        lines = [(n, l) for n, l in enumerate(f, 1) if l.strip() and not l.lstrip().startswith("#")]
+    for n, line in lines:
+        argv = shlex.split(line)
+        if argv and argv[0] == "batch":
+            raise SystemExit(f"{a.file}:{n}: batch inside batch")
+        try:
+            main(argv)
+        except (Exception, SystemExit) as e:   # argparse and the commands exit with SystemExit
+            if isinstance(e, SystemExit) and e.code in (0, None):
+                continue
+            failed += 1
+            print(f"torch_ref batch: {a.file}:{n}: {line.strip()}: failed", file=sys.stderr)
+            if not isinstance(e, SystemExit):
+                traceback.print_exc()
+            elif e.code not in (1, 2):
+                print(e.code, file=sys.stderr)
+    if failed:
+        raise SystemExit(f"torch_ref batch: {failed} of {len(lines)} commands failed")
 
 
 def main(argv=None):
@@ -874,16 +906,20 @@ def main(argv=None):
     p = sub.add_parser("eval", help="mean loss over the first N windows of the whole file")
     common(p)
     p.add_argument("--windows", type=int, required=True)
+    p.add_argument("--out", default="", help="write the JSON here (default: stdout)")
 
     p = sub.add_parser("grad", help="gradient of the step-0 loss as safetensors")
     common(p)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--out", required=True)
 
+    p = sub.add_parser("batch", help="run the command lines of a file in this one process")
+    p.add_argument("file")
+
     a = ap.parse_args(argv)
     if getattr(a, "threads", 0):
         torch.set_num_threads(a.threads)
-    {"init": cmd_init, "train": cmd_train, "eval": cmd_eval, "grad": cmd_grad}[a.cmd](a)
+    {"init": cmd_init, "train": cmd_train, "eval": cmd_eval, "grad": cmd_grad, "batch": cmd_batch}[a.cmd](a)
 
 
 if __name__ == "__main__":

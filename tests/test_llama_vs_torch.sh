@@ -15,6 +15,10 @@ cd "$TED_ROOT"
 DATA=data/moby-dick.txt
 fails=0
 
+# The reference's commands of every case go to one file that bench/torch_ref.py runs in one process
+# (`batch`: one start of Python and torch instead of two per case); each case is checked after it.
+BATCH=$TED_TMP/torch.batch
+cases=()
 run_case() {
   local name=$1 json=$2; shift 2
   local dir=$TED_TMP/$name
@@ -22,14 +26,17 @@ run_case() {
   echo "$json" > "$dir/config.json"
   local common=(--config "$dir/config.json" --data "$DATA" --data-order sequential --n-layer 2 --n-embd 64 --n-head 4
                 --n-kv-head 2 --n-positions 32 --seq-len 32 --micro-batch 4 --grad-accum 2 --lr 3e-3 --min-lr 3e-4
-                --warmup 3 --steps 10 --weight-decay 0.1 --clip 1.0 --rope-theta 500 "$@")
+                --warmup 3 --steps 10 --weight-decay 0.1 --clip 1.0 --rope-theta 500 --peak-tflops 1 "$@")   # a stated MFU peak: no sgemm timing per run (MFU is not checked)
   "$TED" train "${common[@]}" --steps 0 --save "$dir/init" >/dev/null
   "$TED" train "${common[@]}" --log "$dir/ted.jsonl" --save "$dir/ted" >/dev/null
-  "$PYTHON" bench/torch_ref.py train --init "$dir/init/step_00000000" --data "$DATA" --steps 10 --micro-batch 4 \
-    --grad-accum 2 --lr 3e-3 --min-lr 3e-4 --warmup 3 --weight-decay 0.1 --clip 1.0 --out "$dir/torch.json" \
-    --save "$dir/torch" >/dev/null
+  echo "train --init $dir/init/step_00000000 --data $DATA --steps 10 --micro-batch 4 --grad-accum 2 --lr 3e-3" \
+       "--min-lr 3e-4 --warmup 3 --weight-decay 0.1 --clip 1.0 --out $dir/torch.json --save $dir/torch" >>"$BATCH"
   "$TED" eval --load "$dir/ted" --data "$DATA" --split all --windows 12 > "$dir/ted_eval.json"
-  "$PYTHON" bench/torch_ref.py eval --init "$dir/ted/step_00000010" --data "$DATA" --windows 12 > "$dir/torch_eval.json"
+  echo "eval --init $dir/ted/step_00000010 --data $DATA --windows 12 --out $dir/torch_eval.json" >>"$BATCH"
+  cases+=("$name")
+}
+check_case() {
+  local name=$1 dir=$TED_TMP/$1
   if "$PYTHON" - "$dir" "$name" <<'PY'
 import json, struct, sys
 d, name = sys.argv[1], sys.argv[2]
@@ -70,5 +77,8 @@ run_case qwen_top1_drops_untied "{\"model\": {$QWEN, \"tie_word_embeddings\": fa
   --num-experts 4 --top-k 1 --moe-every 1 --expert-inner 96 --capacity-factor 0.75 --min-capacity 1 --z-coef 0.01
 run_case shared_ungated_top2_plain '{"model": {"arch": "llama", "qkv_bias": true}, "moe": {"router": "topk", "topk_renorm": false, "expert_type": "swiglu", "shared_experts": 1}}' \
   --num-experts 4 --top-k 2 --moe-every 1 --capacity-factor 0
+# a failing reference command is named on stderr; its case fails below (no torch.json / torch_eval.json)
+"$PYTHON" bench/torch_ref.py batch "$BATCH" >/dev/null || echo "torch_ref batch: a command failed"
+for name in "${cases[@]}"; do check_case "$name"; done
 echo "$((6 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
