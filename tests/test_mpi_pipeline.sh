@@ -12,10 +12,7 @@ GLOBAL=4   # sequences per micro-batch over all data-parallel ranks; 4 micro-bat
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 8 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 4 --num-experts 8 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 1e-3
        --warmup 4 --eval-every 5 --eval-windows 16 --log-every 100)
-# MFU against a stated peak: otherwise every run starts with rank 0 timing 18 sgemm of 1024^3 while the
-# other ranks wait (about 1 s of a 4-rank run on 2 cores); no check here reads MFU (the measured peak
-# is test_progress's and every test's that does not give one)
-model+=(--peak-tflops 1)
+model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 # At capacity factor 1 this model drops about 40 % of its choices, and a choice on a near tie (two
 # router scores within 1e-6) goes either way with any change of summation order (the attention's
 # blocked sums, a vector exp): from there the layout parts from one process though nothing is

@@ -18,10 +18,7 @@ echo '{"optimizer": {"params": {"eps": 1e-6}}}' >$TED_TMP/eps.json
 model=(--config $TED_TMP/eps.json --data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 8 --moe-every 1 --min-capacity 1 --steps 10 --lr 3e-3
        --warmup 2 --eval-every 5 --eval-windows 8 --log-every 100)
-# MFU against a stated peak: otherwise every run starts with rank 0 timing 18 sgemm of 1024^3 while the
-# other ranks wait (about 1 s of a 4-rank run on 2 cores); no check here reads MFU (the measured peak
-# is test_progress's and every test's that does not give one)
-model+=(--peak-tflops 1)
+model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 # name | capacity factors | options
 configs=(
   "noisy_swiglu_shared|1.0 0|--router noisy_topk --top-k 2 --load-coef 0.1 --importance-coef 0.1 --expert-type swiglu --expert-inner 48 --shared-experts 1"

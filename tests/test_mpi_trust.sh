@@ -123,10 +123,7 @@ want=$(printf 'step_%08d' "$(grep -c '"loss"' "$W/sigm/log.jsonl")")
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 10 --lr 3e-3 --warmup 4
        --eval-windows 4 --log-every 100 --log-tensors)
-# MFU against a stated peak: otherwise every run starts with rank 0 timing 18 sgemm of 1024^3 while the
-# other ranks wait (about 1 s of a 4-rank run on 2 cores); no check here reads MFU (the measured peak
-# is test_progress's and every test's that does not give one)
-model+=(--peak-tflops 1)
+model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --micro-batch 8 --log "$W/one.jsonl" >/dev/null 2>"$W/err" || bad "one process run"
 "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 4 --tp 2 --ep 2 --log "$W/par.jsonl" >/dev/null 2>"$W/err" ||
   bad "tp 2 ep 2 run"

@@ -19,10 +19,7 @@ ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 small=(--data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64 --seq-len 64 --micro-batch 8
        --num-experts 4 --top-k 2 --moe-every 2 --lr 2e-3 --warmup 20 --eval-windows 64 --log-every 1000)
-# MFU against a stated peak: otherwise every run starts with rank 0 timing 18 sgemm of 1024^3 while the
-# other ranks wait (about 1 s of a 4-rank run on 2 cores); no check here reads MFU (the measured peak
-# is test_progress's and every test's that does not give one)
-small+=(--peak-tflops 1)
+small+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 # One run's gap is a draw, not a measure: a last bit moved anywhere (another summation order, the
 # vector exp) takes a 150-step run through other routing choices and loss spikes, and a 16-bit run
 # amplifies it (a master weight's last bit can flip its 16-bit copy). Measured (docs/measured.md),
@@ -67,8 +64,7 @@ else bad "untiled: E 4 $u4, E 16 $u16"; fi
 # ted plan vs a bf16 run (rank 0), three layouts; base model = the dense model of the same shape
 big=(--data data/moby-dick.txt --n-layer 4 --n-embd 256 --n-head 4 --n-positions 64 --seq-len 64 --micro-batch 1
      --num-experts 8 --top-k 2 --moe-every 2 --steps 1 --bf16 --log-every 1000 --eval-windows 1)
-# (a stated MFU peak, as for small above)
-big+=(--peak-tflops 1)
+big+=("${STATED_PEAK[@]}")
 base=$(( 4 * (12 * 256 * 256 + 13 * 256) + 256 * 256 + 64 * 256 + 2 * 256 ))
 for layout in "1 1 1" "4 2 2" "4 1 4"; do
   read -r np tp ep <<<"$layout"
@@ -82,8 +78,7 @@ for layout in "1 1 1" "4 2 2" "4 1 4"; do
 done
 dist=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64
       --num-experts 4 --steps 40 --log-every 1000 --eval-windows 64)
-# (a stated MFU peak, as for small above)
-dist+=(--peak-tflops 1)
+dist+=("${STATED_PEAK[@]}")
 "$TED" train "${dist[@]}" --micro-batch 8 --bf16 --log $T/d1.jsonl >/dev/null
 "${MPIRUN[@]}" -np 4 "$TED" train "${dist[@]}" --micro-batch 2 --ep 2 --bf16 --log $T/d4.jsonl >/dev/null
 "${MPIRUN[@]}" -np 4 "$TED" train "${dist[@]}" --micro-batch 2 --ep 2 --steps 1 --log $T/d4f.jsonl >/dev/null

@@ -23,12 +23,11 @@ JSON
 layouts=("--tp 2 --ep 2" "--tp 1 --ep 4 --zero-stage 2" "--pp 2 --tp 1 --ep 2" "--tp 2 --ep 2 --dtd"
          "--tp 2 --ep 2 --activation-checkpointing" "--tp 2 --ep 2 --activation-checkpointing --cac"
          "--tp 2 --ep 2 --overlap-degree 2" "--tp 2 --ep 2 --dtd --overlap-degree 2")
-# (--peak-tflops 1 on the runs below: a stated MFU peak spares each run rank 0's sgemm timing, ~1 s of
-# a 4-rank run on 2 cores; nothing here reads MFU)
+# (STATED_PEAK on the runs below, tests/mpi_env.sh: nothing here reads MFU)
 for lay in "${layouts[@]}"; do
   read -ra flags <<<"$lay"
   log=$TED_TMP/$(echo "$lay" | tr -d ' -').jsonl
-  if ! "${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/model.json" --data data/moby-dick.txt --steps 1 --peak-tflops 1 \
+  if ! "${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/model.json" --data data/moby-dick.txt --steps 1 "${STATED_PEAK[@]}" \
        "${flags[@]}" --log "$log" >"$log.out" 2>&1; then
     bad "$lay: ted train"; tail -3 "$log.out"; continue
   fi
@@ -55,9 +54,9 @@ done
 # split gives the last stage one block, and the run equals one process
 sed 's/"n_layer": 4/"n_layer": 8/; s/"vocab_size": 256/"vocab_size": 1024/' "$TED_TMP/model.json" |
   sed 's/"seq_len": 16}/"seq_len": 16, "pipeline": {"layers": "auto"}}/' >"$TED_TMP/auto.json"
-OMP_NUM_THREADS=1 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 --peak-tflops 1 \
+OMP_NUM_THREADS=1 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 "${STATED_PEAK[@]}" \
   --grad-accum 4 --log "$TED_TMP/auto1.jsonl" >"$TED_TMP/auto1.out" 2>&1 || bad "auto: one process"
-"${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 --peak-tflops 1 \
+"${MPIRUN[@]}" -np 4 "$TED" train --config "$TED_TMP/auto.json" --data data/moby-dick.txt --steps 3 --micro-batch 2 "${STATED_PEAK[@]}" \
   --grad-accum 4 --pp 4 --log "$TED_TMP/auto4.jsonl" >"$TED_TMP/auto4.out" 2>&1 || bad "auto: pp 4"
 if grep -q "^pipeline.layers auto: \[2, 2, 3, 1\] blocks per chunk" "$TED_TMP/auto4.out" &&
    l=$(compare_logs "$TED_TMP/auto1.jsonl" "$TED_TMP/auto4.jsonl" 1e-5); then
