@@ -170,8 +170,10 @@ static Link measure_link(Group *w, int shift, int pairs, int bucket) {
     double lat = one_way(w, shift, 1, 8, 200, 0, 0), big = one_way(w, shift, pairs, 8 << 20, 9, 1, 0);
     if (w->rank == 0) { v[0] = lat; v[1] = (8 << 20) / (big - lat > 0 ? big - lat : big); }
     comm_broadcast(w, v, 2, DT_F64, 0);
-    if (bucket) v[2] = burst_of(w, shift, pairs, &(Link){v[1], v[0], 0});
-    comm_broadcast(w, v + 2, 1, DT_F64, 0);
+    if (bucket) {
+        v[2] = burst_of(w, shift, pairs, &(Link){v[1], v[0], 0});
+        comm_broadcast(w, v + 2, 1, DT_F64, 0);
+    }
     return (Link){v[1], v[0], v[2]};
 }
 
