@@ -660,8 +660,9 @@ static void chunk_work(void *ctx, long r0, const long *off) {
     k->work(k->M, k->x, k->e, r0, off, k->out);
 }
 
-// tok_in → experts (exp_in) → work → exp_out → tok_out in chunks, the exchange and the TP sum of
-// the expert outputs (DTD: inside the exchange) travelling behind other chunks' experts (moe/chunked.c).
+// tok_in → experts (exp_in) → work → exp_out → tok_out in chunks, the exchange (with DTD the TP sum
+// of the expert outputs inside it) travelling behind other chunks' experts (moe/chunked.c). Without
+// DTD tok_out holds this TP rank's f shard: the caller sums it over TP once, on the token side.
 static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, const float *tok_in, float *exp_in,
                         float *exp_out, float *tok_out, ChunkWork work) {
     Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
@@ -719,8 +720,10 @@ static void moe_forward(Model *M, int l, long N, int recompute) {
     if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
     dispatch_forward(tok, x->ln2, x->row, N, k, d);
     float *y = alias ? x->ysend : M->exp_buf;
-    if (overlap_on(M)) moe_chunked(M, x, &ex, &e, tok, x->xexp, y, x->ysend, chunk_forward);
-    else {
+    if (overlap_on(M)) {
+        moe_chunked(M, x, &ex, &e, tok, x->xexp, y, x->ysend, chunk_forward);
+        if (!dtd) comm_allreduce(tp_group(M), x->ysend, ex.Rs * d, DT_F32);   // sum of the f shards, once
+    } else {
         exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
         experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
         if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
@@ -902,6 +905,7 @@ static void moe_backward(Model *M, int l, long N, float lm_scale, float aux_scal
     }
     buf_zero(M->dln, sizeof(float) * N * d);
     dispatch_backward(M->dln, dtok, x->row, N, k, d);
+    if (overlap_on(M) && !dtd) comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);   // the chunks' f shards, summed once
     routing_backward(M, l, N, lm_scale, aux_scale, z_scale);
     if (b->sh[0] >= 0) shared_backward(M, l, N);
 }

@@ -142,16 +142,6 @@ void chunked_finish_to_tokens(Chunked *c, int i, float *tok) {
     token_rows(c, i, scnt, tok, buf, c->q, 0);
 }
 
-// Without DTD chunk i's expert outputs are summed over TP before its combine starts. The sum is a
-// non-blocking all-reduce waited for at once: its wait naps instead of spinning (comm_req_wait), which
-// leaves the core to a TP peer that shares it and is still on the same chunk.
-static void tp_sum(Chunked *c, int i, float *exp) {
-    long off[c->x->El + 1], r0 = chunked_rows(c, i, off);
-    CommReq r;
-    comm_iallreduce(c->x->tp, exp + r0 * c->d, off[c->x->El] * c->d, DT_F32, &r);
-    comm_req_wait(&r);
-}
-
 void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out, float *tok_out, ChunkedWork work,
                  void *ctx) {
     long off[c->x->El + 1];
@@ -165,7 +155,6 @@ void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out,
         work(ctx, r0, off);
         comm_progress_thread_stop(pt);
         comm_progress();
-        if (!c->x->dtd) tp_sum(c, i, exp_out);
         chunked_start_to_tokens(c, i, exp_out);
         if (i > 0) chunked_finish_to_tokens(c, i - 1, tok_out);
     }

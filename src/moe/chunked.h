@@ -34,8 +34,9 @@ void chunked_finish_to_tokens(Chunked *c, int i, float *tok);
 // The work on chunk i's expert side: rows [r0, r0 + off[El]), each local expert's first row in off.
 typedef void (*ChunkedWork)(void *ctx, long r0, const long *off);
 // The whole overlapped pass: tok_in travels to the experts (exp_in), work runs per chunk and writes
-// exp_out, whose rows travel back to tok_out (without DTD summed over TP first, with DTD inside the
-// exchange). While chunk i's work runs, with the progress thread, chunk i+1's dispatch and chunk
-// i−1's combine are in flight.
+// exp_out, whose rows travel back to tok_out. With DTD the TP sum of the f shards is inside the
+// exchange; without it tok_out holds this TP rank's shard only and the caller sums it over TP once,
+// on the token side (one meeting of the TP group per pass instead of one per chunk). While chunk i's
+// work runs, with the progress thread, chunk i+1's dispatch and chunk i−1's combine are in flight.
 void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out, float *tok_out, ChunkedWork work,
                  void *ctx);

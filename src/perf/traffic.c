@@ -50,7 +50,9 @@ static void micro_step(Traffic *t, const ModelConfig *m, int T, const Layout *y,
         if (dtd) {   // the expert rows gathered inside TP, their output reduce-scattered (forward and backward)
             add(t, COLL_ALLGATHER, GROUP_TP, A * tpc * 2 * passes * N_, A * tpc * 2 * passes * 4 * Rr / y->tp * d);
             add(t, COLL_REDUCE_SCATTER, GROUP_TP, A * tpc * passes * N_, A * tpc * passes * 4 * Rr * d);
-        } else { ar += passes * N_; arb += passes * Rr * d; }   // the experts' output, summed per chunk
+        } else if (N_ > 1) {   // chunked: summed once per pass on the token side (rows; the backward per token)
+            ar += passes; arb += (passes - 1) * Rs * d + N * d;
+        } else { ar += passes; arb += passes * Rr * d; }   // the experts' output, summed on the expert side
     }
     add(t, COLL_ALLREDUCE, GROUP_TP, A * tpc * ar, A * tpc * 4 * arb);
     if (y->pp > 1) {   // activations forward and gradients back, one message each per boundary
