@@ -794,9 +794,9 @@ static void stage_cpu_json(Topology *t, double cpu, char *out, size_t n) {
     ted_free(all);
 }
 
-int cmd_bench(int argc, char **argv) {
-    const char *nopt;
-    if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
+// The bench model (the help's), a --config file on top and flags on top of both. Returns -1 to go on,
+// else the exit code (help printed, or bad input).
+static int bench_config(Config *c, int argc, char **argv) {
     if (has_help(argc, argv)) {
         printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
                "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16, fp16) against a memcpy of\n"
@@ -809,75 +809,101 @@ int cmd_bench(int argc, char **argv) {
                "  omp_wait_policy the threads' wait policy (PASSIVE unless the environment names one).\n");
         return 0;
     }
-    Config c;
-    config_defaults(&c);
-    ModelConfig *m = &c.model;
+    config_defaults(c);
+    ModelConfig *m = &c->model;
     m->vocab_size = 256; m->n_positions = 256; m->n_embd = 256; m->n_layer = 4; m->n_head = 4; m->n_inner = 1024;
     m->num_experts = 8; m->top_k = 2; m->moe_every = 1;
-    c.micro_batch = 8; c.steps = 5; c.warmup = 1;
-    const char *path;   // a --config file goes on top of the bench model, flags on top of both
-    if (find_flag(argc, argv, "--config", &path) && (!path || config_load_json(&c, path))) {
+    c->micro_batch = 8; c->steps = 5; c->warmup = 1;
+    const char *path;
+    if (find_flag(argc, argv, "--config", &path) && (!path || config_load_json(c, path))) {
         if (!path) ted_error("--config: needs a file");
         return TED_EXIT_USAGE;
     }
-    if (config_apply_flags(&c, argc, argv, 1) || config_validate(&c)) return TED_EXIT_USAGE;
-    if (c.pp_auto) auto_layers(&c);
-    threads_set(c.threads);
-    if (ted_agree(start_device(&c) != 0)) return TED_EXIT_USAGE;
-    int T = seq_len_of(&c), B = c.micro_batch, warm = 2;
+    if (config_apply_flags(c, argc, argv, 1) || config_validate(c)) return TED_EXIT_USAGE;
+    if (c->pp_auto) auto_layers(c);
+    threads_set(c->threads);
+    if (ted_agree(start_device(c) != 0)) return TED_EXIT_USAGE;
     char err[256];
-    if (ted_agree(topo_check(comm_world_size(), c.tp, c.ep, c.pp, err, sizeof err) != 0)) {
+    if (ted_agree(topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err) != 0)) {
         ted_error("layout: %s", err);
         return TED_EXIT_USAGE;
     }
+    return -1;
+}
+
+// What the timed steps add up to (after the warm-up steps).
+typedef struct { double wall, cpu, wait; CommStats comm; } BenchTimes;
+
+// warm + c->steps training steps on random tokens; the router statistics count the timed ones only.
+static BenchTimes bench_steps(Pipeline *P, Zero *z, Model *M, const Config *c, const Topology *topo, int warm) {
+    BenchBatch bb = {c, 0};
+    BenchTimes bt;
+    memset(&bt, 0, sizeof bt);
+    double ntok = (double)c->micro_batch * seq_len_of(c) * c->grad_accum;
+    for (int s = 0; s < warm + c->steps; s++) {
+        if (s == warm) memset(&M->rstats, 0, sizeof M->rstats);
+        comm_stats_reset();
+        double t0 = now_ms(), c0 = cpu_ms();
+        bb.step = s;
+        pipe_train_step(P, bench_batch, &bb, (float)(1.0 / (ntok * topo->dp)), c->model.aux_coef, c->model.z_coef);
+        pipe_sum_tied(P);
+        zero_step(z, c, c->lr);
+        buf_sync();
+        if (s < warm) continue;
+        bt.wall += now_ms() - t0; bt.cpu += cpu_ms() - c0; bt.wait += P->wait_ms;
+        comm_accumulate(&bt.comm);
+    }
+    return bt;
+}
+
+// The per-collective summary (stderr) and the JSON line (stdout) of rank 0; every rank takes part in
+// the stage CPU times' gather.
+static void bench_report(const BenchTimes *bt, const Model *M, const Config *c, Topology *topo, double peak) {
+    const ModelConfig *m = &c->model;
+    int T = seq_len_of(c);
+    double ntok = (double)c->micro_batch * T * c->grad_accum, ms = bt->wall / c->steps, tps = ntok * topo->dp / (ms * 1e-3);
+    double dropped = M->rstats.choices ? (double)M->rstats.dropped / M->rstats.choices : 0;
+    double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
+    // by CPU time: this rank's share of the step's FLOPs per core-second it burned, against one
+    // core's sgemm rate timed the same way
+    double core_peak = ted_device == DEV_CPU ? mfu_core_peak_flops(topo) : 0;
+    double rank_flops = mfu_flops_per_token(m, T, dropped) * ntok * topo->dp / topo->world;
+    double mfu_cpu = mfu_of(rank_flops / (bt->cpu / c->steps * 1e-3), core_peak);
+    if (topo->rank == 0 && topo->world > 1) comm_summary(stderr, &bt->comm, bt->wall, c->steps);
+    char stages[1024];
+    stage_cpu_json(topo, bt->cpu / c->steps, stages, sizeof stages);
+    if (topo->rank == 0 && topo->pp > 1)
+        fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", bt->wait / c->steps,
+                100 * bt->wait / bt->wall);
+    if (topo->rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
+           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
+           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n", ms, bt->cpu / c->steps,
+           bt->wait / c->steps, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c->peak_tflops > 0 ? "given" : "sgemm",
+           peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
+           model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
+           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS], stages);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *nopt;
+    if (find_flag(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
+    Config c;
+    int rc = bench_config(&c, argc, argv);
+    if (rc >= 0) return rc;
     Topology topo;
     topo_init(&topo, c.tp, c.ep, c.pp);
     const char *peak_kind;
     double peak = mfu_peak_flops(&c, &topo, &peak_kind);
     Model M;
-    model_build(&M, &c, &topo, B, T);
+    model_build(&M, &c, &topo, c.micro_batch, seq_len_of(&c));
     Pipeline P;
     pipe_init(&P, &M, &c);
     pipe_print(&P, &c);
     Zero z;
     zero_init(&z, &M.reg, &topo, &c);
-    BenchBatch bb = {&c, 0};
-    double total = 0, cpu = 0, wait = 0, ntok = (double)B * T * c.grad_accum;
-    CommStats comm_total;
-    memset(&comm_total, 0, sizeof comm_total);
-    for (int s = 0; s < warm + c.steps; s++) {
-        if (s == warm) memset(&M.rstats, 0, sizeof M.rstats);
-        comm_stats_reset();
-        double t0 = now_ms(), c0 = cpu_ms();
-        bb.step = s;
-        pipe_train_step(&P, bench_batch, &bb, (float)(1.0 / (ntok * topo.dp)), m->aux_coef, m->z_coef);
-        pipe_sum_tied(&P);
-        zero_step(&z, &c, c.lr);
-        buf_sync();
-        if (s >= warm) { total += now_ms() - t0; cpu += cpu_ms() - c0; wait += P.wait_ms; comm_accumulate(&comm_total); }
-    }
-    double ms = total / c.steps, tps = ntok * topo.dp / (ms * 1e-3);
-    double dropped = M.rstats.choices ? (double)M.rstats.dropped / M.rstats.choices : 0;
-    double mfu = mfu_of(mfu_flops_per_token(m, T, dropped) * tps, peak);
-    // by CPU time: this rank's share of the step's FLOPs per core-second it burned, against one
-    // core's sgemm rate timed the same way
-    double core_peak = ted_device == DEV_CPU ? mfu_core_peak_flops(&topo) : 0;
-    double rank_flops = mfu_flops_per_token(m, T, dropped) * ntok * topo.dp / topo.world;
-    double mfu_cpu = mfu_of(rank_flops / (cpu / c.steps * 1e-3), core_peak);
-    if (topo.rank == 0 && topo.world > 1) comm_summary(stderr, &comm_total, total, c.steps);
-    char stages[1024];
-    stage_cpu_json(&topo, cpu / c.steps, stages, sizeof stages);
-    if (topo.rank == 0 && topo.pp > 1)
-        fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", wait / c.steps,
-                100 * wait / total);
-    if (topo.rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
-           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
-           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n", ms, cpu / c.steps, wait / c.steps, tps,
-           mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c.peak_tflops > 0 ? "given" : "sgemm",
-           peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
-           model_flops_per_token(m, T) * ntok * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS], stages);
+    BenchTimes bt = bench_steps(&P, &z, &M, &c, &topo, 2);
+    bench_report(&bt, &M, &c, &topo, peak);
     pipe_free(&P);
     zero_free(&z);
     model_free(&M);
