@@ -393,6 +393,78 @@ static const char *sched_name_of(int kind);
 static int validate_checkpoint_model(const Config *c, const char *path);
 
 // Stores one value of a known key.
+// "pipeline.layers": block counts per stage, or "auto".
+static int apply_pp_layers(Config *c, const cJSON *j, const char *key, const char *file) {
+    int n = cJSON_GetArraySize(j), rc;
+    double d;
+    if (cJSON_IsString(j) && !strcmp(j->valuestring, "auto")) { c->pp_auto = 1; c->pp_nlayers = 0; return 0; }
+    if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
+        return type_error(file, key, "an array of 1 to 256 block counts, or \"auto\"", j);
+    c->pp_auto = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = json_integer(cJSON_GetArrayItem(j, i), 1, INT_MAX, &d)) != 0)
+            return integer_error(file, key, rc, "[1, 2^31-1] for every entry", cJSON_GetArrayItem(j, i));
+        c->pp_layers[i] = (int)d;
+    }
+    c->pp_nlayers = n;
+    return 0;
+}
+
+// The keys whose value is one of a few names: the optimizer, compression, offload device,
+// schedulers, pipeline schedule, router, expert kind, architecture, data order.
+static int apply_name(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
+    const char *v = cJSON_IsString(j) ? j->valuestring : NULL;
+    int i = -1;
+    switch (k->kind) {
+    case J_ORDER:
+        if (!v || (strcmp(v, "sequential") != 0 && strcmp(v, "shuffled") != 0))
+            return type_error(file, key, "\"sequential\" or \"shuffled\"", j);
+        *FIELD(c, k->off, int) = strcmp(v, "sequential") == 0;
+        return 0;
+    case J_OPTIMIZER_TYPE:
+        if (!v || (strcasecmp(v, "AdamW") != 0 && strcasecmp(v, "OneBitAdam") != 0))
+            return type_error(file, key, "\"AdamW\" or \"OneBitAdam\"", j);
+        c->onebit = strcasecmp(v, "OneBitAdam") == 0;
+        return 0;
+    case J_COMPRESSION:
+        if (!v || (strcmp(v, "sign") != 0 && strcmp(v, "none") != 0)) return type_error(file, key, "\"sign\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(v, "sign") == 0;
+        return 0;
+    case J_OFFLOAD_DEVICE:
+        if (!v || (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0)) return type_error(file, key, "\"cpu\" or \"none\"", j);
+        *FIELD(c, k->off, int) = strcmp(v, "cpu") == 0;
+        return 0;
+    case J_SCHEDULER_TYPE:
+        for (i = 0; v && i < SCHED_KINDS; i++)
+            if (!strcasecmp(v, sched_names[i])) { c->sched.type = i; return 0; }
+        return type_error(file, key, "\"WarmupCosine\", \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", j);
+    case J_WARMUP_TYPE:
+        if (!v || (strcmp(v, "log") != 0 && strcmp(v, "linear") != 0)) return type_error(file, key, "\"log\" or \"linear\"", j);
+        *FIELD(c, k->off, int) = strcmp(v, "linear") == 0;
+        return 0;
+    case J_PP_SCHEDULE:
+        if (!v || config_pp_schedule(v) < 0) return type_error(file, key, "\"gpipe\", \"1f1b\" or \"interleaved\"", j);
+        *FIELD(c, k->off, int) = config_pp_schedule(v);
+        return 0;
+    case J_ROUTER:
+        if (v) i = name_index(router_names, ROUTER_KINDS, v);
+        if (i < 0) return type_error(file, key, "\"topk\", \"noisy_topk\", \"switch\", \"gshard\", \"expert_choice\" or \"mixtral\"", j);
+        break;
+    case J_EXPERT_TYPE:
+        if (v) i = name_index(expert_type_names, EXPERT_KINDS, v);
+        if (i < 0) return type_error(file, key, "\"gelu\" or \"swiglu\"", j);
+        break;
+    case J_ARCH:
+        if (v) i = name_index(arch_names, ARCH_KINDS, v);
+        if (i < 0) return type_error(file, key, "\"gpt2\" or \"llama\"", j);
+        break;
+    default:
+        return -1;
+    }
+    *FIELD(c, k->off, int) = i;
+    return 0;
+}
+
 static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
     double d;
     float f;
@@ -424,72 +496,18 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         if (!cJSON_IsObject(j)) return type_error(file, key, "an object", j);
         return walk(c, j, k->section, key, file);
     case J_ORDER:
-        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "sequential") != 0 && strcmp(j->valuestring, "shuffled") != 0))
-            return type_error(file, key, "\"sequential\" or \"shuffled\"", j);
-        *FIELD(c, k->off, int) = strcmp(j->valuestring, "sequential") == 0;
-        return 0;
     case J_OPTIMIZER_TYPE:
-        if (!cJSON_IsString(j) || (strcasecmp(j->valuestring, "AdamW") != 0 &&
-                                   strcasecmp(j->valuestring, "OneBitAdam") != 0))
-            return type_error(file, key, "\"AdamW\" or \"OneBitAdam\"", j);
-        c->onebit = strcasecmp(j->valuestring, "OneBitAdam") == 0;
-        return 0;
     case J_COMPRESSION:
-        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "sign") != 0 && strcmp(j->valuestring, "none") != 0))
-            return type_error(file, key, "\"sign\" or \"none\"", j);
-        *FIELD(c, k->off, int) = strcmp(j->valuestring, "sign") == 0;
-        return 0;
     case J_OFFLOAD_DEVICE:
-        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "cpu") != 0 && strcmp(j->valuestring, "none") != 0))
-            return type_error(file, key, "\"cpu\" or \"none\"", j);
-        *FIELD(c, k->off, int) = strcmp(j->valuestring, "cpu") == 0;
-        return 0;
     case J_SCHEDULER_TYPE:
-        for (int i = 0; cJSON_IsString(j) && i < SCHED_KINDS; i++)
-            if (!strcasecmp(j->valuestring, sched_names[i])) { c->sched.type = i; return 0; }
-        return type_error(file, key, "\"WarmupCosine\", \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", j);
     case J_WARMUP_TYPE:
-        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "log") != 0 && strcmp(j->valuestring, "linear") != 0))
-            return type_error(file, key, "\"log\" or \"linear\"", j);
-        *FIELD(c, k->off, int) = strcmp(j->valuestring, "linear") == 0;
-        return 0;
     case J_PP_SCHEDULE:
-        if (!cJSON_IsString(j) || config_pp_schedule(j->valuestring) < 0)
-            return type_error(file, key, "\"gpipe\", \"1f1b\" or \"interleaved\"", j);
-        *FIELD(c, k->off, int) = config_pp_schedule(j->valuestring);
-        return 0;
-    case J_PP_LAYERS: {
-        int n = cJSON_GetArraySize(j);
-        if (cJSON_IsString(j) && !strcmp(j->valuestring, "auto")) { c->pp_auto = 1; c->pp_nlayers = 0; return 0; }
-        if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
-            return type_error(file, key, "an array of 1 to 256 block counts, or \"auto\"", j);
-        c->pp_auto = 0;
-        for (int i = 0; i < n; i++) {
-            if ((rc = json_integer(cJSON_GetArrayItem(j, i), 1, INT_MAX, &d)) != 0)
-                return integer_error(file, key, rc, "[1, 2^31-1] for every entry", cJSON_GetArrayItem(j, i));
-            c->pp_layers[i] = (int)d;
-        }
-        c->pp_nlayers = n;
-        return 0;
-    }
     case J_ROUTER:
-    case J_EXPERT_TYPE: {
-        int router = k->kind == J_ROUTER, i = -1;
-        if (cJSON_IsString(j))
-            i = router ? name_index(router_names, ROUTER_KINDS, j->valuestring)
-                       : name_index(expert_type_names, EXPERT_KINDS, j->valuestring);
-        if (i < 0)
-            return type_error(file, key, router ? "\"topk\", \"noisy_topk\", \"switch\", \"gshard\", \"expert_choice\" or \"mixtral\""
-                                                : "\"gelu\" or \"swiglu\"", j);
-        *FIELD(c, k->off, int) = i;
-        return 0;
-    }
-    case J_ARCH: {
-        int i = cJSON_IsString(j) ? name_index(arch_names, ARCH_KINDS, j->valuestring) : -1;
-        if (i < 0) return type_error(file, key, "\"gpt2\" or \"llama\"", j);
-        *FIELD(c, k->off, int) = i;
-        return 0;
-    }
+    case J_EXPERT_TYPE:
+    case J_ARCH:
+        return apply_name(c, j, k, key, file);
+    case J_PP_LAYERS:
+        return apply_pp_layers(c, j, key, file);
     case J_BETAS: {
         float b1, b2;
         if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || json_float(cJSON_GetArrayItem(j, 0), &b1) != 0 ||
