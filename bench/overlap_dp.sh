@@ -6,6 +6,7 @@
 # communication (the sum of every group collective's exposed_ms) and compute = step - exposed.
 # Printed: each run, then the medians over runs with their ranges, and the share of
 # min(compute, communication) that overlap hid: (exposed off - exposed on) / min(compute off, exposed off).
+# Environment: STEPS (8), MB micro-batch (8), TED (build/ted), TED_CLUSTER_PREFIX (tedzo).
 set -euo pipefail
 REPS=${1:-3}
 RATE=${2:-100mbit}
@@ -13,7 +14,7 @@ STAGE=${3:-1}
 OUT=${4:-/tmp/ted_overlap_dp}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-TED=$ROOT/build/ted
+TED=${TED:-$ROOT/build/ted}
 C=scripts/cluster.sh
 export TED_CLUSTER_PREFIX=${TED_CLUSTER_PREFIX:-tedzo}
 trap '$C down >/dev/null' EXIT

@@ -54,6 +54,12 @@ for cf in 1.0 0; do
     done
   done
 done
+# the progress thread (moe.progress_thread) only tests the requests: the losses of N = 4 without it, bit for bit
+out=$TED_TMP/tp2-ep2-cf1.0-n4-thread
+if OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --micro-batch 4 --tp 2 --ep 2 --overlap-degree 4 \
+     --progress-thread --log $out.jsonl >$out.out 2>&1 \
+   && compare_logs $TED_TMP/tp2-ep2-cf1.0-n4.jsonl $out.jsonl 0 >/dev/null; then ok "tp2-ep2 N 4 with the progress thread: bit for bit"
+else bad "tp2-ep2 N 4 with the progress thread"; tail -3 $out.out; fi
 # the all-to-all: same bytes, N times the calls, time in flight >= exposed time
 if /usr/bin/python3 - $TED_TMP/ep4-cf1.0 <<'PY'
 import json, sys
@@ -107,6 +113,7 @@ refuse() {   # refuse WHAT PATTERN ARGS...
 }
 refuse "overlap_degree 0" "overlap_degree" "$TED" train "${model[@]}" --steps 1 --overlap-degree 0
 refuse "overlap_degree 65" "overlap_degree" "$TED" train "${model[@]}" --steps 1 --overlap-degree 65
+refuse "progress_thread without chunks" "progress_thread" "$TED" train "${model[@]}" --steps 1 --progress-thread
 refuse "overlap_degree with --device cuda" "CPU only" "$TED" train "${model[@]}" --steps 1 --overlap-degree 2 --device cuda
 # capacity: 16 tokens per group, 8 experts, top-2, factor 1 -> 4 rows per expert and group
 refuse "overlap_degree 5 > capacity 4" "capacity rows (4)" "${MPIRUN[@]}" -np 2 "$TED" train "${model[@]}" --steps 1 \

@@ -418,20 +418,23 @@ static StepMetrics train_step(Run *R, long s) {
                                 (float)(S * c->model.aux_coef / R->ngroups_step), (float)(S * c->model.z_coef / R->ntok_step));
     pipe_sum_tied(&R->P);
     double t_fb = now_ms();
+    // the step's metrics are summed before the optimizer starts its gathers (overlap_comm), not
+    // queued behind them on the link
+    double sums[6] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices,
+                      M->rstats.cv_sum};
+    comm_allreduce(&R->topo.g[GROUP_DP], sums, 6, DT_F64);
+    comm_allreduce(&R->topo.g[GROUP_PP], sums, 6, DT_F64);
+    routing_step_loads(M);
     mem_set_phase(PHASE_OPTIMIZER);
     watchdog_step(s + 1, -1);
     float lr = lr_at(c, s);
     tensorlog_debug_scale(M, c);
     double norm = zero_step(&R->z, c, lr);
     double t_opt = now_ms();
-    routing_step_end(M, &R->z);   // per-block loads, the balancing bias
+    routing_step_end(M, &R->z);   // the balancing bias, the per-block log
     tensorlog_write(&R->tlog, M, &R->z, R->log, s + 1);
     buf_sync();
     mem_set_phase(PHASE_NONE);
-    double sums[6] = {lm, M->rstats.aux_sum, M->rstats.z_sum, (double)M->rstats.dropped, (double)M->rstats.choices,
-                      M->rstats.cv_sum};
-    comm_allreduce(&R->topo.g[GROUP_DP], sums, 6, DT_F64);
-    comm_allreduce(&R->topo.g[GROUP_PP], sums, 6, DT_F64);
     routing_log_json(M, R->moe_log, sizeof R->moe_log);
     double ms = now_ms() - t0;
     if (c->wall_clock_breakdown) wallclock_add(&R->wall, t_fb - t0, t_opt - t_fb, ms, comm_stats());

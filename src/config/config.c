@@ -173,7 +173,8 @@ typedef struct JKey {
 #define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
 static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) ARCH_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
 static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY)
-                                  {"overlap_degree", J_INT, CF(overlap_degree), NULL}, {NULL, 0, 0, NULL} };
+                                  {"overlap_degree", J_INT, CF(overlap_degree), NULL},
+                                  {"progress_thread", J_BOOL, CF(progress_thread), NULL}, {NULL, 0, 0, NULL} };
 // A checkpoint's config.json: model and moe keys flat, plus seq_len; the keys before
 // N_FLAT_REQUIRED must be present, the routing family's may be missing (older checkpoints).
 static const JKey flat_model_keys[] = {
@@ -928,6 +929,7 @@ static const Flag flags[] = {
     {"--dtd", F_SWITCH, CF(dtd), NULL, "dtd", "off", "duplicate token dropping"},
     {"--cac", F_SWITCH, CF(cac), NULL, "cac", "off", "communication-aware checkpointing"},
     {"--overlap-degree", F_INT, CF(overlap_degree), "N", "moe.overlap_degree", "1", "expert-parallel exchange in N chunks, overlapped with the experts"},
+    {"--progress-thread", F_SWITCH, CF(progress_thread), NULL, "moe.progress_thread", "off", "a thread moves the chunks' messages while the experts run"},
     {"--keep-last", F_INT, CF(keep_last), "N", NULL, "0: all", "keep only the N newest checkpoints in --save"},
     {"--overwrite", F_SWITCH, CF(overwrite), NULL, NULL, "off", "take over a --save folder or --log file of another run"},
     {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
@@ -1369,6 +1371,7 @@ static int validate_training(const Config *c) {
     RULE(c->overlap_degree < 1 || c->overlap_degree > 64, "moe.overlap_degree (%d) must be in [1, 64]", c->overlap_degree);
     RULE(c->overlap_degree > 1 && c->device == 1, "moe.overlap_degree %d runs on the CPU only (--device cuda given)",
          c->overlap_degree);
+    RULE(c->progress_thread && c->overlap_degree <= 1, "moe.progress_thread needs moe.overlap_degree > 1 (it moves the chunks)");
     RULE(c->overlap_comm && c->device == 1, "zero_optimization.overlap_comm runs on the CPU only (--device cuda given)");
     RULE(c->overlap_comm && c->onebit, "zero_optimization.overlap_comm is not supported with OneBitAdam (its "
          "compressed all-reduce runs after the backward)");

@@ -113,6 +113,7 @@ typedef struct {
     int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
     int cac;              // communication-aware checkpointing (design §5); "cac" / --cac
     int overlap_degree;   // moe.overlap_degree / --overlap-degree: chunks of the EP exchange (1: none)
+    int progress_thread;  // moe.progress_thread / --progress-thread: a thread moves the chunks' messages
     long tile_size;       // tiled optimizer: elements per tile; optimizer.tile_size / --tile-size
     // parallel layout (design §4)
     int tp, ep;

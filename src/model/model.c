@@ -666,6 +666,7 @@ static void chunk_work(void *ctx, long r0, const long *off) {
 static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, const float *tok_in, float *exp_in,
                         float *exp_out, float *tok_out, ChunkWork work) {
     Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
+    c.thread = M->cfg.progress_thread;
     ChunkCtx k = {M, x, e, exp_out, work};
     chunked_run(&c, tok_in, exp_in, exp_out, tok_out, chunk_work, &k);
 }

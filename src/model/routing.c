@@ -205,13 +205,19 @@ static double bias_step(Model *M, Zero *z, int i, const double *load) {
 
 _Static_assert(sizeof(RouteBlockLog) == 3 * sizeof(double), "RouteBlockLog travels as 3 doubles");
 
+void routing_step_loads(Model *M) {
+    RouteLog *r = M->rlog;
+    int E = M->E, n = r->nmoe;
+    if (!r->nall) return;
+    if (r->acc_step < 0) memset(r->kept, 0, sizeof(double) * (n ? n : 1) * (2 * E + 2));   // no training forward since the last step
+    if (n) comm_allreduce((Group *)&M->topo->g[GROUP_DP], r->kept, (long)n * (2 * E + 2), DT_F64);
+}
+
 void routing_step_end(Model *M, Zero *z) {
     RouteLog *r = M->rlog;
     int E = M->E, n = r->nmoe;
     M->rng_step = -1;
     if (!r->nall) return;
-    if (r->acc_step < 0) memset(r->kept, 0, sizeof(double) * (n ? n : 1) * (2 * E + 2));   // no training forward since the last step
-    if (n) comm_allreduce((Group *)&M->topo->g[GROUP_DP], r->kept, (long)n * (2 * E + 2), DT_F64);
     memset(r->out, 0, sizeof(RouteBlockLog) * r->nall);
     for (int i = 0; i < n; i++) {
         RouteBlockLog *o = &r->out[r->at[i]];

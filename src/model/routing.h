@@ -39,10 +39,13 @@ double routing_act_bytes(const Model *M);
 void routing_forward(Model *M, int l, long N, int recompute, int generate);
 // dlogits, then the router weights' gradients and dln += the router's input gradient.
 void routing_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale);
-// After the optimizer step: sums the step's loads over the data-parallel group, steps the
-// balancing bias (b_e += γ·sign(mean load − load_e), also in z's fp32 master) and fills
-// rlog->out: this stage's blocks, then every stage's over the pipeline group (each block is
-// held by one stage), so that any rank logs the whole model. Ends the step's training mode.
+// Before the optimizer step: sums the step's loads over the data-parallel group. (After it, with
+// overlap_comm, this small all-reduce would queue behind the parameters' gathers on the link.)
+void routing_step_loads(Model *M);
+// After the optimizer step (and routing_step_loads): steps the balancing bias (b_e += γ·sign(mean
+// load − load_e), also in z's fp32 master) and fills rlog->out: this stage's blocks, then every
+// stage's over the pipeline group (each block is held by one stage), so that any rank logs the
+// whole model. Ends the step's training mode.
 void routing_step_end(Model *M, Zero *z);
 // The worst block's max/mean load of the last step, over the whole model (0 without MoE blocks).
 double routing_worst_max_mean(const Model *M);

@@ -151,7 +151,7 @@ void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out,
         chunked_finish_to_experts(c, i, exp_in);
         comm_progress();
         long r0 = chunked_rows(c, i, off);
-        int pt = comm_progress_thread_start();   // moves the requests in flight while the experts run
+        int pt = c->thread ? comm_progress_thread_start() : 0;   // moves the requests while the experts run
         work(ctx, r0, off);
         comm_progress_thread_stop(pt);
         comm_progress();

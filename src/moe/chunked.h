@@ -15,6 +15,7 @@ typedef struct {
     Exchange *x;        // the whole exchange: counts, Rs and Rr set
     int n, d;           // chunks, row width
     int q, j;           // TP shares per row block (DTD: tp, else 1) and this rank's
+    int thread;         // moe.progress_thread: a thread tests the requests while a chunk's work runs
     float *scr;         // scratch of chunked_scratch_rows(Rs, Rr)·d floats
     CommReq req[MAX_OVERLAP];
 } Chunked;
@@ -37,6 +38,7 @@ typedef void (*ChunkedWork)(void *ctx, long r0, const long *off);
 // exp_out, whose rows travel back to tok_out. With DTD the TP sum of the f shards is inside the
 // exchange; without it tok_out holds this TP rank's shard only and the caller sums it over TP once,
 // on the token side (one meeting of the TP group per pass instead of one per chunk). While chunk i's
-// work runs, with the progress thread, chunk i+1's dispatch and chunk i−1's combine are in flight.
+// work runs, chunk i+1's dispatch and chunk i−1's combine are in flight; they move through the
+// sockets' buffers and the tests before and after each chunk, and with c->thread also every 0.5 ms.
 void chunked_run(Chunked *c, const float *tok_in, float *exp_in, float *exp_out, float *tok_out, ChunkedWork work,
                  void *ctx);
