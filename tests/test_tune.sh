@@ -86,11 +86,12 @@ if "${MPIRUN[@]}" -np 2 "$TED" tune --calibrate --out "$TED_TMP/cal.json" >"$TED
   ok "--calibrate: $(cat "$TED_TMP/cal.out")"
 else bad "--calibrate"; cat "$TED_TMP/cal.out"; fi
 # 4 ranks of one thread on this machine's cores share them: shared_by is then measured (rank 0 alone
-# against every rank at once), a speed-up of at least 1 and at most the ranks per core it could gain;
-# meet_us (a TP-like collective's wait for its peer between GEMMs) is written, >= 0
+# against every rank at once) and held within [1, ranks x threads / cores] whatever the machine's load
+# (no timing is asserted: any reading must come out inside that range); meet_us (a TP-like
+# collective's wait for its peer between GEMMs) is written, >= 0
 if OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 4 -x OMP_NUM_THREADS "$TED" tune --calibrate --out "$TED_TMP/cal4.json" >"$TED_TMP/cal4.out" 2>&1 &&
    s=$(/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["device"]; assert d["meet_us"] >= 0; print(d["shared_by"])' "$TED_TMP/cal4.json") &&
-   /usr/bin/python3 -c "import os,sys; s=$s; sys.exit(not (1 <= s <= 4 * 1.5 / min(4, os.cpu_count())))"; then
+   /usr/bin/python3 -c "import os,sys; s=$s; sys.exit(not (1 <= s <= max(1, 4 / os.cpu_count())))"; then
   ok "--calibrate on 4 ranks: shared_by $s"
 else bad "--calibrate on 4 ranks: shared_by ${s:-?}"; cat "$TED_TMP/cal4.out"; fi
 rc=0; "$TED" tune --calibrate --out "$TED_TMP/cal.json" >/dev/null 2>"$TED_TMP/cal.err" || rc=$?

@@ -186,8 +186,10 @@ int perf_calibrate(Cluster *c, char *note, int notelen) {
     if (w.size > 1 && layout_of(&w, &c->per_node, &c->nodes, &near, &far)) return -1;
     c->peak = peak_all(&w);
     c->gemm_eff = 0.55;
-    c->shared_by = w.size > 1 ? shared_by(&w) : 1;
-    if (c->shared_by > 1) c->shared_by = fmax(1, alone(&w) / c->peak);
+    // measured, then held within [1, ranks x threads / cores]: one rank alone cannot multiply faster
+    // than the cores the ranks share allow (a higher reading is clock boost or another job's load)
+    double bound = w.size > 1 ? shared_by(&w) : 1;
+    c->shared_by = bound > 1 ? fmin(bound, fmax(1, alone(&w) / c->peak)) : 1;
     c->mem = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / c->per_node;
     c->intra = c->inter = (Link){5e9, 2e-6, 0};
     if (near >= 0) c->intra = c->inter = measure_link(&w, near, 1, 0);
