@@ -4,7 +4,7 @@
 //   as G grows: NP_base ≤ tp/4 · M_gpu                                    (M2)
 // With a config (or the shape flags) the exact tensors and activations of a rank, as ted train
 // allocates them.
-#include "cli/plan.h"
+#include "cli/commands.h"
 #include "config/config.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
@@ -281,7 +281,7 @@ static int plan_base(double N, int e, int g, int T, int P, int pp, const double 
     return 0;
 }
 
-int plan_main(int argc, char **argv) {
+int cmd_plan(int argc, char **argv) {
     const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", NULL, "1", "8", "2", "0", "0", "0", "0", "0", "1",
                               "cuda"};
     int given[NOPT] = {0}, offload = 0, rc = parse(argc, argv, vals, given, &offload);

@@ -3,7 +3,7 @@
 // and accumulation for the global batch) costed by the performance model (perf/perfmodel.h); the
 // ten fastest that fit in memory, their split, and the mpirun line of the best. --json: every
 // evaluated layout as one JSON object per line.
-#include "cli/tune.h"
+#include "cli/commands.h"
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/util.h"
@@ -272,7 +272,7 @@ static void help(void) {
            "  latency and bandwidth inside a node and between nodes (ping-pong from rank 0).\n");
 }
 
-int tune_main(int argc, char **argv) {
+int cmd_tune(int argc, char **argv) {
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
     TuneArgs a;
     Config c;

@@ -183,6 +183,8 @@ void config_each_setting(const Config *c, SettingFn fn, void *ctx);
 // Prints the help of `ted train` (every option).
 void config_print_train_help(void);
 // Derived values.
+// T: tokens per training sequence (seq_len, 0 = n_positions).
+static inline int cfg_seq_len(const Config *c) { return c->seq_len > 0 ? c->seq_len : c->model.n_positions; }
 static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
 static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
 // A llama MoE with shared experts is named in Qwen2-MoE's layout (mlp.gate, mlp.experts.E.*_proj,

@@ -1,5 +1,5 @@
 // guard.c — the non-finite stop after each step (see guard.h).
-#include "cli/guard.h"
+#include "run/guard.h"
 #include "core/util.h"
 #include <math.h>
 
