@@ -41,7 +41,7 @@ static void bench_defaults(Config *c) {
 // The bench model, a --config file on top and flags on top of both; the device and the layout.
 // 0, or -1 after one line.
 static int bench_config(Config *c, int argc, char **argv) {
-    if (run_config(c, argc, argv, bench_defaults, NULL, 0)) return -1;
+    if (run_config(c, argc, argv, bench_defaults, NULL)) return -1;
     threads_set(c->threads);
     if (ted_agree(trainer_device(c) != 0)) return -1;
     char err[256];

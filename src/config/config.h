@@ -1,9 +1,14 @@
-// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, design §7)
-// with command-line flags layered on top, validated once.
+// config.h — every setting of a run: the JSON config (DeepSpeed-like keys, design §7) with
+// command-line flags layered on top, resolved once (resolve.c) and validated. The files of this
+// room: defaults.c, json_keys.c + json.c (the training JSON), flags.c, flat.c (a checkpoint's
+// config.json), settings.c (every setting as text, and where it came from), validate.c,
+// resolve.c (the order), sparse_config.c; tables.h is what they share.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
 #include "config/sparse_config.h"
+#include "core/alloc.h"
+#include "core/precision.h"
 
 typedef struct {
     // model (design §2); JSON section "model"
@@ -108,7 +113,7 @@ typedef struct {
     int onebit;           // optimizer.type "OneBitAdam" (docs/parallel.md)
     int freeze_step;      // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
     int compression;      // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
-    int bf16, fp16;       // later issues; refused when set for now
+    int bf16, fp16;       // bf16.enabled, fp16.enabled (at most one): cfg_precision
     int activation_checkpointing;
     int dtd;              // duplicate token dropping (design §5); "dtd" / --dtd
     int cac;              // communication-aware checkpointing (design §5); "cac" / --cac
@@ -138,7 +143,7 @@ typedef struct {
     int log_every;        // progress line every N steps (terminal); DeepSpeed's "steps_per_print"
     int sample_every;     // print a sample every N steps (0 = never)
     int threads;          // OpenMP threads (0 = default)
-    int device;           // 0 cpu, 1 cuda (--device)
+    Device device;        // DEV_CPU or DEV_CUDA (--device)
     float peak_tflops;    // --peak-tflops: the MFU peak per process (0: measured)
     int train_batch_size; // DeepSpeed's global batch; 0 = not given (checked = mb·accum·dp)
     // trust (io/savedir.c, core/watchdog.c, io/tensorlog.c)
@@ -148,6 +153,30 @@ typedef struct {
     int log_tensors;      // --log-tensors: per-tensor gradient norms and expert loads in the log
     float debug_expert_grad_scale; // --debug-expert-grad-scale X: a deliberate bug for `ted compare`'s test (1: off)
 } Config;
+
+// A run's configuration, resolved once in a fixed order, each layer above the one before:
+//   defaults(c) → the checkpoint's model (ck: --resume, --init-from) → the --config JSON →
+//   the flags → the derived values (config_derive) → the rules (config_validate).
+// A model key that the JSON or a flag gives must equal the checkpoint's (one line naming every
+// key that differs); where each setting came from is kept (config_origin). The caller reads the
+// checkpoint (its folder resolved, its config.json) once and hands it over, or NULL.
+typedef struct {
+    const char *opt;   // the flag that named it: "--resume" or "--init-from"
+    const char *dir;   // the folder resolved
+    Config cfg;        // its model, seq_len and sparse_attention (io/ckpt_meta.h: ckpt_read_config)
+} ConfigCheckpoint;
+int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *), const ConfigCheckpoint *ck);
+// The derived values: min_lr = lr/10 unless given, seq_len 0 = n_positions, cac implies
+// activation checkpointing, DeepSpeed's schedulers warm up over 1000 steps unless told.
+void config_derive(Config *c);
+// The value of the last flag --name in argv ("--name V" or "--name=V"), or NULL.
+const char *config_flag_value(int argc, char **argv, const char *name);
+// Where the value of setting i (config_each_setting's order) came from, after config_resolve:
+// 'd' default, 'j' the JSON, 'f' a flag, 'c' the checkpoint.
+enum { CONFIG_MAX_SETTINGS = 192 };
+char config_origin(int i);
+void config_set_origin(int i, char from);
+void config_origins_clear(void);
 
 // Defaults (the values a run gets with neither JSON nor flags).
 void config_defaults(Config *c);
@@ -180,11 +209,23 @@ int config_pp_schedule(const char *name);
 // type: 'n' number, 'b' bool, 's' string, 'r' raw JSON.
 typedef void (*SettingFn)(void *ctx, const char *name, const char *json, const char *value, char type);
 void config_each_setting(const Config *c, SettingFn fn, void *ctx);
+// The same gathered: every setting as text, in that order (json "" for flag-only settings).
+typedef struct { char name[64], json[64], value[1100]; char type; } ConfigSetting;
+typedef struct { ConfigSetting s[CONFIG_MAX_SETTINGS]; int n; } ConfigSettings;
+void config_settings(const Config *c, ConfigSettings *S);
+// Whether a setting is a key of the model (its JSON key in the "model" or "moe" section).
+int config_is_model_key(const ConfigSetting *s);
 // Prints the help of `ted train` (every option).
 void config_print_train_help(void);
-// Derived values.
+// Derived values: each has one accessor.
 // T: tokens per training sequence (seq_len, 0 = n_positions).
 static inline int cfg_seq_len(const Config *c) { return c->seq_len > 0 ? c->seq_len : c->model.n_positions; }
+// The storage format of weights, activations and gradients (bf16.enabled, fp16.enabled).
+static inline Precision cfg_precision(const Config *c) { return c->bf16 ? PREC_BF16 : c->fp16 ? PREC_FP16 : PREC_FP32; }
+// Sequences per optimizer step over dp data-parallel ranks.
+static inline long cfg_global_batch(const Config *c, int dp) { return (long)c->micro_batch * c->grad_accum * dp; }
+// Chunks of the model's blocks over the pipeline: pp stages x virtual stages.
+static inline int cfg_chunks(const Config *c) { return c->pp * (c->pp_virtual > 0 ? c->pp_virtual : 1); }
 static inline int cfg_ffn(const ModelConfig *m) { return m->n_inner > 0 ? m->n_inner : 4 * m->n_embd; }
 static inline int cfg_expert_inner(const ModelConfig *m) { return m->expert_inner > 0 ? m->expert_inner : cfg_ffn(m); }
 // A llama MoE with shared experts is named in Qwen2-MoE's layout (mlp.gate, mlp.experts.E.*_proj,

@@ -31,10 +31,10 @@ typedef struct {
     Monitor mon;          // tensorboard, csv_monitor
 } Run;
 
-// The run's configuration from defaults(c), the --config JSON and the flags; with ckdir (ted
-// train) the checkpoint resumed from as well (resolved into ckdir), and the unused keys warned
-// about. Validated; pipeline.layers "auto" resolved. 0, or -1 after one line.
-int run_config(Config *c, int argc, char **argv, void (*defaults)(Config *), char *ckdir, size_t cklen);
+// The run's configuration (config_resolve): defaults(c), the --config JSON and the flags; with ck
+// (ted train) also the checkpoint of --resume or --init-from, read into *ck once, the unused keys
+// warned about. Then pipeline.layers "auto" resolved. 0, or -1 after one line.
+int run_config(Config *c, int argc, char **argv, void (*defaults)(Config *), ConfigCheckpoint *ck);
 // Everything that can be wrong with a run's inputs, checked before any allocation of the model:
 // identical on every rank except file access, whose result the ranks then agree on. 0, or an
 // exit code after one line.

@@ -11,7 +11,7 @@
 
 int trainer_device(const Config *c) {
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return device_select(c->device ? "cuda" : "cpu", lr ? atoi(lr) : 0, c->bf16);
+    return device_select(c->device == DEV_CUDA ? "cuda" : "cpu", lr ? atoi(lr) : 0, cfg_precision(c) == PREC_BF16);
 }
 
 int trainer_moe_blocks(const ModelConfig *m) {
