@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
 static char json_path[64];
 
@@ -714,7 +712,7 @@ int main(void) {
     test_duplicates_and_switched_off();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
-    if (failures) { fprintf(stderr, "test_config: %d failure(s)\n", failures); return 1; }
+    if (test_exit("test_config")) return 1;
     printf("test_config: all passed\n");
     return 0;
 }
