@@ -8,15 +8,15 @@
 
 static int test_passes, test_failures;
 
-#define EXPECT(cond, ...)                                                   \
-    do {                                                                    \
-        if (cond) test_passes++;                                            \
-        else {                                                              \
-            test_failures++;                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
+#define EXPECT(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (cond) test_passes++;                                                                                       \
+        else {                                                                                                         \
+            test_failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 static inline int expect_near(const char *what, double got, double want, double rel) {

@@ -712,7 +712,5 @@ int main(void) {
     test_duplicates_and_switched_off();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
-    if (test_exit("test_config")) return 1;
-    printf("test_config: all passed\n");
-    return 0;
+    return test_exit("test_config");
 }

@@ -311,7 +311,5 @@ int main(void) {
     test_fuzz();
     unlink(tmp_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
-    if (test_exit("test_safetensors")) return 1;
-    printf("test_safetensors: all passed\n");
-    return 0;
+    return test_exit("test_safetensors");
 }

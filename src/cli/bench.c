@@ -33,9 +33,18 @@ static void help(void) {
 static void bench_defaults(Config *c) {
     config_defaults(c);
     ModelConfig *m = &c->model;
-    m->vocab_size = 256; m->n_positions = 256; m->n_embd = 256; m->n_layer = 4; m->n_head = 4; m->n_inner = 1024;
-    m->num_experts = 8; m->top_k = 2; m->moe_every = 1;
-    c->micro_batch = 8; c->steps = 5; c->warmup = 1;
+    m->vocab_size = 256;
+    m->n_positions = 256;
+    m->n_embd = 256;
+    m->n_layer = 4;
+    m->n_head = 4;
+    m->n_inner = 1024;
+    m->num_experts = 8;
+    m->top_k = 2;
+    m->moe_every = 1;
+    c->micro_batch = 8;
+    c->steps = 5;
+    c->warmup = 1;
 }
 
 // The bench model, a --config file on top and flags on top of both; the device and the layout.
@@ -82,7 +91,10 @@ static void stage_cpu_json(Topology *t, double cpu, char *out, size_t n) {
 }
 
 // What the timed steps add up to (after the warm-up steps).
-typedef struct { double wall, cpu, wait, dropped; CommStats comm; } BenchTimes;
+typedef struct {
+    double wall, cpu, wait, dropped;
+    CommStats comm;
+} BenchTimes;
 
 // warm + c->steps trainer steps; the timed ones counted.
 static BenchTimes bench_steps(Trainer *t, int warm) {
@@ -92,7 +104,9 @@ static BenchTimes bench_steps(Trainer *t, int warm) {
         double t0 = now_ms(), c0 = cpu_ms();
         StepMetrics m = trainer_step(t, s);
         if (s < warm) continue;
-        bt.wall += now_ms() - t0; bt.cpu += cpu_ms() - c0; bt.wait += t->P.wait_ms;
+        bt.wall += now_ms() - t0;
+        bt.cpu += cpu_ms() - c0;
+        bt.wait += t->P.wait_ms;
         bt.dropped += m.dropped_frac / t->c->steps;
         comm_accumulate(&bt.comm);
     }
@@ -117,22 +131,32 @@ static void bench_report(const BenchTimes *bt, const Trainer *t) {
     char stages[1024];
     stage_cpu_json(topo, bt->cpu / c->steps, stages, sizeof stages);
     if (topo->rank == 0 && topo->pp > 1)
-        fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n", bt->wait / c->steps,
-                100 * bt->wait / bt->wall);
-    if (topo->rank == 0) printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
-           "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
-           "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
-           "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n", ms, bt->cpu / c->steps,
-           bt->wait / c->steps, tps, mfu, ted_device == DEV_CUDA ? "datasheet_bf16" : c->peak_tflops > 0 ? "given" : "sgemm",
-           peak * 1e-9, mfu_cpu, core_peak * 1e-9, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
-           model_flops_per_token(m, T) * t->ntok / topo->dp * 1e-9, dropped, omp_get_max_threads(),
-           model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS], stages);
+        fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n",
+                bt->wait / c->steps, 100 * bt->wait / bt->wall);
+    if (topo->rank == 0)
+        printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, "
+               "\"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
+               "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
+               "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
+               "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n",
+               ms, bt->cpu / c->steps, bt->wait / c->steps, tps, mfu,
+               ted_device == DEV_CUDA ? "datasheet_bf16"
+               : c->peak_tflops > 0   ? "given"
+                                      : "sgemm",
+               peak * 1e-9, mfu_cpu, core_peak * 1e-9,
+               getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
+               model_flops_per_token(m, T) * t->ntok / topo->dp * 1e-9, dropped, omp_get_max_threads(),
+               model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS],
+               stages);
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *nopt;
     if (opts_find(argc, argv, "--optimizer", &nopt)) return adam_bench_cmd(nopt);
-    if (opts_help(argc, argv)) { help(); return 0; }
+    if (opts_help(argc, argv)) {
+        help();
+        return 0;
+    }
     static Config c;
     if (bench_config(&c, argc, argv)) return TED_EXIT_USAGE;
     Topology topo;

@@ -11,10 +11,16 @@ int opts_parse(int argc, char **argv, Opt *opts, int n, const char *cmd) {
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         int k = 0;
         while (k < n && (strlen(opts[k].name) != len || strncmp(a, opts[k].name, len))) k++;
-        if (k == n) { ted_error("%s: unknown option %s (see ted %s --help)", cmd, a, cmd); return -1; }
+        if (k == n) {
+            ted_error("%s: unknown option %s (see ted %s --help)", cmd, a, cmd);
+            return -1;
+        }
         if (eq) *opts[k].val = eq + 1;
         else if (i + 1 < argc) *opts[k].val = argv[++i];
-        else { ted_error("%s: %s needs a value", cmd, a); return -1; }
+        else {
+            ted_error("%s: %s needs a value", cmd, a);
+            return -1;
+        }
     }
     return 0;
 }
@@ -35,7 +41,10 @@ int opts_float(const char *cmd, const char *name, const char *s, double lo, doub
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo)) { ted_error("%s: %s must be a number >= %g, got \"%s\"", cmd, name, lo, s); return -1; }
+    if (errno || *end || end == s || !(v >= lo)) {
+        ted_error("%s: %s must be a number >= %g, got \"%s\"", cmd, name, lo, s);
+        return -1;
+    }
     *out = v;
     return 0;
 }
@@ -49,8 +58,14 @@ int opts_help(int argc, char **argv) {
 int opts_find(int argc, char **argv, const char *name, const char **val) {
     size_t n = strlen(name);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], name)) { *val = i + 1 < argc ? argv[i + 1] : NULL; return 1; }
-        if (!strncmp(argv[i], name, n) && argv[i][n] == '=') { *val = argv[i] + n + 1; return 1; }
+        if (!strcmp(argv[i], name)) {
+            *val = i + 1 < argc ? argv[i + 1] : NULL;
+            return 1;
+        }
+        if (!strncmp(argv[i], name, n) && argv[i][n] == '=') {
+            *val = argv[i] + n + 1;
+            return 1;
+        }
     }
     return 0;
 }

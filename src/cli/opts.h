@@ -3,7 +3,10 @@
 // command and the option. (`ted train`'s flags are config/flags.c's table.)
 #pragma once
 
-typedef struct { const char *name; const char **val; } Opt;
+typedef struct {
+    const char *name;
+    const char **val;
+} Opt;
 
 // Parses argv[1..] into opts[n]; 0 or -1 after one line.
 int opts_parse(int argc, char **argv, Opt *opts, int n, const char *cmd);

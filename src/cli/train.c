@@ -8,7 +8,10 @@
 
 int cmd_train(int argc, char **argv) {
     const char *v;
-    if (opts_find(argc, argv, "--help", &v) || opts_find(argc, argv, "-h", &v)) { config_print_train_help(); return 0; }
+    if (opts_find(argc, argv, "--help", &v) || opts_find(argc, argv, "-h", &v)) {
+        config_print_train_help();
+        return 0;
+    }
     static Run R;   // large (the config's paths); one per process
     memset(&R, 0, sizeof R);
     if (run_open(&R, argc, argv)) return TED_EXIT_USAGE;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-
+// clang-format off
 const Flag config_flags[] = {
     {"--config", F_CONFIG, 0, "FILE", NULL, "none", "JSON config, read first; flags override it"},
     {"--data", F_STRING, CF(data), "FILE", NULL, "none", "training data: text (bytes) or *.bin token shards"},
@@ -93,11 +93,13 @@ const Flag config_flags[] = {
     {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
     {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
+// clang-format on
 const int config_nflags = sizeof config_flags / sizeof config_flags[0];
 
 static const Flag *find_flag(const char *name, size_t len) {
     for (int i = 0; i < config_nflags; i++)
-        if (strlen(config_flags[i].flag) == len && strncmp(config_flags[i].flag, name, len) == 0) return &config_flags[i];
+        if (strlen(config_flags[i].flag) == len && strncmp(config_flags[i].flag, name, len) == 0)
+            return &config_flags[i];
     return NULL;
 }
 
@@ -139,7 +141,6 @@ static int bad_value(const Flag *f, const char *want, const char *v) {
     return -1;
 }
 
-
 // The flags whose value is one of a few names: the device, router, block family, expert kind,
 // data order, pipeline schedule.
 static int apply_flag_name(Config *c, const Flag *f, const char *v) {
@@ -170,8 +171,7 @@ static int apply_flag_name(Config *c, const Flag *f, const char *v) {
         i = config_pp_schedule(v);
         want = "gpipe, 1f1b or interleaved";
         break;
-    default:
-        return -1;
+    default: return -1;
     }
     if (i < 0) return bad_value(f, want, v);
     *FIELD(c, f->off, int) = i;
@@ -202,7 +202,10 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
         return 0;
     case F_STRING:
         if (!*v) return bad_value(f, "a path", v);
-        if (strlen(v) >= sizeof c->data) { ted_error("%s: path longer than %zu bytes", f->flag, sizeof c->data - 1); return -1; }
+        if (strlen(v) >= sizeof c->data) {
+            ted_error("%s: path longer than %zu bytes", f->flag, sizeof c->data - 1);
+            return -1;
+        }
         strcpy(FIELD(c, f->off, char), v);
         return 0;
     case F_DEVICE:
@@ -210,19 +213,16 @@ static int apply_flag(Config *c, const Flag *f, const char *v) {
     case F_ARCH:
     case F_EXPERT_TYPE:
     case F_ORDER:
-    case F_PP_SCHEDULE:
-        return apply_flag_name(c, f, v);
-    case F_CONFIG:
-        return *v ? 0 : bad_value(f, "a file", v);
-    case F_SWITCH:
-        *FIELD(c, f->off, int) = 1;
-        return 0;
+    case F_PP_SCHEDULE: return apply_flag_name(c, f, v);
+    case F_CONFIG: return *v ? 0 : bad_value(f, "a file", v);
+    case F_SWITCH: *FIELD(c, f->off, int) = 1; return 0;
     }
     return -1;
 }
 
 // Megatron-LM's and nanoGPT's names for ted's flags (nanoGPT's with "_" also match by the rule
 // that "_" reads as "-").
+// clang-format off
 static const char *const foreign_flags[][3] = {
     {"--num-layers", "--n-layer", "Megatron"}, {"--hidden-size", "--n-embd", "Megatron"},
     {"--num-attention-heads", "--n-head", "Megatron"}, {"--ffn-hidden-size", "--n-inner", "Megatron"},
@@ -242,6 +242,7 @@ static const char *const foreign_flags[][3] = {
     {"--learning-rate", "--lr", "nanoGPT"}, {"--warmup-iters", "--warmup", "nanoGPT"}, {"--grad-clip", "--clip", "nanoGPT"},
     {"--out-dir", "--save", "nanoGPT"},
 };
+// clang-format on
 
 // The line for an unknown flag: another trainer's name mapped, "_" read as "-", or the nearest flag.
 static void unknown_flag(const char *arg, size_t len) {
@@ -251,15 +252,18 @@ static void unknown_flag(const char *arg, size_t len) {
         if (*p == '_') *p = '-';
     for (size_t i = 0; i < sizeof foreign_flags / sizeof foreign_flags[0]; i++)
         if (!strcmp(foreign_flags[i][0], name)) {
-            ted_error("unknown flag %.*s: %s's name; ted's is %s (see ted train --help)", (int)len, arg, foreign_flags[i][2],
-                      foreign_flags[i][1]);
+            ted_error("unknown flag %.*s: %s's name; ted's is %s (see ted train --help)", (int)len, arg,
+                      foreign_flags[i][2], foreign_flags[i][1]);
             return;
         }
     const Flag *best = find_flag(name, strlen(name));
     int bd = best ? 0 : 1000;
     for (int i = 0; !best && i < config_nflags; i++) {
         int d = config_edit_distance(name + 2, config_flags[i].flag + 2);
-        if (d < bd && config_near_name(name + 2, config_flags[i].flag + 2)) { bd = d; best = &config_flags[i]; }
+        if (d < bd && config_near_name(name + 2, config_flags[i].flag + 2)) {
+            bd = d;
+            best = &config_flags[i];
+        }
     }
     if (best) ted_error("unknown flag %.*s (did you mean %s? see ted train --help)", (int)len, arg, best->flag);
     else ted_error("unknown flag %.*s (see ted train --help)", (int)len, arg);
@@ -268,19 +272,31 @@ static void unknown_flag(const char *arg, size_t len) {
 int config_apply_flags(Config *c, int argc, char **argv, int first) {
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0 || !arg[2]) { ted_error("unexpected argument \"%s\"", arg); return -1; }
+        if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
+            ted_error("unexpected argument \"%s\"", arg);
+            return -1;
+        }
         const char *eq = strchr(arg, '=');
         size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
         const Flag *f = find_flag(arg, name_len);
-        if (!f) { unknown_flag(arg, name_len); return -1; }
+        if (!f) {
+            unknown_flag(arg, name_len);
+            return -1;
+        }
         const char *value;
         if (f->kind == F_SWITCH) {
-            if (eq) { ted_error("%s takes no value", f->flag); return -1; }
+            if (eq) {
+                ted_error("%s takes no value", f->flag);
+                return -1;
+            }
             value = "";
         } else if (eq) {
             value = eq + 1;
         } else {
-            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) { ted_error("%s: missing value", f->flag); return -1; }
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+                ted_error("%s: missing value", f->flag);
+                return -1;
+            }
             value = argv[++i];
         }
         if (apply_flag(c, f, value) != 0) return -1;
@@ -291,11 +307,15 @@ int config_apply_flags(Config *c, int argc, char **argv, int first) {
 
 // Prints a flag's default from the defaults themselves.
 static void format_default(const Flag *f, Config *d, char *buf, size_t n) {
-    if (f->deflt) { snprintf(buf, n, "%s", f->deflt); return; }
+    if (f->deflt) {
+        snprintf(buf, n, "%s", f->deflt);
+        return;
+    }
     switch (f->kind) {
     case F_INT: snprintf(buf, n, "%d", *FIELD(d, f->off, int)); break;
     case F_LONG: snprintf(buf, n, "%ld", *FIELD(d, f->off, long)); break;
-    case F_FLOAT: case F_MIN_LR: snprintf(buf, n, "%g", (double)*FIELD(d, f->off, float)); break;
+    case F_FLOAT:
+    case F_MIN_LR: snprintf(buf, n, "%g", (double)*FIELD(d, f->off, float)); break;
     case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(d, f->off, uint64_t)); break;
     default: snprintf(buf, n, "none"); break;
     }
@@ -315,12 +335,16 @@ void config_print_train_help(void) {
         if (f->json) printf("  %-28s %s [default %s; JSON %s]\n", left, f->help, def, f->json);
         else printf("  %-28s %s [default %s; flag only]\n", left, f->help, def);
     }
-    printf("\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size %ld,\n"
-           "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or \"OneBitAdam\",\n"
-           "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\"),\n"
-           "  scheduler.type \"WarmupCosine\" (or DeepSpeed's \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" with their\n"
-           "  params), fp16.loss_scale initial_scale_power loss_scale_window hysteresis consecutive_hysteresis\n"
-           "  min_loss_scale (DeepSpeed's loss scaler), steps_per_print, wall_clock_breakdown, and the tensorboard and\n"
-           "  csv_monitor sections (enabled, output_path, job_name). docs/config.md describes every key.\n",
-           (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
+    printf(
+        "\nJSON only: optimizer.params.betas [%g, %g], optimizer.params.eps %g, zero_optimization.reduce_bucket_size "
+        "%ld,\n"
+        "  zero_optimization.offload_optimizer.device \"none\" (or \"cpu\"), optimizer.type \"AdamW\" (or "
+        "\"OneBitAdam\",\n"
+        "  with optimizer.params.freeze_step %d and optimizer.params.compression \"sign\" or \"none\"),\n"
+        "  scheduler.type \"WarmupCosine\" (or DeepSpeed's \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" with "
+        "their\n"
+        "  params), fp16.loss_scale initial_scale_power loss_scale_window hysteresis consecutive_hysteresis\n"
+        "  min_loss_scale (DeepSpeed's loss scaler), steps_per_print, wall_clock_breakdown, and the tensorboard and\n"
+        "  csv_monitor sections (enabled, output_path, job_name). docs/config.md describes every key.\n",
+        (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
 }

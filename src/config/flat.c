@@ -8,6 +8,7 @@
 
 // The Hugging Face keys a checkpoint's config.json carries beside the flat keys (written by
 // io/hfconfig.c): the reader of the flat keys passes over them.
+// clang-format off
 static const char *const hf_keys[] = {
     "model_type", "architectures", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
     "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "bos_token_id",
@@ -20,6 +21,7 @@ static const char *const hf_keys[] = {
     "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
     "mlp_only_layers", "use_sliding_window", "max_window_layers", NULL
 };
+// clang-format on
 
 static void hf_config_strip(cJSON *root) {
     for (int i = 0; hf_keys[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(root, hf_keys[i]);
@@ -53,17 +55,24 @@ int config_load_model_json(Config *c, const char *path) {
 
 int config_load_model_text(Config *c, const char *text, const char *path) {
     cJSON *root = cJSON_Parse(text);
-    if (!cJSON_IsObject(root)) { ted_error("%s: the model keys are not a JSON object", path); cJSON_Delete(root); return -1; }
+    if (!cJSON_IsObject(root)) {
+        ted_error("%s: the model keys are not a JSON object", path);
+        cJSON_Delete(root);
+        return -1;
+    }
     return load_model_root(c, root, path);
 }
 
 // Takes root (deletes it); the model keys, checked as a checkpoint's.
 static int load_model_root(Config *c, cJSON *root, const char *path) {
-    if (unnest_ted_section(root, path) != 0) { cJSON_Delete(root); return -1; }
+    if (unnest_ted_section(root, path) != 0) {
+        cJSON_Delete(root);
+        return -1;
+    }
     hf_config_strip(root);   // the Hugging Face keys a checkpoint's config.json carries too
     Config tmp = *c;
     sparse_config_defaults(&tmp.sparse);   // no section: dense
-    config_arch_defaults(&tmp.model);             // no llama keys: a gpt2 checkpoint
+    config_arch_defaults(&tmp.model);      // no llama keys: a gpt2 checkpoint
     int rc = config_walk_file(&tmp, root, config_flat_keys, path);
     for (const JKey *k = config_flat_keys; rc == 0 && k < config_flat_keys + CONFIG_FLAT_REQUIRED; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(root, k->name)) {
@@ -87,10 +96,9 @@ char *config_model_json(const Config *c) {
     char *out = ted_alloc(cap, MEM_TEMP);
     char num[64];
     len += (size_t)snprintf(out + len, cap - len, "{\n");
-#define PUT_INT(name, value) \
-    len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %d,\n", name, value);
-#define PUT_FLOAT(name, value) \
-    config_format_float(num, sizeof num, value); \
+#define PUT_INT(name, value) len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %d,\n", name, value);
+#define PUT_FLOAT(name, value)                                                                                         \
+    config_format_float(num, sizeof num, value);                                                                       \
     len += (size_t)snprintf(out + len, cap - len, "  \"%s\": %s,\n", name, num);
 #define PUT_J_INT(name) PUT_INT(#name, m->name)
 #define PUT_J_FLOAT(name) PUT_FLOAT(#name, m->name)

@@ -60,7 +60,10 @@ static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefi
 static void sparse_unknown(const char *section, const char *name);
 
 // The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
-static struct { char text[1536]; int n; } key_problems;
+static struct {
+    char text[1536];
+    int n;
+} key_problems;
 
 static void key_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void key_problem(const char *fmt, ...) {
@@ -77,7 +80,6 @@ static void key_problem(const char *fmt, ...) {
     key_problems.n++;
 }
 
-
 static const char *off_only_why(const char *key) {
     const char *why = config_not_honoured(key);
     return why ? why : "not a feature of ted";
@@ -88,7 +90,11 @@ static const char *off_only_why(const char *key) {
 static int apply_pp_layers(Config *c, const cJSON *j, const char *key, const char *file) {
     int n = cJSON_GetArraySize(j), rc;
     double d;
-    if (cJSON_IsString(j) && !strcmp(j->valuestring, "auto")) { c->pp_auto = 1; c->pp_nlayers = 0; return 0; }
+    if (cJSON_IsString(j) && !strcmp(j->valuestring, "auto")) {
+        c->pp_auto = 1;
+        c->pp_nlayers = 0;
+        return 0;
+    }
     if (!cJSON_IsArray(j) || n < 1 || n > (int)(sizeof c->pp_layers / sizeof c->pp_layers[0]))
         return config_type_error(file, key, "an array of 1 to 256 block counts, or \"auto\"", j);
     c->pp_auto = 0;
@@ -101,59 +107,64 @@ static int apply_pp_layers(Config *c, const cJSON *j, const char *key, const cha
     return 0;
 }
 
-// The keys whose value is one of a few names: the optimizer, compression, offload device,
-// schedulers, pipeline schedule, router, expert kind, architecture, data order.
-static int apply_name(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
+// The keys whose value is one of two words: the first, the second (in the order an error names
+// them), the value the first stores (the other stores its negation), and whether case matters
+// (DeepSpeed's type names are read case-blind).
+static const struct {
+    JKind kind;
+    const char *first, *second;
+    int first_value, nocase;
+} two_words[] = {
+    {J_ORDER, "sequential", "shuffled", 1, 0}, {J_OPTIMIZER_TYPE, "AdamW", "OneBitAdam", 0, 1},
+    {J_COMPRESSION, "sign", "none", 1, 0},     {J_OFFLOAD_DEVICE, "cpu", "none", 1, 0},
+    {J_WARMUP_TYPE, "log", "linear", 0, 0},
+};
+
+static int apply_two_words(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
     const char *v = cJSON_IsString(j) ? j->valuestring : NULL;
-    int i = -1;
-    switch (k->kind) {
-    case J_ORDER:
-        if (!v || (strcmp(v, "sequential") != 0 && strcmp(v, "shuffled") != 0))
-            return config_type_error(file, key, "\"sequential\" or \"shuffled\"", j);
-        *FIELD(c, k->off, int) = strcmp(v, "sequential") == 0;
+    for (size_t i = 0; i < sizeof two_words / sizeof two_words[0]; i++) {
+        if (two_words[i].kind != k->kind) continue;
+        int (*same)(const char *, const char *) = two_words[i].nocase ? strcasecmp : strcmp;
+        int first = v && !same(v, two_words[i].first), second = v && !same(v, two_words[i].second);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\" or \"%s\"", two_words[i].first, two_words[i].second);
+        if (!first && !second) return config_type_error(file, key, want, j);
+        *FIELD(c, k->off, int) = first ? two_words[i].first_value : !two_words[i].first_value;
         return 0;
-    case J_OPTIMIZER_TYPE:
-        if (!v || (strcasecmp(v, "AdamW") != 0 && strcasecmp(v, "OneBitAdam") != 0))
-            return config_type_error(file, key, "\"AdamW\" or \"OneBitAdam\"", j);
-        c->onebit = strcasecmp(v, "OneBitAdam") == 0;
-        return 0;
-    case J_COMPRESSION:
-        if (!v || (strcmp(v, "sign") != 0 && strcmp(v, "none") != 0)) return config_type_error(file, key, "\"sign\" or \"none\"", j);
-        *FIELD(c, k->off, int) = strcmp(v, "sign") == 0;
-        return 0;
-    case J_OFFLOAD_DEVICE:
-        if (!v || (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0)) return config_type_error(file, key, "\"cpu\" or \"none\"", j);
-        *FIELD(c, k->off, int) = strcmp(v, "cpu") == 0;
-        return 0;
-    case J_SCHEDULER_TYPE:
-        for (i = 0; v && i < SCHED_KINDS; i++)
-            if (!strcasecmp(v, sched_names[i])) { c->sched.type = i; return 0; }
-        return config_type_error(file, key, "\"WarmupCosine\", \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"", j);
-    case J_WARMUP_TYPE:
-        if (!v || (strcmp(v, "log") != 0 && strcmp(v, "linear") != 0)) return config_type_error(file, key, "\"log\" or \"linear\"", j);
-        *FIELD(c, k->off, int) = strcmp(v, "linear") == 0;
-        return 0;
-    case J_PP_SCHEDULE:
-        if (!v || config_pp_schedule(v) < 0) return config_type_error(file, key, "\"gpipe\", \"1f1b\" or \"interleaved\"", j);
-        *FIELD(c, k->off, int) = config_pp_schedule(v);
-        return 0;
-    case J_ROUTER:
-        if (v) i = config_name_index(router_names, ROUTER_KINDS, v);
-        if (i < 0) return config_type_error(file, key, "\"topk\", \"noisy_topk\", \"switch\", \"gshard\", \"expert_choice\" or \"mixtral\"", j);
-        break;
-    case J_EXPERT_TYPE:
-        if (v) i = config_name_index(expert_type_names, EXPERT_KINDS, v);
-        if (i < 0) return config_type_error(file, key, "\"gelu\" or \"swiglu\"", j);
-        break;
-    case J_ARCH:
-        if (v) i = config_name_index(arch_names, ARCH_KINDS, v);
-        if (i < 0) return config_type_error(file, key, "\"gpt2\" or \"llama\"", j);
-        break;
-    default:
-        return -1;
     }
-    *FIELD(c, k->off, int) = i;
-    return 0;
+    return -1;
+}
+
+// The keys whose value is one of a list of names (its index is stored): the scheduler (read
+// case-blind, as DeepSpeed does), the pipeline schedule, the router, the expert kind, the
+// architecture.
+static int apply_name(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
+    static const char *const pp_names[] = {"gpipe", "1f1b", "interleaved"};
+    const char *const *names = k->kind == J_SCHEDULER_TYPE ? sched_names
+                               : k->kind == J_PP_SCHEDULE  ? pp_names
+                               : k->kind == J_ROUTER       ? router_names
+                               : k->kind == J_EXPERT_TYPE  ? expert_type_names
+                                                           : arch_names;
+    int n = k->kind == J_SCHEDULER_TYPE ? SCHED_KINDS
+            : k->kind == J_PP_SCHEDULE  ? 3
+            : k->kind == J_ROUTER       ? ROUTER_KINDS
+            : k->kind == J_EXPERT_TYPE  ? EXPERT_KINDS
+                                        : ARCH_KINDS;
+    const char *v = cJSON_IsString(j) ? j->valuestring : NULL;
+    for (int i = 0; v && i < n; i++)
+        if (k->kind == J_SCHEDULER_TYPE ? !strcasecmp(v, names[i]) : !strcmp(v, names[i])) {
+            *FIELD(c, k->off, int) = i;
+            return 0;
+        }
+    char want[160];
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%s\"%s\"",
+                                i == 0       ? ""
+                                : i == n - 1 ? " or "
+                                             : ", ",
+                                names[i]);
+    return config_type_error(file, key, want, j);
 }
 
 // optimizer.params.betas: [beta1, beta2].
@@ -171,7 +182,9 @@ static int apply_betas(Config *c, const cJSON *j, const char *key, const char *f
 static int apply_text(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
     size_t max = k->kind == J_PATH ? 511 : 127;
     if (!cJSON_IsString(j) || strlen(j->valuestring) > max || (k->kind == J_NAME && strchr(j->valuestring, '/')))
-        return config_type_error(file, key, k->kind == J_PATH ? "a path of at most 511 bytes" : "a name of at most 127 bytes without \"/\"", j);
+        return config_type_error(
+            file, key, k->kind == J_PATH ? "a path of at most 511 bytes" : "a name of at most 127 bytes without \"/\"",
+            j);
     strcpy(FIELD(c, k->off, char), j->valuestring);
     return 0;
 }
@@ -182,7 +195,8 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
     int rc;
     switch (k->kind) {
     case J_INT:
-        if ((rc = json_integer(j, INT_MIN, INT_MAX, &d)) != 0) return integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
+        if ((rc = json_integer(j, INT_MIN, INT_MAX, &d)) != 0)
+            return integer_error(file, key, rc, "[-2^31, 2^31-1]", j);
         *FIELD(c, k->off, int) = (int)d;
         return 0;
     case J_LONG:
@@ -210,28 +224,22 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
     case J_OPTIMIZER_TYPE:
     case J_COMPRESSION:
     case J_OFFLOAD_DEVICE:
+    case J_WARMUP_TYPE: return apply_two_words(c, j, k, key, file);
     case J_SCHEDULER_TYPE:
-    case J_WARMUP_TYPE:
     case J_PP_SCHEDULE:
     case J_ROUTER:
     case J_EXPERT_TYPE:
-    case J_ARCH:
-        return apply_name(c, j, k, key, file);
-    case J_PP_LAYERS:
-        return apply_pp_layers(c, j, key, file);
-    case J_BETAS:
-        return apply_betas(c, j, key, file);
+    case J_ARCH: return apply_name(c, j, k, key, file);
+    case J_PP_LAYERS: return apply_pp_layers(c, j, key, file);
+    case J_BETAS: return apply_betas(c, j, key, file);
     case J_OFF_ONLY:   // a DeepSpeed feature ted does not have: false is what ted does
         if (!cJSON_IsBool(j)) return config_type_error(file, key, "true or false", j);
         if (cJSON_IsTrue(j)) key_problem("\"%s\" true (ted cannot honour it: %s)", key, off_only_why(key));
         return 0;
-    case J_COMMENT:
-        return cJSON_IsString(j) ? 0 : config_type_error(file, key, "a string", j);
+    case J_COMMENT: return cJSON_IsString(j) ? 0 : config_type_error(file, key, "a string", j);
     case J_PATH:
-    case J_NAME:
-        return apply_text(c, j, k, key, file);
-    case J_SPARSE:
-        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file, sparse_unknown);
+    case J_NAME: return apply_text(c, j, k, key, file);
+    case J_SPARSE: return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file, sparse_unknown);
     }
     return -1;
 }
@@ -274,7 +282,10 @@ static int find_elsewhere(const JKey *keys, const char *name, const char *prefix
     for (const JKey *k = keys; k->name; k++) {
         char path[160];
         snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->name);
-        if (!strcmp(k->name, name)) { snprintf(out, n, "%s", path); return 1; }
+        if (!strcmp(k->name, name)) {
+            snprintf(out, n, "%s", path);
+            return 1;
+        }
         if (k->kind == J_SECTION && find_elsewhere(k->section, name, path, out, n)) return 1;
     }
     return 0;
@@ -287,7 +298,10 @@ static void did_you_mean(const JKey *keys, const char *name, const char *prefix,
     int bd = 1000;
     for (const JKey *k = keys; k->name; k++) {
         int d = config_edit_distance(name, k->name);
-        if (d < bd && config_near_name(name, k->name)) { bd = d; best = k; }
+        if (d < bd && config_near_name(name, k->name)) {
+            bd = d;
+            best = k;
+        }
     }
     char path[160];
     out[0] = 0;
@@ -302,7 +316,10 @@ static void sparse_unknown(const char *section, const char *name) {
     int bd = 1000;
     for (const char *const *k = sparse_config_keys; *k; k++) {
         int d = config_edit_distance(name, *k);
-        if (d < bd && config_near_name(name, *k)) { bd = d; best = *k; }
+        if (d < bd && config_near_name(name, *k)) {
+            bd = d;
+            best = *k;
+        }
     }
     char hint[200], path[160];
     hint[0] = 0;
@@ -374,13 +391,19 @@ static const char *duplicate_key(const cJSON *j) {
 cJSON *config_parse_json_file(const char *path) {
     size_t len = 0;
     char *text = read_file(path, &len);
-    if (!text) { ted_error("%s: cannot read: %s", path, strerror(errno)); return NULL; }
+    if (!text) {
+        ted_error("%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
         int line = 1, col = 1;
         for (const char *p = text; end && p < end && p < text + len; p++) {
-            if (*p == '\n') { line++; col = 1; } else col++;
+            if (*p == '\n') {
+                line++;
+                col = 1;
+            } else col++;
         }
         if (len == 0) ted_error("%s: malformed JSON: the file is empty", path);
         else ted_error("%s: malformed JSON near line %d, column %d", path, line, col);

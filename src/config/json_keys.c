@@ -4,6 +4,7 @@
 #include "config/tables.h"
 #include <string.h>
 
+// clang-format off
 #define MODEL_KEY(name, kind) {#name, kind, CF(model.name), NULL},
 static const JKey model_keys[] = { MODEL_FIELDS(MODEL_KEY) ARCH_FIELDS(MODEL_KEY) {NULL, 0, 0, NULL} };
 static const JKey moe_keys[] = { MOE_FIELDS(MODEL_KEY) ROUTE_FIELDS(MODEL_KEY)
@@ -26,7 +27,7 @@ static const JKey optimizer_params[] = {
     {NULL, 0, 0, NULL}
 };
 static const JKey optimizer_keys[] = {
-    {"type", J_OPTIMIZER_TYPE, 0, NULL},
+    {"type", J_OPTIMIZER_TYPE, CF(onebit), NULL},
     {"params", J_SECTION, 0, optimizer_params},
     {"tile_size", J_LONG, CF(tile_size), NULL},
     {NULL, 0, 0, NULL}
@@ -43,7 +44,7 @@ static const JKey scheduler_params[] = {
     {NULL, 0, 0, NULL}
 };
 static const JKey scheduler_keys[] = {
-    {"type", J_SCHEDULER_TYPE, 0, NULL},
+    {"type", J_SCHEDULER_TYPE, CF(sched.type), NULL},
     {"params", J_SECTION, 0, scheduler_params},
     {NULL, 0, 0, NULL}
 };
@@ -147,6 +148,8 @@ static const char *const not_honoured[][2] = {
     {"comet", "ted logs to --log (JSON lines), tensorboard or csv_monitor"},
     {"flops_profiler", "ted reports MFU on its progress line and in --log"},
 };
+
+// clang-format on
 
 const char *config_not_honoured(const char *key) {
     for (size_t i = 0; i < sizeof not_honoured / sizeof not_honoured[0]; i++)

@@ -55,7 +55,8 @@ static int check_given_model(const ConfigSettings *S, const ConfigSettings *K, c
     }
     if (!n) return 0;
     ted_error("%s %s: the given model differs from the checkpoint's: %s (leave the model keys out: %s takes them "
-              "from the checkpoint)", ck->opt, ck->dir, msg, ck->opt);
+              "from the checkpoint)",
+              ck->opt, ck->dir, msg, ck->opt);
     return -1;
 }
 
@@ -102,7 +103,10 @@ int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *),
     }
     const char *path = config_flag_value(argc, argv, "--config");
     int rc = 0;
-    if (path && !path[0]) { ted_error("--config: needs a file"); rc = -1; }
+    if (path && !path[0]) {
+        ted_error("--config: needs a file");
+        rc = -1;
+    }
     if (!rc && path) rc = config_load_json(c, path);
     if (!rc) rc = config_apply_flags(c, argc, argv, 1);
     if (!rc) rc = settle(c, base, ck);

@@ -59,7 +59,9 @@ int config_given(const char *path) {
 
 void config_origins_clear(void) { memset(origins, 'd', sizeof origins); }
 
-void config_set_origin(int i, char from) { if (i >= 0 && i < CONFIG_MAX_SETTINGS) origins[i] = from; }
+void config_set_origin(int i, char from) {
+    if (i >= 0 && i < CONFIG_MAX_SETTINGS) origins[i] = from;
+}
 
 char config_origin(int i) { return i >= 0 && i < CONFIG_MAX_SETTINGS && origins[i] ? origins[i] : 'd'; }
 
@@ -75,7 +77,8 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
     switch (f->kind) {
     case F_INT: snprintf(buf, n, "%d", *FIELD(c, f->off, int)); return 'n';
     case F_LONG: snprintf(buf, n, "%ld", *FIELD(c, f->off, long)); return 'n';
-    case F_FLOAT: case F_MIN_LR: config_format_float(buf, n, *FIELD(c, f->off, float)); return 'n';
+    case F_FLOAT:
+    case F_MIN_LR: config_format_float(buf, n, *FIELD(c, f->off, float)); return 'n';
     case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(c, f->off, uint64_t)); return 'n';
     case F_SWITCH: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "true" : "false"); return 'b';
     case F_ORDER: snprintf(buf, n, "%s", *FIELD(c, f->off, int) ? "sequential" : "shuffled"); return 's';
@@ -92,7 +95,8 @@ static char format_value(const Flag *f, const Config *c, char *buf, size_t n) {
 }
 
 static int flag_has_json(const char *path) {
-    for (int i = 0; i < config_nflags; i++) if (config_flags[i].json && !strcmp(config_flags[i].json, path)) return 1;
+    for (int i = 0; i < config_nflags; i++)
+        if (config_flags[i].json && !strcmp(config_flags[i].json, path)) return 1;
     return 0;
 }
 
@@ -109,13 +113,15 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
     case J_INT: snprintf(buf, n, "%d", *FIELD(c, k->off, int)); return 'n';
     case J_LONG: snprintf(buf, n, "%ld", *FIELD(c, k->off, long)); return 'n';
     case J_SEED: snprintf(buf, n, "%llu", (unsigned long long)*FIELD(c, k->off, uint64_t)); return 'n';
-    case J_FLOAT: case J_MIN_LR: config_format_float(buf, n, *FIELD(c, k->off, float)); return 'n';
+    case J_FLOAT:
+    case J_MIN_LR: config_format_float(buf, n, *FIELD(c, k->off, float)); return 'n';
     case J_BOOL: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "true" : "false"); return 'b';
     case J_ORDER: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sequential" : "shuffled"); return 's';
     case J_OPTIMIZER_TYPE: snprintf(buf, n, "%s", c->onebit ? "OneBitAdam" : "AdamW"); return 's';
     case J_SCHEDULER_TYPE: snprintf(buf, n, "%s", sched_names[c->sched.type]); return 's';
     case J_WARMUP_TYPE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "linear" : "log"); return 's';
-    case J_PATH: case J_NAME: snprintf(buf, n, "%s", FIELD(c, k->off, char)); return 's';
+    case J_PATH:
+    case J_NAME: snprintf(buf, n, "%s", FIELD(c, k->off, char)); return 's';
     case J_COMPRESSION: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sign" : "none"); return 's';
     case J_OFFLOAD_DEVICE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "cpu" : "none"); return 's';
     case J_PP_SCHEDULE: snprintf(buf, n, "%s", config_pp_schedule_name(*FIELD(c, k->off, int))); return 's';
@@ -132,18 +138,24 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
         sparse_config_write(FIELD(c, k->off, SparseConfig), c->seed, buf, (int)n);
         if (!buf[0]) snprintf(buf, n, "{\"mode\": \"dense\"}");
         return 'r';
-    case J_SECTION: case J_OFF_ONLY: case J_COMMENT: break;
+    case J_SECTION:
+    case J_OFF_ONLY:
+    case J_COMMENT: break;
     }   // every kind is listed: a new one is a -Wswitch warning here
     return 0;
 }
 
 // Every JSON key that no flag sets, named by its dotted path: whatever the walker can set, the run
 // record prints (and the ranks agree on) without a list of its own.
-static void each_json_key(const Config *c, const JKey *keys, const char *prefix, SettingFn fn, void *ctx, char *v, size_t n) {
+static void each_json_key(const Config *c, const JKey *keys, const char *prefix, SettingFn fn, void *ctx, char *v,
+                          size_t n) {
     for (const JKey *k = keys; k->name; k++) {
         char path[160];
         if (snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->name) >= (int)sizeof path) continue;
-        if (k->kind == J_SECTION) { each_json_key(c, k->section, path, fn, ctx, v, n); continue; }
+        if (k->kind == J_SECTION) {
+            each_json_key(c, k->section, path, fn, ctx, v, n);
+            continue;
+        }
         char type = flag_has_json(path) ? 0 : json_key_value(c, k, v, n);
         if (type) fn(ctx, path, path, v, type);
     }
@@ -164,7 +176,9 @@ void config_settings(const Config *c, ConfigSettings *S) {
     config_each_setting(c, collect, S);
 }
 
-int config_is_model_key(const ConfigSetting *s) { return !strncmp(s->json, "model.", 6) || !strncmp(s->json, "moe.", 4); }
+int config_is_model_key(const ConfigSetting *s) {
+    return !strncmp(s->json, "model.", 6) || !strncmp(s->json, "moe.", 4);
+}
 
 void config_each_setting(const Config *c, SettingFn fn, void *ctx) {
     enum { V = 8192 };

@@ -8,6 +8,7 @@
 #define CF(field) offsetof(Config, field)
 #define FIELD(c, off, type) ((type *)((char *)(c) + (off)))
 
+// clang-format off
 // The keys of the `model` and `moe` sections, each an int or a float field of ModelConfig.
 #define MODEL_FIELDS(X) X(vocab_size, J_INT) X(n_positions, J_INT) X(n_embd, J_INT) \
     X(n_layer, J_INT) X(n_head, J_INT) X(n_inner, J_INT)
@@ -22,14 +23,16 @@
 // The block family (docs/llama.md): optional in a checkpoint's config.json, written for llama only.
 #define ARCH_FIELDS(X) X(arch, J_ARCH) X(n_kv_head, J_INT) X(rms_norm_eps, J_FLOAT) X(rope_theta, J_FLOAT) \
     X(tie_word_embeddings, J_BOOL) X(qkv_bias, J_BOOL)
+// clang-format on
 
-
+// clang-format off
 // How a JSON key's value is read, checked and stored.
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
     J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_ARCH, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
     J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE, J_PATH, J_NAME
 } JKind;
+// clang-format on
 
 typedef struct JKey {
     const char *name;
@@ -43,22 +46,36 @@ extern const JKey config_top_keys[];
 // A checkpoint's config.json: model and moe keys flat, plus seq_len; the first
 // CONFIG_FLAT_REQUIRED keys must be present, the routing family's may be missing (older checkpoints).
 extern const JKey config_flat_keys[];
-#define COUNT_KEY(name, kind) + 1
+#define COUNT_KEY(name, kind) +1
 enum { CONFIG_FLAT_REQUIRED = 1 MODEL_FIELDS(COUNT_KEY) MOE_FIELDS(COUNT_KEY) };
 // Why ted does not honour a DeepSpeed key it knows (NULL: it is not one of them).
 const char *config_not_honoured(const char *key);
 
 // How a flag's value is read, checked and stored.
-typedef enum { F_INT, F_LONG, F_FLOAT, F_SEED, F_STRING, F_SWITCH, F_ORDER, F_MIN_LR, F_CONFIG, F_DEVICE, F_PP_SCHEDULE,
-               F_ROUTER, F_EXPERT_TYPE, F_ARCH } FKind;
+typedef enum {
+    F_INT,
+    F_LONG,
+    F_FLOAT,
+    F_SEED,
+    F_STRING,
+    F_SWITCH,
+    F_ORDER,
+    F_MIN_LR,
+    F_CONFIG,
+    F_DEVICE,
+    F_PP_SCHEDULE,
+    F_ROUTER,
+    F_EXPERT_TYPE,
+    F_ARCH
+} FKind;
 
 typedef struct {
     const char *flag;
     FKind kind;
     size_t off;
     const char *metavar;
-    const char *json;      // the JSON key it overrides (NULL: flag only)
-    const char *deflt;     // the default in words, when printing the value is not enough
+    const char *json;    // the JSON key it overrides (NULL: flag only)
+    const char *deflt;   // the default in words, when printing the value is not enough
     const char *help;
 } Flag;
 
@@ -72,9 +89,9 @@ extern const int config_nflags;
 // setting read them (settings.c).
 void config_mark_json(const char *path);
 void config_mark_flag(const Flag *f);
-int config_given(const char *path);       // by the JSON or by a flag
-int config_json_given(const char *path);  // by the JSON
-int config_flag_given(const char *name);  // the flag --name
+int config_given(const char *path);        // by the JSON or by a flag
+int config_json_given(const char *path);   // by the JSON
+int config_flag_given(const char *name);   // the flag --name
 int config_given_count(void);
 const char *config_given_key(int i);
 void config_given_clear(void);

@@ -15,10 +15,11 @@ static void monitor_step(Run *R, const StepMetrics *m) {
     Monitor *mon = &R->mon;
     if (!mon->tb && !mon->csv_dir[0]) return;
     long s = m->step;
-    const char *tags[] = {"Train/loss", "Train/lm_loss", "Train/aux_loss", "Train/lr", "Train/grad_norm",
-                          "Train/tokens_per_s", "Train/mfu", "Train/dropped_frac", "Train/loss_scale"};
-    double vals[] = {m->loss, m->lm_loss, m->aux_loss, m->lr, m->grad_norm, m->tokens_per_s, m->mfu, m->dropped_frac,
-                     m->loss_scale};
+    const char *tags[] = {"Train/loss", "Train/lm_loss",      "Train/aux_loss",
+                          "Train/lr",   "Train/grad_norm",    "Train/tokens_per_s",
+                          "Train/mfu",  "Train/dropped_frac", "Train/loss_scale"};
+    double vals[] = {m->loss,         m->lm_loss, m->aux_loss,     m->lr,        m->grad_norm,
+                     m->tokens_per_s, m->mfu,     m->dropped_frac, m->loss_scale};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
     char tag[96];
     const RouteLog *r = R->tr.M.rlog;
@@ -73,7 +74,9 @@ int run_after_step(Run *R, long s, const StepMetrics *m) {
     int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
     if (c->save[0] && (every(c->save_every, s, 0) || last || stop) && run_save(R)) return -1;
     if (stop) {
-        if (rank0) fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, R->st.step, c->save[0] ? " (saved)" : "");
+        if (rank0)
+            fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, R->st.step,
+                    c->save[0] ? " (saved)" : "");
         return 128 + stop;
     }
     return 0;

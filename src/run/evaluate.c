@@ -27,7 +27,7 @@ EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T, Ticker *tk) {
     long per = (long)mb * tp->dp, nb = (nwin + per - 1) / per;
     int *inp = ted_alloc(sizeof(int) * mb * T, MEM_TEMP), *tgt = ted_alloc(sizeof(int) * mb * T, MEM_TEMP);
     double sums[5] = {0, 0, 0, 0, 0};   // lm, aux (Σ l_aux), z (Σ lse²), groups (per MoE layer), noisy_topk CV² terms
-    M->uneven = 1;                       // the last batch may differ between ranks: expert counts travel
+    M->uneven = 1;                      // the last batch may differ between ranks: expert counts travel
     for (long b = 0; b < nb; b++) {
         long first = b * per + (long)tp->dp_idx * mb;
         int B = (int)(nwin - first < mb ? nwin - first : mb);

@@ -6,7 +6,10 @@
 #include "io/progress.h"
 #include "model/pipeline.h"
 
-typedef struct { double loss, lm, aux; long windows; } EvalResult;
+typedef struct {
+    double loss, lm, aux;
+    long windows;
+} EvalResult;
 
 // The first nwin windows of s (T tokens each); tk, when not NULL, shows the progress.
 EvalResult evaluate(Pipeline *P, const Split *s, long nwin, int T, Ticker *tk);

@@ -22,7 +22,8 @@ static void auto_layers(Config *c) {
     printf("pipeline.layers auto: [");
     for (int i = 0; i < nch; i++) {
         printf("%s%d", i ? ", " : "", c->pp_layers[i]);
-        lo = fmin(lo, cost[i]); hi = fmax(hi, cost[i]);
+        lo = fmin(lo, cost[i]);
+        hi = fmax(hi, cost[i]);
     }
     printf("] blocks per chunk; chunk costs %.4g to %.4g GFLOP per token (the largest %.1f %% above the smallest)\n",
            lo / 1e9, hi / 1e9, 100 * (hi / lo - 1));
@@ -46,9 +47,13 @@ static void save_where_resumed(Config *c, const char *ckdir) {
     else if (sscanf(base, "step_%ld%c", &step, &tail) == 1) {
         if (!slash) snprintf(c->save, sizeof c->save, ".");
         else if (slash == dir) snprintf(c->save, sizeof c->save, "/");
-        else { *slash = 0; snprintf(c->save, sizeof c->save, "%s", dir); }
+        else {
+            *slash = 0;
+            snprintf(c->save, sizeof c->save, "%s", dir);
+        }
     } else {
-        if (rank0) printf("resume: %s is a lone checkpoint, not a run's step_N: nothing is saved unless --save DIR\n", dir);
+        if (rank0)
+            printf("resume: %s is a lone checkpoint, not a run's step_N: nothing is saved unless --save DIR\n", dir);
         return;
     }
     if (rank0) printf("resume: saving into %s, the folder resumed from (--save DIR saves elsewhere)\n", c->save);
@@ -57,7 +62,8 @@ static void save_where_resumed(Config *c, const char *ckdir) {
 // The checkpoint a run starts from (--resume or --init-from), read once: its folder resolved into
 // dir, its config.json; *from stays NULL when there is none. 0, or -1 after one line.
 static int read_checkpoint(int argc, char **argv, ConfigCheckpoint *ck, ConfigCheckpoint **from, char *dir, size_t n) {
-    const char *resume = config_flag_value(argc, argv, "--resume"), *init = config_flag_value(argc, argv, "--init-from");
+    const char *resume = config_flag_value(argc, argv, "--resume"),
+               *init = config_flag_value(argc, argv, "--init-from");
     ck->dir = NULL;
     if (resume && resume[0] && init && init[0]) {
         ted_error("--init-from and --resume exclude each other (--resume continues a run with its optimizer state, "
@@ -125,7 +131,10 @@ static int open_outputs(Run *R) {
     if (c->save[0] && savedir_open(c)) return -1;
     if (c->log[0]) {
         R->log = fopen(c->log, c->resume[0] ? "a" : "w");
-        if (!R->log) { ted_error("%s: cannot open the log: %s", c->log, strerror(errno)); return -1; }
+        if (!R->log) {
+            ted_error("%s: cannot open the log: %s", c->log, strerror(errno));
+            return -1;
+        }
     }
     return 0;
 }
@@ -137,9 +146,15 @@ int run_prepare(Run *R, int argc, char **argv) {
     if (c->resume[0]) snprintf(R->ckdir, sizeof R->ckdir, "%s", ck.dir);
     watchdog_start(c->watchdog, comm_launcher_keepalive_s());   // from here every collective is watched
     char err[256];
-    if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) { ted_error("layout: %s", err); return TED_EXIT_USAGE; }
+    if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) {
+        ted_error("layout: %s", err);
+        return TED_EXIT_USAGE;
+    }
     int T = cfg_seq_len(c), dp = comm_world_size() / (c->tp * c->pp);
-    if (c->eval_every && c->micro_batch * dp < 1) { ted_error("layout: no data-parallel rank"); return TED_EXIT_USAGE; }
+    if (c->eval_every && c->micro_batch * dp < 1) {
+        ted_error("layout: no data-parallel rank");
+        return TED_EXIT_USAGE;
+    }
     if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
     if (model_overlap_check(c, T)) return TED_EXIT_USAGE;
     if (check_resumed(c, &ck)) return TED_EXIT_USAGE;

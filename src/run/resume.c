@@ -40,11 +40,12 @@ static int check_state(const Run *R) {
     }
     if (st->step > 0 && (st->seed != c->seed || st->sequential != c->data_sequential)) {
         ted_error("%s: resuming needs the run's --seed %llu and --data-order %s (given %llu, %s)", R->ckdir,
-                  (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
-                  (unsigned long long)c->seed, c->data_sequential ? "sequential" : "shuffled");
+                  (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled", (unsigned long long)c->seed,
+                  c->data_sequential ? "sequential" : "shuffled");
         return -1;
     }
-    if (st->step > 0 && st->steps != c->steps && c->sched.type == SCHED_WARMUP_COSINE && R->topo.rank == 0)   // DeepSpeed's: total_num_steps
+    if (st->step > 0 && st->steps != c->steps && c->sched.type == SCHED_WARMUP_COSINE &&
+        R->topo.rank == 0)   // DeepSpeed's: total_num_steps
         printf("note: the checkpoint's run had --steps %ld; with --steps %d the LR schedule changes from here\n",
                st->steps, c->steps);
     return 0;
@@ -62,8 +63,11 @@ int run_resume(Run *R) {
     if (!M->reg.half) zero_sync_master(z);
     if (check_state(R)) return -1;
     resume_batch(R);
-    st->steps = c->steps; st->seed = c->seed; st->sequential = c->data_sequential;
-    if (R->topo.rank == 0) printf("resumed from %s at step %ld (%.0f tokens trained on)\n", R->ckdir, st->step, st->tokens);
+    st->steps = c->steps;
+    st->seed = c->seed;
+    st->sequential = c->data_sequential;
+    if (R->topo.rank == 0)
+        printf("resumed from %s at step %ld (%.0f tokens trained on)\n", R->ckdir, st->step, st->tokens);
     return 0;
 }
 

@@ -20,17 +20,21 @@ static void print_model_state(const Run *R) {
     const MemPlan *p = &R->plan;
     double meas = (double)(ms->current[MEM_PARAMS] + ms->current[MEM_GRADS] + ms->current[MEM_OPTIMIZER]);
     if (R->topo.rank == 0)
-        printf("memory per rank: model state predicted %.0f bytes (params %.0f + grads %.0f + optimizer %.0f, ZeRO-%d), "
-               "allocated %.0f (params %zu + grads %zu + optimizer %zu); activations predicted %.0f, allocated %zu\n",
-               p->state, p->params, p->grads, p->optimizer, R->c.zero_stage, meas, ms->current[MEM_PARAMS],
-               ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER], p->act, ms->current[MEM_ACTIVATIONS]);
+        printf(
+            "memory per rank: model state predicted %.0f bytes (params %.0f + grads %.0f + optimizer %.0f, ZeRO-%d), "
+            "allocated %.0f (params %zu + grads %zu + optimizer %zu); activations predicted %.0f, allocated %zu\n",
+            p->state, p->params, p->grads, p->optimizer, R->c.zero_stage, meas, ms->current[MEM_PARAMS],
+            ms->current[MEM_GRADS], ms->current[MEM_OPTIMIZER], p->act, ms->current[MEM_ACTIVATIONS]);
 }
 
 // The attention part of the model line: dense, or the sparse mode with the share of the causal
 // blocks its layouts keep.
 static void attention_words(const Run *R, char *att, size_t n) {
     const Model *M = &R->tr.M;
-    if (!M->sl) { snprintf(att, n, "dense attention"); return; }
+    if (!M->sl) {
+        snprintf(att, n, "dense attention");
+        return;
+    }
     double nnz = 0, all = 0;
     for (int l = 0; l < M->L; l++) {
         const SparseLayout *L = &M->sl[l];
@@ -48,11 +52,14 @@ static void print_model_line(const Run *R) {
     const Trainer *t = &R->tr;
     char ffn[160], att[160];
     if (t->nmoe == 0) snprintf(ffn, sizeof ffn, "dense, %d blocks", m->n_layer);
-    else snprintf(ffn, sizeof ffn, "MoE, %d blocks of which %d MoE with %d experts, top-%d, router %s%s", m->n_layer, t->nmoe,
-                  m->num_experts, m->top_k, router_names[m->router], m->shared_experts ? " + shared experts" : "");
+    else
+        snprintf(ffn, sizeof ffn, "MoE, %d blocks of which %d MoE with %d experts, top-%d, router %s%s", m->n_layer,
+                 t->nmoe, m->num_experts, m->top_k, router_names[m->router],
+                 m->shared_experts ? " + shared experts" : "");
     attention_words(R, att, sizeof att);
     printf("model: %ld parameters, %s%s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
-           model_num_params(m), cfg_is_llama(m) ? "llama, " : "", ffn, att, t->T, t->gbatch, t->peak_kind, t->peak * 1e-9);
+           model_num_params(m), cfg_is_llama(m) ? "llama, " : "", ffn, att, t->T, t->gbatch, t->peak_kind,
+           t->peak * 1e-9);
     const char *why = cfg_is_llama(m) ? hf_llama_layout(m) : NULL;
     if (why && c->save[0])   // docs/llama.md: no Hugging Face export for these
         printf("checkpoints: ted's own layout (model_type ted_moe), no Hugging Face export: %s\n", why);
@@ -74,8 +81,8 @@ static void step_batch(void *ctx, int mb, int *inp, int *tgt) {
     int T = R->tr.T;
     long first = (long)mb * c->micro_batch * R->topo.dp + (long)R->topo.dp_idx * c->micro_batch;
     for (int j = 0; j < c->micro_batch; j++)
-        data_sequence(&R->ds.train, T, R->st.seed, c->data_sequential, R->tr.step, first + j, R->tr.gbatch,
-                      inp + j * T, tgt + j * T);
+        data_sequence(&R->ds.train, T, R->st.seed, c->data_sequential, R->tr.step, first + j, R->tr.gbatch, inp + j * T,
+                      tgt + j * T);
 }
 
 // The layout, the memory plan checked, the trainer built; 0 or -1 (agreed).
@@ -88,7 +95,8 @@ static int build(Run *R) {
     if (ted_agree(memplan_check(&R->plan, c, R->topo.rank))) return -1;
     trainer_init(&R->tr, c, &R->topo, step_batch, R);
     R->tr.log = R->log;
-    R->st = (TrainerState){.steps = c->steps, .seed = c->seed, .sequential = c->data_sequential, .gbatch = R->tr.gbatch};
+    R->st = (TrainerState){
+        .steps = c->steps, .seed = c->seed, .sequential = c->data_sequential, .gbatch = R->tr.gbatch};
     return 0;
 }
 
@@ -99,7 +107,8 @@ static void count_validation(Run *R) {
     if (c->eval_windows > 0 && c->eval_windows < R->nval) R->nval = c->eval_windows;
     if (R->nval == 0 && R->topo.rank == 0)
         printf("note: %s has no validation split (no *_val_* shard, or one shorter than a window of %d+1 tokens): "
-               "no evaluation runs; ted tokenize writes PREFIX_val_*.bin beside the training shards\n", c->data, R->tr.T);
+               "no evaluation runs; ted tokenize writes PREFIX_val_*.bin beside the training shards\n",
+               c->data, R->tr.T);
 }
 
 int run_open(Run *R, int argc, char **argv) {

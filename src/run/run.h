@@ -19,16 +19,16 @@ typedef struct {
     Dataset ds;
     Topology topo;
     Trainer tr;
-    MemPlan plan;         // predicted before allocating
+    MemPlan plan;   // predicted before allocating
     TrainerState st;
     FILE *log;
-    char ckdir[1200];     // the checkpoint resumed from ("" when none)
-    long nval;            // validation windows per evaluation
-    long saved;           // the step last saved (-1: none)
-    long first_step;      // the step this session starts at
+    char ckdir[1200];   // the checkpoint resumed from ("" when none)
+    long nval;          // validation windows per evaluation
+    long saved;         // the step last saved (-1: none)
+    long first_step;    // the step this session starts at
     Progress prog;
-    Guard guard;          // non-finite losses stop the run
-    Monitor mon;          // tensorboard, csv_monitor
+    Guard guard;   // non-finite losses stop the run
+    Monitor mon;   // tensorboard, csv_monitor
 } Run;
 
 // The run's configuration (config_resolve): defaults(c), the --config JSON and the flags; with ck

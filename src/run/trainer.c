@@ -92,8 +92,13 @@ static double optimizer_step(Trainer *t, long s, float lr) {
 static StepMetrics step_metrics(Trainer *t, long s, float lr, double norm, double ms) {
     const ModelConfig *m = &t->c->model;
     const StepSums *u = &t->sums;
-    StepMetrics r = {.step = s + 1, .lm_loss = u->lm / t->ntok, .lr = lr, .grad_norm = norm, .step_ms = ms,
-                     .tokens_per_s = t->ntok / (ms * 1e-3), .dropped_frac = u->choices > 0 ? u->dropped / u->choices : 0};
+    StepMetrics r = {.step = s + 1,
+                     .lm_loss = u->lm / t->ntok,
+                     .lr = lr,
+                     .grad_norm = norm,
+                     .step_ms = ms,
+                     .tokens_per_s = t->ntok / (ms * 1e-3),
+                     .dropped_frac = u->choices > 0 ? u->dropped / u->choices : 0};
     if (t->nmoe) r.aux_loss = m->aux_coef * u->aux / t->ngroups + m->z_coef * u->z / t->ntok + u->cv / t->ngroups;
     r.max_mean = routing_worst_max_mean(&t->M);
     r.moe = t->nmoe ? t->moe_log : NULL;

@@ -26,7 +26,9 @@ typedef struct {
 
 // The loss gradients' scales: loss = Σ lm / tokens + aux_coef·Σ aux / groups + z_coef·Σ z / tokens
 // (+ noisy_topk's CV² terms / groups), times the fp16 loss scale.
-typedef struct { float lm, aux, z; } LossScales;
+typedef struct {
+    float lm, aux, z;
+} LossScales;
 
 typedef struct {
     const Config *c;
@@ -34,20 +36,20 @@ typedef struct {
     Model M;
     Pipeline P;
     Zero z;
-    int T;                // tokens per sequence
-    int nmoe;             // MoE blocks
-    long gbatch;          // sequences per step over the data-parallel ranks
-    double ntok;          // tokens per step (global)
-    double ngroups;       // routing groups per step (global)
-    double peak;          // the MFU peak (FLOP/s), 0 when unknown
+    int T;            // tokens per sequence
+    int nmoe;         // MoE blocks
+    long gbatch;      // sequences per step over the data-parallel ranks
+    double ntok;      // tokens per step (global)
+    double ngroups;   // routing groups per step (global)
+    double peak;      // the MFU peak (FLOP/s), 0 when unknown
     const char *peak_kind;
-    PipeBatchFn batch;    // the step's micro-batches
+    PipeBatchFn batch;   // the step's micro-batches
     void *batch_ctx;
-    long step;            // the step running (0-based)
-    StepSums sums;        // the last step's
-    TensorLog tlog;       // --log-tensors (nothing when off)
-    FILE *log;            // where tlog writes (NULL: nowhere)
-    WallClock wall;       // wall_clock_breakdown
+    long step;                  // the step running (0-based)
+    StepSums sums;              // the last step's
+    TensorLog tlog;             // --log-tensors (nothing when off)
+    FILE *log;                  // where tlog writes (NULL: nowhere)
+    WallClock wall;             // wall_clock_breakdown
     double train_ms, wait_ms;   // over the steps run
     CommStats comm_total;
     char moe_log[4096];   // the last step's per-block routing record
