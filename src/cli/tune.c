@@ -283,7 +283,7 @@ int cmd_tune(int argc, char **argv) {
     if (config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster)) return TED_EXIT_USAGE;
     if (a.traffic) train_defaults(&a.want, &c);
     int G = a.gpus ? a.gpus : cluster_devices(&cl);
-    long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : (long)c.micro_batch * c.grad_accum;
+    long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : cfg_global_batch(&c, 1);
     if (a.traffic) global = (long)a.want.micro_batch * a.want.accum * (G / (a.want.pp * a.want.tp));   // as ted train runs it
     if (G > cluster_devices(&cl)) { ted_error("tune: --gpus %d exceeds the cluster's %d devices", G, cluster_devices(&cl)); return TED_EXIT_USAGE; }
     Options s = {0};

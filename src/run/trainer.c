@@ -38,7 +38,7 @@ void trainer_init(Trainer *t, const Config *c, Topology *topo, PipeBatchFn batch
     zero_init(&t->z, &t->M.reg, topo, c);
     t->P.after_forward = count_tokens;
     t->P.hook_ctx = t;
-    t->gbatch = (long)c->micro_batch * c->grad_accum * topo->dp;
+    t->gbatch = cfg_global_batch(c, topo->dp);
     t->ntok = (double)t->gbatch * t->T;
     t->ngroups = (double)t->gbatch / c->model.group_size;
     t->nmoe = trainer_moe_blocks(&c->model);
