@@ -1,5 +1,6 @@
 // opts.c — the small commands' options (see opts.h).
 #include "cli/opts.h"
+#include "config/config.h"
 #include "core/util.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -56,16 +57,8 @@ int opts_help(int argc, char **argv) {
 }
 
 int opts_find(int argc, char **argv, const char *name, const char **val) {
-    size_t n = strlen(name);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], name)) {
-            *val = i + 1 < argc ? argv[i + 1] : NULL;
-            return 1;
-        }
-        if (!strncmp(argv[i], name, n) && argv[i][n] == '=') {
-            *val = argv[i] + n + 1;
-            return 1;
-        }
-    }
-    return 0;
+    const char *v = config_flag_value(argc, argv, name);
+    if (!v) return 0;
+    *val = v[0] ? v : NULL;
+    return 1;
 }

@@ -16,6 +16,6 @@ int opts_long(const char *cmd, const char *name, const char *s, long lo, long hi
 int opts_float(const char *cmd, const char *name, const char *s, double lo, double *out);
 // Whether argv holds --help or -h.
 int opts_help(int argc, char **argv);
-// Whether argv holds flag `name` ("--name value" or "--name=value"); *val: its value (NULL
-// when it is the last word).
+// Whether argv holds flag `name` ("--name value" or "--name=value"); *val: the value of its
+// last occurrence (NULL when it has none).
 int opts_find(int argc, char **argv, const char *name, const char **val);
