@@ -13,7 +13,7 @@ import re
 import sys
 
 # bottom first: a room may include itself and what stands before it
-ROOMS = ["core", "config", "nn", "parallel", "moe", "model", "io", "perf", "cli", "cuda"]
+ROOMS = ["core", "config", "nn", "parallel", "moe", "model", "io", "perf", "run", "cli", "cuda"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCES = (".c", ".h", ".cu")
 

@@ -15,13 +15,8 @@
 # that a text file of exactly one training window is accepted. All cases run; the failed ones
 # are listed at the end.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -euo pipefail
-: "${TED:?set TED to the ted binary}" "${TED_ROOT:?set TED_ROOT to the source tree}"
-: "${TED_TMP:?set TED_TMP to a scratch directory}"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"
-W=$TED_TMP
 IN=$W/in        # inputs (must not change)
 KEEP=$W/keep    # a log and a checkpoint directory that existed before (must not change)
 OUT=$W/out      # where outputs would go (must stay empty)

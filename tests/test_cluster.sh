@@ -10,19 +10,15 @@
 #    hung in; after the link is back, resuming from the last checkpoint gives the uncut run's losses;
 #  - the same cut with --watchdog 3 (the watchdog fires before mpirun notices the lost node): the
 #    job still ends within 60 s, with the watchdog's line.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
 [ "$(id -u)" -eq 0 ] || { echo "skipped: needs root (network namespaces)"; exit 77; }
 export TED_CLUSTER_PREFIX=tedt$$
 probe=${TED_CLUSTER_PREFIX}_probe
 if ! ip netns add "$probe" 2>/dev/null; then echo "skipped: 'ip netns add' fails here"; exit 77; fi
 ip netns del "$probe"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
 source tests/mpi_env.sh
 C=scripts/cluster.sh
 trap '$C down' EXIT
-W=$TED_TMP
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
@@ -30,9 +26,6 @@ model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 GLOBAL=8
 echo '{"zero_optimization": {"stage": 0}, "optimizer": {"type": "OneBitAdam",
        "params": {"freeze_step": 3, "compression": "none"}}}' > $W/onebit.json
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 one() { OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --micro-batch $GLOBAL "$@" >/dev/null; }
 # crun NAME NP [mpirun options] -- ted options: a run on the cluster, output in $W/NAME.out
 crun() {
@@ -141,5 +134,4 @@ else bad "resume after the cut: $d"; fi
 # --watchdog 3, before mpirun can notice (its keepalive made slower here: (12, 17] s after the cut)
 cut cut-watchdog3 "[a-z_ ]* on group [a-z]* (.*) not done after 3 s" --mca oob_tcp_keepalive_intvl 4 -- --watchdog 3
 echo "     (link cuts and resume: $((SECONDS - t0)) s)"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
 static char json_path[64];
 
@@ -242,16 +240,20 @@ static void test_json_errors(void) {
     expect_json_ok("  {\"_comment\": \"x\"}  \n");
 }
 
+// min_lr is a derived value (config_derive): lr/10 of the final lr unless given.
 static void test_min_lr(void) {
     Config c;
     EXPECT(load_text(&c, "{\"optimizer\": {\"params\": {\"lr\": 0.002}}}", NULL) == 0, "lr only");
+    config_derive(&c);
     EXPECT(feq(c.min_lr, 0.0002f) && !c.min_lr_set, "min_lr not lr/10 after JSON: %g", (double)c.min_lr);
     char *argv[] = {"ted", "train", "--lr", "0.005"};
     EXPECT(config_apply_flags(&c, 4, argv, 2) == 0, "--lr");
+    config_derive(&c);
     EXPECT(feq(c.min_lr, 0.0005f), "min_lr does not follow --lr: %g", (double)c.min_lr);
 
     EXPECT(load_text(&c, "{\"scheduler\": {\"params\": {\"min_lr\": 0.00003}}}", NULL) == 0, "min_lr only");
     EXPECT(config_apply_flags(&c, 4, argv, 2) == 0, "--lr");
+    config_derive(&c);
     EXPECT(feq(c.min_lr, 0.00003f) && feq(c.lr, 0.005f), "explicit JSON min_lr overridden");
 
     config_defaults(&c);
@@ -305,10 +307,12 @@ static void test_flags_override(void) {
     // untouched by flags: JSON values stay
     EXPECT(feq(c.beta1, 0.8f) && feq(c.eps, 1e-6f) && c.zero_stage == 0, "JSON-only values lost");
 
-    // seq_len 0 resolves to n_positions once the flags are applied
+    // seq_len 0 resolves to n_positions once the values are derived (after the flags)
     config_defaults(&c);
     char *argv2[] = {"--n-positions", "100"};
-    EXPECT(apply(&c, argv2, 2, NULL) == 0 && c.seq_len == 100, "seq_len not resolved: %d", c.seq_len);
+    EXPECT(apply(&c, argv2, 2, NULL) == 0, "--n-positions");
+    config_derive(&c);
+    EXPECT(c.seq_len == 100, "seq_len not resolved: %d", c.seq_len);
 }
 
 static void expect_flag_error(char **argv, int argc, const char *want) {
@@ -708,7 +712,5 @@ int main(void) {
     test_duplicates_and_switched_off();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
-    if (failures) { fprintf(stderr, "test_config: %d failure(s)\n", failures); return 1; }
-    printf("test_config: all passed\n");
-    return 0;
+    return test_exit("test_config");
 }

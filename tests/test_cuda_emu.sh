@@ -16,19 +16,13 @@
 #    run resumed from its step-3 checkpoint equals the unbroken emulated run within 1e-6, one
 #    resumed from the CPU's step-3 checkpoint the CPU run within 1e-4.
 # Needs TED_EMU (the ted_emu binary, set by tests.cmake); exits 77 (skipped) without it.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
 if [ -z "${TED_EMU:-}" ] || [ ! -x "$TED_EMU" ]; then
   echo "test_cuda_emu: skipped: ted_emu was not built (needs a C++ compiler, Python 3 and the CUDA headers)"
   exit 77
 fi
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
 source tests/mpi_env.sh
 bin=$(dirname "$TED_EMU")
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 
 # the op tests, under each schedule of a block's threads (emu.cpp): round robin; the lowest
 # ready thread first; the highest first (the last two expose a missing __syncthreads)
@@ -122,5 +116,4 @@ run emu-resume "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/c
 resumed "emulated resume from step 3 = unbroken emulated run" "$TED_TMP/emu-1.0.jsonl" "$TED_TMP/emu-resume.jsonl" 1e-6
 run emu-resume-cpu "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck-cpu/step_00000003"
 resumed "emulated resume from the cpu's step-3 checkpoint = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-resume-cpu.jsonl" 1e-4
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

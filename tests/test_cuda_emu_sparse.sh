@@ -8,17 +8,10 @@
 #    lowest first, highest first: a missing __syncthreads changes the result);
 #  - 4 emulated ranks (tp 2, ep 2), `fixed`.
 # Needs ted_emu (TED_EMU, else next to TED); exits 77 (skipped) without it.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
 TED_EMU=${TED_EMU:-$(dirname "$TED")/ted_emu}
 if [ ! -x "$TED_EMU" ]; then echo "test_cuda_emu_sparse: skipped: no ted_emu"; exit 77; fi
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
 source tests/mpi_env.sh
-W=$TED_TMP
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 cat >"$W/fixed.json" <<'JSON'
 {"sparse_attention": {"mode": "fixed", "block": 16, "num_local_blocks": 2, "num_global_blocks": 1,
   "different_layout_per_head": true, "num_different_global_patterns": 2}}
@@ -55,5 +48,4 @@ for sched in roundrobin low high; do
 done
 run emu4 "${MPIRUN[@]}" -np 4 "$TED_EMU" train --config "$W/fixed.json" "${model[@]}" --micro-batch 2 --device cuda --tp 2 --ep 2
 check "fixed, 4 emulated ranks (tp 2, ep 2) = 1 cpu rank" "$W/cpu-fixed.jsonl" "$W/emu4.jsonl"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

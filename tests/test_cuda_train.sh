@@ -9,10 +9,7 @@
 #  - a GPU run checkpoints and resumes to the losses of an unbroken GPU run (within 1e-4: the
 #    GPU's atomic additions make runs differ in the last bits).
 # Without a GPU, or with a ted built without CUDA, it exits 77: CTest reports it skipped.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 probe=$("$TED" bench --device cuda --steps 1 --n-layer 1 --micro-batch 1 2>&1 || true)
 if grep -q "no CUDA device\|without the CUDA backend" <<<"$probe"; then
@@ -21,7 +18,6 @@ fi
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64
        --seq-len 32 --micro-batch 8 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1
        --steps 20 --lr 3e-3 --warmup 4 --eval-every 10 --eval-windows 16 --log-every 100)
-pass=0 fail=0
 check() {   # check NAME REF OUT TOL [KEYS]: compare logs, count the result
   local l
   if l=$(compare_logs "$2" "$3" "$4" ${5:-} 2>&1); then echo "ok   $1: $l"; pass=$((pass + 1))
@@ -63,5 +59,4 @@ worst = max(abs(r["loss"] - full[r["step"]]["loss"]) / abs(full[r["step"]]["loss
 assert worst <= 1e-4, f"resumed steps differ by {worst:.2e}"
 print(f"steps 11-20 within {worst:.1e}")
 PY
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -12,12 +12,9 @@
 #  - keys of a switched-off feature get one warning line naming them, and --num-experts 1 switches
 #    an MoE config to dense
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 PY=/usr/bin/python3
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-W=$TED_TMP
 BOOK=data/moby-dick.txt
 M=(--data "$BOOK" --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --micro-batch 2 --eval-windows 2 --log-every 0)
 fails=0

@@ -4,12 +4,7 @@
 # the most probable token survives, so different seeds give the same text, while with the
 # default top-p 1 they differ; --stop " " ends each sample at its first space; a top-p outside
 # (0, 1] is refused with one line.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TED_ROOT:?}/tests/lib.sh"
 "$TED" train --data data/moby-dick.txt --n-layer 1 --n-embd 32 --n-head 2 --n-positions 32 --steps 30 --lr 3e-3 \
   --warmup 2 --eval-windows 2 --save "$W/ck" >/dev/null 2>&1 || fail "training"
 gen() { "$TED" generate --load "$W/ck" --prompt "the " --tokens 40 "$@" 2>"$W/gen.err"; }

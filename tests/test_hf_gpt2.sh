@@ -5,17 +5,12 @@
 # over the same windows (rel. 1e-5).
 # An MoE checkpoint's config.json says model_type "ted_moe" and transformers refuses it.
 # Runs where `import transformers` works in /usr/bin/python3; elsewhere exits 77 (skipped).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
 if ! "$PY" -c 'import transformers' 2>/dev/null; then
   echo "SKIPPED: transformers is not importable by $PY here"
   exit 77
 fi
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
 M=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --micro-batch 4 --steps 3
    --eval-windows 2)
 "$TED" train "${M[@]}" --save "$W/dense" >/dev/null 2>&1 || fail "dense run"

@@ -14,13 +14,8 @@
 #  - a config.json written before the "ted" object (every key flat) still loads, with the same loss;
 #    a key both in "ted" and at the top level is refused in one line
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
 M=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --micro-batch 4 --steps 40 --lr 3e-3 --warmup 0
    --eval-windows 2 --log-every 0)
 "$TED" train "${M[@]}" --save "$W/dense" >/dev/null 2>&1 || fail "dense run"

@@ -19,13 +19,8 @@
 #  - save → load round trip bit-exact in each layout: a run resumed from its step-3 checkpoint writes
 #    the same model.safetensors at step 6 as the run straight through, byte for byte; also from a
 #    step-3 checkpoint whose shared-expert block has the Mixtral-layout names ted wrote before.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
 base=(--data data/moby-dick.txt --arch llama --n-layer 2 --n-embd 64 --n-head 4 --n-kv-head 2 --n-positions 32 --seq-len 32
       --micro-batch 2 --steps 6 --lr 3e-3 --warmup 0 --eval-windows 2 --log-every 0 --save-every 3)
 echo '{"model": {"tie_word_embeddings": false}}' > "$W/untied.json"

@@ -2,12 +2,9 @@
 # The rooms of src/ (src/README.md): scripts/check_layers.py passes on the tree, and fails,
 # naming the file, on an include that points up, on an include circle, on a header that is no
 # room's, and on a source file outside the rooms.
-set -euo pipefail
-: "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=${PYTHON:-python3}
 CHECK=$TED_ROOT/scripts/check_layers.py
-pass=0 fail=0
-expect() { if eval "$2"; then echo "ok   $1"; pass=$((pass + 1)); else echo "FAIL $1"; fail=$((fail + 1)); fi; }
 # a copy of src/ with one change; prints the check's output and its exit code
 broken() {
   rm -rf "$TED_TMP/src" && mkdir -p "$TED_TMP" && cp -r "$TED_ROOT/src" "$TED_TMP/src"
@@ -35,5 +32,4 @@ out=$(broken 'echo "int x;" > stray.c; mkdir -p extra && echo "int y;" > extra/y
 expect "a source outside the rooms and a folder that is no room fail" \
   'grep -q "rc=1" <<<"$out" && grep -q "src/stray.c: a source file outside the rooms" <<<"$out" && grep -q "src/extra/: a folder that is not a room" <<<"$out"'
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -8,10 +8,8 @@
 # (q/k/v biases, a shared expert scaled by its sigmoid gate) top-2 renormalised in every other block,
 # and top-1 unrenormalised (router topk) with capacity drops and narrower experts; an ungated shared
 # expert beside q/k/v biases, top-2 unrenormalised (topk_renorm false: norm_topk_prob false).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}" "${PYTHON:=/usr/bin/python3}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+: "${PYTHON:=/usr/bin/python3}"
 DATA=data/moby-dick.txt
 fails=0
 

@@ -7,13 +7,9 @@
 #include "model/mfu.h"
 #include <math.h>
 #include <stdio.h>
+#include "harness.h"
 
-static int fails;
-static void expect(const char *what, double got, double want) {
-    int ok = fabs(got - want) <= 1e-9 * fabs(want);
-    printf("%s %s: %.1f (want %.1f)\n", ok ? "ok  " : "FAIL", what, got, want);
-    fails += !ok;
-}
+static void expect(const char *what, double got, double want) { expect_near(what, got, want, 1e-9); }
 
 int main(void) {
     Config c;
@@ -26,5 +22,5 @@ int main(void) {
     expect("every choice dropped", mfu_flops_per_token(m, 4, 1.0), 14016 - 6144);
     m->num_experts = 1;   // dense: block 1 is dense too, nothing to drop
     expect("dense", mfu_flops_per_token(m, 4, 0.5), 6 * (128 + 2 * 768) + 768);
-    return fails != 0;
+    return test_exit("test_mfu");
 }

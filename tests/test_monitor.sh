@@ -11,13 +11,10 @@
 #    run's (same global batch) within 1e-5; only rank 0 writes
 #  - csv_monitor: one <tag>.csv per metric, "step,<tag>" then the same values
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 source tests/mpi_env.sh
 PY=/usr/bin/python3
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-W=$TED_TMP
 if ! "$PY" -c 'import google.protobuf' 2>/dev/null; then
   echo "SKIPPED: python3-protobuf is not installed (bash scripts/setup.sh installs it)"; exit 77
 fi

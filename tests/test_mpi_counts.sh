@@ -4,10 +4,7 @@
 #  - per MoE block and micro-step: 2 TP all-reduces and 2 EP all-to-alls forward, as many backward;
 #  - calls and bytes equal the formulas of docs/parallel.md (Communication per rank);
 #  - ZeRO-1: mem.optimizer = 12 bytes × this rank's shard of every tensor (within 1 %).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 "${MPIRUN[@]}" -np 4 "$TED" train --data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 \
   --seq-len 16 --micro-batch 2 --grad-accum 3 --num-experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.0 \

@@ -2,17 +2,13 @@
 # TED over MPI equals one process (issue 3, must-show 1): 20 fp32 steps, sequential data,
 # E = 8, top-2, in capacity and dropless mode; every layout below gives per-step losses and
 # final weights within 1e-5 of the single-process run.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 GLOBAL=8   # sequences per micro-step over all data-parallel ranks
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 8 --top-k 2 --moe-every 1 --min-capacity 1 --steps 20 --lr 3e-3
        --warmup 4 --eval-every 10 --eval-windows 16 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
 for mode in capacity dropless; do
   cf=1.0; [ $mode = dropless ] && cf=0
   ref=$TED_TMP/$mode-single
@@ -30,5 +26,4 @@ for mode in capacity dropless; do
     fi
   done
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

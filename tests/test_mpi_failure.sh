@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # One rank failing ends the whole job within seconds, with the message, never a hang:
 # a bad data file on one rank, a rank killed by a signal, a rank out of memory.
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 source tests/mpi_env.sh
 export TED
 small=(--n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16 --micro-batch 2 --num-experts 4 --ep 2)
-pass=0 fail=0
 check() {  # name, wanted pattern on stderr, command...
   local name=$1 want=$2; shift 2
   local t0=$SECONDS rc
@@ -31,5 +28,4 @@ check "rank killed by SIGKILL" "signal 9\|Killed\|killed" \
 check "out of memory on one rank" "ted: out of memory" \
   "${MPIRUN[@]}" -np 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && ulimit -v 1500000; exec "$TED" train --data data/moby-dick.txt --steps 5 "$@"' _ \
   --n-layer 4 --n-embd 256 --n-head 4 --n-positions 256 --seq-len 256 --micro-batch 128 --num-experts 4 --ep 2
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

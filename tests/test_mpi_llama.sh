@@ -14,10 +14,7 @@
 # comparable to eps 1e-8, and lr·g/(|g|+eps) turned it into 1.09e-5 of qwen-tp2-ep2-dtd-cac-ckpt's
 # layer-2 up_proj at losses equal to 7e-9 and per-tensor gradient norms within 1.4e-6 (with eps 1e-6:
 # 2.9e-7). The tolerance stays 1e-5.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 GLOBAL=4
 cat > "$TED_TMP/moe.json" <<'JSON'
@@ -43,7 +40,6 @@ dense=(--data data/moby-dick.txt --data-order sequential --arch llama --n-kv-hea
        --n-positions 32 --seq-len 16 --grad-accum 2 --steps 8 --lr 3e-3 --warmup 2 --eval-every 8 --eval-windows 8
        --log-every 100)
 dense+=("${STATED_PEAK[@]}")
-pass=0 fail=0
 # case NAME TOL NP DP (model flags…) -- (layout flags…): the layout on NP ranks against one process
 run_case() {
   local name=$1 tol=$2 np=$3 dp=$4; shift 4
@@ -81,5 +77,4 @@ run_case qwen-tp2-ep2-dtd-cac-ckpt 1e-5 4 2 "${qwen[@]}" --moe-every 2 --capacit
   --tp 2 --ep 2 --dtd --cac
 run_case qwen-tp2-bf16 1e-2 2 1 "${qwen[@]}" --capacity-factor 0 --bf16 -- --tp 2
 run_case qwen-pp2-dp2-zero1-plain 1e-5 4 2 "${qwen[@]}" --capacity-factor 0 --zero-stage 1 --topk-renorm 0 -- --pp 2
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

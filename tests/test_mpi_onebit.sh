@@ -11,10 +11,7 @@
 #  - a missing, truncated or corrupt per-rank error file of a checkpoint saved by this layout is
 #    refused in one line naming it (exit 2, checkpoint untouched); another layout starts from zero;
 #  - OneBitAdam with zero_optimization.stage 1 is refused with one line and exit 2.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 for cmp in none sign; do
   for st in 0 1; do
@@ -27,7 +24,6 @@ echo '{"zero_optimization": {"stage": 0}, "optimizer": {"type": "OneBitAdam", "p
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
-pass=0 fail=0
 run4() { "${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" "$@" >/dev/null; }
 "$TED" train "${model[@]}" --micro-batch 8 --zero-stage 0 --log $TED_TMP/adamw.jsonl >/dev/null
 "$TED" train "${model[@]}" --micro-batch 8 --config $TED_TMP/late.json --log $TED_TMP/late.jsonl >/dev/null
@@ -103,5 +99,4 @@ set -e
 if [ $rc -eq 2 ] && [ "$(printf '%s\n' "$msg" | wc -l)" -eq 1 ] && grep -q "OneBitAdam needs zero_optimization.stage 0" <<<"$msg"; then
   echo "ok   stage 1 with OneBitAdam refused: $msg"; pass=$((pass + 1))
 else echo "FAIL stage 1 with OneBitAdam: rc $rc: $msg"; fail=$((fail + 1)); fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

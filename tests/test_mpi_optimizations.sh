@@ -10,16 +10,12 @@
 # all-reduce: the same sum in another order (~1e-9 apart). Once a router score falls within that
 # of a tie, a routing decision can differ and the runs part (seen at step 7 of tp 4); 6 steps
 # stay clear of it here. Checkpointing and CAC change no sum: they are bit-identical.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 3 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 8 --top-k 2 --moe-every 2 --min-capacity 1 --steps 6 --lr 3e-3
        --warmup 2 --eval-every 3 --eval-windows 16 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
 for layout in "4 2 2" "8 4 2"; do
   read -r np tp ep <<<"$layout"
   for cf in 1.0 0; do
@@ -74,5 +70,4 @@ print(f"{'ok  ' if good else 'FAIL'} activation bytes: none {m[0]}, checkpointin
 sys.exit(0 if ok else 1)
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -8,18 +8,12 @@
 # loss 1e-3, the size of one choice routed the other way) and 2e-2 of the fp32 process, as the
 # pipeline test. The all-to-all bytes do not change, the calls grow N-fold, and the log shows time
 # in flight beside exposed time. Bad values are refused in one line.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 8 --top-k 2 --moe-every 1 --min-capacity 1 --steps 6 --lr 3e-3
        --warmup 2 --eval-every 3 --eval-windows 16 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 for cf in 1.0 0; do
   OMP_NUM_THREADS=1 "$TED" train "${model[@]}" --capacity-factor $cf --micro-batch 8 --log $TED_TMP/single-$cf.jsonl >/dev/null
 done
@@ -118,5 +112,4 @@ refuse "overlap_degree with --device cuda" "CPU only" "$TED" train "${model[@]}"
 # capacity: 16 tokens per group, 8 experts, top-2, factor 1 -> 4 rows per expert and group
 refuse "overlap_degree 5 > capacity 4" "capacity rows (4)" "${MPIRUN[@]}" -np 2 "$TED" train "${model[@]}" --steps 1 \
   --micro-batch 4 --ep 2 --overlap-degree 5
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -11,21 +11,14 @@
 #  - OneBitAdam and --device cuda are refused in one line.
 # Every run has gradient accumulation 2; stage 2 runs have reduce_bucket_size 1 (a bucket per
 # block: the most reductions in flight).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
-W=$TED_TMP
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1}}' > $W/z2.json
 echo '{"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}' > $W/off.json
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 2 --min-capacity 1 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 # run NAME NP ARGS...: ted train on NP ranks (1: no mpirun), 4 steps, saved in $W/NAME
 run() {
   local name=$1 np=$2; shift 2
@@ -86,5 +79,4 @@ refuse() {
 echo '{"zero_optimization": {"stage": 0}, "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 2}}}' > $W/onebit.json
 refuse "OneBitAdam" "overlap_comm is not supported with OneBitAdam" --config $W/onebit.json
 refuse "--device cuda" "overlap_comm runs on the CPU only" --device cuda
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

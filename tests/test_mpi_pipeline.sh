@@ -2,10 +2,7 @@
 # Pipeline parallelism (issue 9): every schedule and layout equals one process; 1f1b holds pp/m
 # of gpipe's activations; the recorded order of each stage is its schedule's and gives the ideal
 # bubble; checkpoints reshard across pp; a killed stage takes the job down.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 export OMP_NUM_THREADS=1
 GLOBAL=4   # sequences per micro-batch over all data-parallel ranks; 4 micro-batches per step
@@ -18,9 +15,6 @@ model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
 # blocked sums, a vector exp): from there the layout parts from one process though nothing is
 # wrong. An fp32 layout that parts passes only at such a tie (near_tie in tests/mpi_env.sh, with
 # the one process's routing margin at the step where the losses part).
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
 # 1. equivalence: "pp tp ep schedule v [switches]" against one process with the same switches
 layouts=("2 1 1 gpipe 1" "2 1 1 1f1b 1" "4 1 1 1f1b 1" "2 1 1 interleaved 2" "4 1 1 interleaved 2"
@@ -140,5 +134,4 @@ if kill -0 $job 2>/dev/null; then bad "a killed stage left the job running"; pki
 else ok "a killed stage ended the job in $(($(date +%s) - t0)) s"; fi
 wait $job 2>/dev/null || true
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -2,10 +2,7 @@
 # Checkpoints are layout-free (issue 3, must-show 2): a checkpoint saved at step 10 by
 # (tp 2, ep 2) on 4 ranks resumes under (tp 1, ep 4) on 4 ranks and under one process, and
 # steps 11-20 reproduce the uninterrupted run's losses within 1e-5.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 8 --top-k 2 --moe-every 1 --min-capacity 1 --steps 20 --lr 3e-3

@@ -8,10 +8,7 @@
 # tokens with gates near 0, whose weight gradients are ~1e-9; with eps 1e-8 the first Adam step
 # lr·g/(|g|+eps) turns fp32 round-off in such g (1e-10) into 3e-5 weight differences while the
 # losses agree to 1e-9. A larger eps keeps that step well conditioned; the check is unchanged.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 GLOBAL=8   # sequences per micro-step over all data-parallel ranks
 echo '{"optimizer": {"params": {"eps": 1e-6}}}' >$TED_TMP/eps.json
@@ -30,7 +27,6 @@ configs=(
 )
 # A layout that parts from one process passes only at a near tie of the routing (near_tie in
 # tests/mpi_env.sh: `ted compare` of both runs again with --log-tensors).
-pass=0 fail=0
 for cfg in "${configs[@]}"; do
   IFS='|' read -r name cfs opts <<<"$cfg"
   read -ra extra <<<"$opts"
@@ -97,5 +93,4 @@ PY
 if [ -n "$(ev $old)" ] && OMP_NUM_THREADS=1 "$TED" train "${one[@]}" --top-k 2 --steps 3 --resume $old >/dev/null 2>&1; then
   echo "ok   a checkpoint without the routing keys loads (eval, resume)"; pass=$((pass + 1))
 else echo "FAIL old checkpoint"; fail=$((fail + 1)); fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -11,12 +11,8 @@
 #  - `fixed` with `recompute` (no probabilities kept, the backward recomputes them) equals the
 #    stored run bit for bit on one process, with fewer activation bytes, and on (tp 2, ep 2)
 #    equals one process within 1e-5.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
-W=$TED_TMP
 cat >"$W/fixed.json" <<'JSON'
 {"sparse_attention": {"mode": "fixed", "block": 16, "num_local_blocks": 4, "num_global_blocks": 1,
   "different_layout_per_head": true, "num_different_global_patterns": 4, "attention": "unidirectional"}}
@@ -33,9 +29,6 @@ model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32
        --seq-len 128 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 10 --lr 1e-3 --warmup 2
        --eval-every 5 --eval-windows 8 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 single() {   # single NAME CONFIG ARGS...
   local n=$1 cfg=$2; shift 2
   OMP_NUM_THREADS=1 "$TED" train --config "$W/$cfg.json" "${model[@]}" --micro-batch 4 --log "$W/$n.jsonl" \
@@ -97,5 +90,4 @@ PY
 ); then ok "recompute = stored probabilities bit for bit (losses $l, weights identical), $act"
 else bad "recompute differs from stored probabilities"; tail -3 "$W/fixed-rc.out"; fi
 parallel fixed-rc-tp2-ep2 fixed-rc fixed
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -2,13 +2,8 @@
 # test_mpi_train_batch.sh — DeepSpeed's train_batch_size under data parallelism: with 4 ranks
 # and tp 2 (dp 2), train_batch_size 8 = micro_batch 2 x grad_accum 2 x dp 2 trains; 4 is
 # refused on every rank with exit 2 and one line giving the product.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
 M=(--data data/moby-dick.txt --n-layer 1 --n-embd 16 --n-head 2 --n-positions 16 --micro-batch 2 --grad-accum 2 --tp 2
    --steps 1 --eval-windows 2)
 echo '{"train_batch_size": 8}' >"$W/ok.json"

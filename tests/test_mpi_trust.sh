@@ -11,17 +11,12 @@
 #  - ted compare: a one-process run and a (tp 2, ep 2) run with --log-tensors do not part over
 #    10 steps; with --debug-expert-grad-scale 2 (expert gradients scaled on EP runs only) it names
 #    step 1 and an expert tensor
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 source tests/mpi_env.sh
 export TED
-W=$TED_TMP
 small=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16 --micro-batch 2
        --num-experts 4 --ep 2 --log-every 0 --eval-windows 2)
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; tail -5 "$W/err"; fail=$((fail + 1)); }
 
 # on_rank1 ARGS...: ted train on 2 ranks, rank 0 given $EXTRA0 (if set), rank 1 $EXTRA1 as well
@@ -143,5 +138,4 @@ import json, sys
 t = [[json.loads(l)["tokens_per_expert"] for l in open(p) if "tensors_step" in l] for p in sys.argv[1:]]
 assert len(t[0]) == 10 and t[0] == t[1], (t[0][:1], t[1][:1])
 PY
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -9,17 +9,13 @@
 #    buffer (both printed by ted), below stage 1's full gradient, and mem.peak is below stage 1's.
 # Stage 2 runs use reduce_bucket_size 1, so that every block is a bucket of its own (the most
 # reductions during the backward).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1}}' > $TED_TMP/z2.json
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 4 --n-embd 32 --n-head 8 --n-positions 32
        --seq-len 16 --grad-accum 2 --num-experts 4 --top-k 2 --moe-every 2 --min-capacity 1 --steps 10 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
 model+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
-pass=0 fail=0
 for cf in 1.0 0; do
   "$TED" train "${model[@]}" --capacity-factor $cf --micro-batch 8 --log $TED_TMP/one-cf$cf.jsonl >/dev/null
 done
@@ -63,5 +59,4 @@ print(f"{'ok  ' if ok else 'FAIL'} dp 4 memory: stage 2 mem.grads {m2['grads']} 
 sys.exit(0 if ok else 1)
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -4,10 +4,8 @@
 # average of m is m itself), freeze_step 2 of 8 steps, so steps on both sides of the freeze. v̂ stays
 # frozen at v/(1−β2^freeze_step); m keeps accumulating and m̂ = m/(1−β1^t) goes on with the step.
 # Per-step losses and gradient norms, and the final weights, must match. Dense and MoE top-2.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}" "${PYTHON:=/usr/bin/python3}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+: "${PYTHON:=/usr/bin/python3}"
 DATA=data/moby-dick.txt
 echo '{"zero_optimization": {"stage": 0}, "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 2, "compression": "none"}}}' \
   > "$TED_TMP/onebit.json"

@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
 # ted plan against the memory model worked by hand (docs/design.md §5), and its bad input.
-set -euo pipefail
-: "${TED:?}"
-pass=0 fail=0
-expect() { if eval "$2"; then echo "ok   $1"; pass=$((pass + 1)); else echo "FAIL $1"; fail=$((fail + 1)); fi; }
+source "${TED_ROOT:?}/tests/lib.sh"
 out=$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8)
 # tp 2, ep 2: dp 4, edp 2; NP_nonexp/GPU = 2/3·1.3e9/2, NP_exp/GPU = 8/3·1.3e9/4
 # (4 + 12/4)·4.3333e8 + (4 + 12/2)·8.6667e8 = 1.17e10 bytes; largest base = 8e10/(1.17e10/1.3e9) = 8.89e9
@@ -122,5 +119,4 @@ for off in "$W/off.json" "$W/small.json --offload"; do
   expect "offload ($off): state $P + $G on the GPU, optimizer $O on the host" \
     '[ -n "$O" ] && [ "$O" -eq $((12 * P / 4)) ] && grep -q " $((P + G)) bytes  fits  (params $P, grads $G, optimizer 0, on the host $O)" <<<"$row"'
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -8,15 +8,9 @@
 #  - ted plan's model-state bytes equal a bf16 run's measured params + grads + optimizer within 5 %;
 #  - on 4 data-parallel ranks bf16 tracks one process, and gradients travel in 16 bits (half the
 #    reduce-scatter bytes of fp32).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
 T=$TED_TMP
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 small=(--data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64 --seq-len 64 --micro-batch 8
        --num-experts 4 --top-k 2 --moe-every 2 --lr 2e-3 --warmup 20 --eval-windows 64 --log-every 1000)
 small+=("${STATED_PEAK[@]}")   # no MFU is checked here (tests/mpi_env.sh)
@@ -95,5 +89,4 @@ read -r rel half b16 b32 <<<"$r"
 if /usr/bin/python3 -c "import sys; sys.exit(0 if $rel <= 0.01 and $half else 1)"; then
   ok "bf16 on 4 ranks (ep 2) within $rel of one process over 40 steps; reduce_scatter.dp $b16 bytes (fp32: $b32)"
 else bad "bf16 on 4 ranks: rel $rel, reduce_scatter.dp bf16 $b16 vs fp32 $b32"; fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -10,12 +10,7 @@
 #     settings.
 # (c) --peak-tflops: MFU is against the stated peak; above 100 % one warning.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TED_ROOT:?}/tests/lib.sh"
 MODEL=(--data data/moby-dick.txt --n-layer 1 --n-embd 16 --n-head 2 --n-positions 16 --micro-batch 2 --threads 1)
 
 # (a) a long run, stdout to a file; wait (up to 120 s) for step 1's line while it still runs

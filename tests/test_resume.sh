@@ -20,17 +20,10 @@
 #     the same step. A later unconstrained save succeeds and matches the reference.
 #     --save under a path whose parent is a regular file fails with one line, no crash.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -euo pipefail
-: "${TED:?set TED to the ted binary}" "${TED_ROOT:?set TED_ROOT to the source tree}"
-: "${TED_TMP:?set TED_TMP to a scratch directory}"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"
-mkdir -p "$TED_TMP"
-W=$TED_TMP
 BOOK=$TED_ROOT/data/moby-dick.txt
 
-fail() { echo "FAIL: $*"; exit 1; }
 [ -s "$BOOK" ] || fail "$BOOK is missing (bash scripts/setup.sh)"
 head -c 4000 "$BOOK" >"$W/small.txt"   # 3600 training bytes: 112 windows of 32+1, fewer than 20 steps use
 

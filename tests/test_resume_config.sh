@@ -10,12 +10,7 @@
 #     training log's val_loss at that step (the run evaluated all validation windows).
 # (e) train_batch_size = micro_batch x grad_accum runs; another value is refused with the numbers.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TED_ROOT:?}/tests/lib.sh"
 head -c 20000 data/moby-dick.txt >"$W/small.txt"   # 2000 validation bytes: 125 windows of 16+1
 MODEL=(--n-layer 2 --n-embd 32 --n-head 4 --n-positions 16 --micro-batch 4 --num-experts 4 --top-k 2
        --moe-every 2 --warmup 2 --threads 1)

@@ -7,9 +7,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "harness.h"
 
-static int pass = 0, fail = 0;
-#define EXPECT(cond, ...) do { if (cond) pass++; else { fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 typedef struct {
     float probs[64], lse[16], gate[32], fcount[32];
@@ -131,6 +130,5 @@ int main(void) {
     case_empty_experts();
     case_groups();
     case_capacity();
-    printf("%d passed, %d failed\n", pass, fail);
-    return fail != 0;
+    return test_exit("test_router");
 }

@@ -12,9 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "harness.h"
 
-static int pass = 0, fail = 0;
-#define EXPECT(cond, ...) do { if (cond) pass++; else { fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 typedef struct {   // one routing of N tokens (heap buffers, sized for N·E)
     float *probs, *lse, *gate, *fcount, *noise, *hval;
@@ -251,6 +250,5 @@ int main(void) {
     case_reductions();
     case_statistics();
     case_noisy_load();
-    printf("%d passed, %d failed\n", pass, fail);
-    return fail != 0;
+    return test_exit("test_router_family");
 }

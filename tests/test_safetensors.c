@@ -9,10 +9,8 @@
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include "harness.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
 static char tmp_path[64];
 
@@ -263,7 +261,7 @@ static void test_fuzz(void) {
             int nd;
             int64_t shape[4];
             const float *p = st_get(f, st_name(f, i), &nd, shape);
-            if (!p) { failures++; break; }
+            if (!p) { test_failures++; break; }
             size_t elems = 1;
             for (int d = 0; d < nd; d++) elems *= (size_t)shape[d];
             volatile float sum = 0;
@@ -313,7 +311,5 @@ int main(void) {
     test_fuzz();
     unlink(tmp_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
-    if (failures) { fprintf(stderr, "test_safetensors: %d failure(s)\n", failures); return 1; }
-    printf("test_safetensors: all passed\n");
-    return 0;
+    return test_exit("test_safetensors");
 }

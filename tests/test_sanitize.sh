@@ -5,10 +5,8 @@
 #  2. every parser's libFuzzer harness (tests/fuzz/fuzz_*.c) runs FUZZ_SECONDS (default 2) from
 #     its corpus in tests/fuzz/corpus/NAME without a finding (new inputs go to a scratch copy).
 # The build is kept in build/san and rebuilt incrementally. Exit 77 (skipped) without clang.
-set -uo pipefail
-: "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 SAN=${TED_SAN_DIR:-$(dirname "$(dirname "$TED_TMP")")/san}
 bash tests/fuzz/build.sh "$SAN" >"$TED_TMP/build.log" 2>&1
 rc=$?

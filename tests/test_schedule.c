@@ -12,13 +12,9 @@
 #include "config/config.h"
 #include <math.h>
 #include <stdio.h>
+#include "harness.h"
 
-static int fails;
-static void expect(const char *what, double got, double want) {
-    int ok = fabs(got - want) <= 1e-9 * fmax(1, fabs(want));
-    printf("%s %s: %g (want %g)\n", ok ? "ok  " : "FAIL", what, got, want);
-    fails += !ok;
-}
+static void expect(const char *what, double got, double want) { expect_near(what, got, want, 1e-9); }
 
 static double run(int kind, int pp, int m, double f, double b, double msg) {
     double fw[8], bw[8], ms[8];
@@ -38,5 +34,5 @@ int main(void) {
             snprintf(what, sizeof what, "1f1b bubble pp %d m %d = (pp-1)/(m+pp-1)", pp, m);
             expect(what, sched_simulated_bubble(PP_1F1B, pp, 1, m), sched_ideal_bubble(PP_1F1B, pp, 1, m));
         }
-    return fails != 0;
+    return test_exit("test_schedule");
 }

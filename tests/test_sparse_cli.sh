@@ -8,14 +8,7 @@
 #  - a trained `variable` checkpoint keeps its section in config.json, and `ted generate` and
 #    `ted eval` (at a length that is not a multiple of block) run from it; eval at the training
 #    length gives a different loss once the section is taken out of config.json (the layout is used).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
-W=$TED_TMP
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+source "${TED_ROOT:?}/tests/lib.sh"
 model=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 64 --seq-len 64 --micro-batch 2
        --steps 3 --eval-windows 4 --log-every 100)
 refuse() {   # refuse NAME SECTION WANT [ARGS...]: exit 2, one line containing WANT, nothing written
@@ -85,5 +78,4 @@ c = json.load(open(sys.argv[1])); c["sparse_attention"]["recompute"] = True; jso
 planned=$("$TED" plan --config "$W/plan_rc.json" --gpus 2 --tp 2 | grep '^attention')
 if [[ "$planned" == *"no probabilities kept"*"chunks of $((want_sparse / 3)) bytes"* ]]; then ok "plan: $planned"
 else bad "plan with recompute: '$planned', want chunks of $((want_sparse / 3)) bytes"; fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

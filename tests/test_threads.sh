@@ -3,13 +3,8 @@
 # runs with PASSIVE (it sets it and re-executes itself, since libgomp reads it only at load);
 # a policy the environment names stands. --threads on eval and generate: a bad count is refused
 # with one line and exit 2; eval gives the same loss on 1 and 2 threads.
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-pass=0 fail=0
-expect() { if eval "$2"; then echo "ok   $1"; pass=$((pass + 1)); else echo "FAIL $1"; fail=$((fail + 1)); fi; }
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 small=(--steps 1 --n-layer 1 --n-embd 32 --n-head 2 --n-positions 32 --seq-len 32 --micro-batch 2 --num-experts 2
        --threads 2)
 policy() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["omp_wait_policy"])'; }
@@ -29,5 +24,4 @@ expect "eval: the same loss on 1 and 2 threads ($l1 / $l2)" \
   '/usr/bin/python3 -c "import json,sys; a, b = (json.loads(x)[\"loss\"] for x in sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(a))" "$l1" "$l2"'
 out=$("$TED" generate --load "$W/ck" --tokens 8 --threads 2 2>&1 >/dev/null)
 expect "generate --threads 2 runs" 'grep -q "^generated 8 tokens" <<<"$out"'
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -5,14 +5,9 @@
 # <|endoftext|>, split 90/10 into train/val; smaller --shard-tokens gives the same ids over more
 # shards; a missing input or a bad option exits 2 with one line on stderr and writes nothing.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP, PYTHON (optional).
-set -euo pipefail
-: "${TED:?set TED to the ted binary}" "${TED_ROOT:?set TED_ROOT to the source tree}"
-: "${TED_TMP:?set TED_TMP to a scratch directory}"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
-cd "$TED_ROOT"
 command -v node >/dev/null || { echo "FAIL: node is needed (bash scripts/setup.sh)"; exit 1; }
-rm -rf "$TED_TMP"
-mkdir -p "$TED_TMP"
 
 # the input: the first ~200 KB of the book, cut after a newline (never inside a character)
 text=$TED_TMP/moby200k.txt

@@ -4,12 +4,7 @@
 # ids of each file tokenized alone, one after the other (each alone starts with <|endoftext|>,
 # so documents are separated by it); a JSONL line without a "text" string is refused with one
 # line naming the file and line, exit 2.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TED_ROOT:?}/tests/lib.sh"
 head -c 3000 data/moby-dick.txt >"$W/a.txt"
 tail -c 2000 data/moby-dick.txt >"$W/b.txt"
 /usr/bin/python3 - "$W" <<'PY'

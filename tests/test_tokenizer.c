@@ -10,10 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 typedef struct { const char *text; int n; int ids[32]; } Case;
 
@@ -208,7 +206,5 @@ int main(void) {
     EXPECT(mem_stats()->current[MEM_TEMP] == base, "tok_free left %zu bytes allocated",
            mem_stats()->current[MEM_TEMP] - base);
     test_errors();
-    if (failures) printf("%d check(s) failed\n", failures);
-    else printf("test_tokenizer: all passed\n");
-    return failures != 0;
+    return test_exit("test_tokenizer");
 }

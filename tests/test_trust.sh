@@ -20,12 +20,9 @@
 #  - SIGTERM/SIGINT mid-run: the last complete step is saved, exit 128+sig, the save resumes
 #  - --keep-last N keeps the N newest checkpoints
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
-set -uo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
+set +e   # the checks below count failures and go on
 PY=/usr/bin/python3
-cd "$TED_ROOT"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-W=$TED_TMP
 BOOK=$TED_ROOT/data/moby-dick.txt
 MODEL=(--data "$BOOK" --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --seq-len 16 --micro-batch 2
        --num-experts 4 --top-k 2 --moe-every 2 --eval-windows 2 --log-every 0)

@@ -7,14 +7,8 @@
 #    pipeline traffic, within 2 % for ZeRO's (the model does not pad each tensor to the group size);
 #  - every preset loads and the best layouts print, ranked, with an mpirun line; --json has the keys;
 #  - a bad cluster file or option gives one line and exit 2.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 source tests/mpi_env.sh
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 cat >"$TED_TMP/model.json" <<'JSON'
 {"model": {"vocab_size": 256, "n_positions": 32, "n_embd": 32, "n_layer": 4, "n_head": 4, "n_inner": 128},
  "moe": {"num_experts": 4, "top_k": 2, "moe_every": 2, "capacity_factor": 1.0, "min_capacity": 4},
@@ -142,5 +136,4 @@ expect "no such preset" "--cluster nowhere: cannot read" --config configs/moby.j
 expect "more GPUs than the cluster" "exceeds the cluster's 4 devices" --config configs/moby.json --cluster namespace --gpus 8
 expect "no layout matches" "no layout of 4 devices matches" --config configs/moby.json --cluster namespace --tp 3
 expect "no --cluster" "needs --config FILE and --cluster NAME|FILE, or --calibrate" --config configs/moby.json
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

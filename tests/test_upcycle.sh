@@ -14,15 +14,8 @@
 #    dense one's; the upcycled folder saves as Mixtral and reads back without ted's keys
 #  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
 # Environment (from CTest): TED, TED_ROOT, TED_TMP (and TED_EMU where built).
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
-rm -rf "$TED_TMP"; mkdir -p "$TED_TMP"
-W=$TED_TMP
-pass=0 fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 M=(--data data/moby-dick.txt --n-layer 2 --n-embd 32 --n-head 4 --n-positions 32 --micro-batch 4 --eval-windows 2
    --log-every 0 --lr 3e-3 --warmup 0)
 # MFU against a stated peak: otherwise every run starts with rank 0 timing 18 sgemm of 1024^3 while the
@@ -235,5 +228,4 @@ refuse "--init-from a NaN" "holds nan" "$TED" train "${M[@]}" --steps 1 --init-f
 refuse "--init-from, another n_embd" "n_embd 64 (flag) vs 32" "$TED" train "${M[@]}" --steps 1 --n-embd 64 --init-from "$D"
 refuse "--init-from with --resume" "exclude each other" "$TED" train "${M[@]}" --steps 1 --init-from "$D" --resume "$W/dense"
 refuse "--resume an upcycled folder (no optimizer state)" "trainer_state.json: cannot read" "$TED" train "${M[@]}" --steps 1 --resume "$W/g1"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -3,10 +3,8 @@
 # float64): from the same initial checkpoint and sequential data, 12 training steps must give
 # the same per-step losses and gradient norms, the same final weights, and `ted eval` the same
 # loss as the reference's eval. Dense, MoE top-1 and top-2 with capacity drops, dropless.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}" "${PYTHON:=/usr/bin/python3}"
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
+source "${TED_ROOT:?}/tests/lib.sh"
+: "${PYTHON:=/usr/bin/python3}"
 DATA=data/moby-dick.txt
 fails=0
 

@@ -9,14 +9,11 @@
 #    fp32 arithmetic differently, and bf16 weights carry such differences forward);
 #  - on a CPU run the key is accepted with one note and changes nothing (bit-identical losses).
 # Needs TED_EMU (the ted_emu binary, set by tests.cmake); exits 77 (skipped) without it.
-set -euo pipefail
-: "${TED:?}" "${TED_ROOT:?}" "${TED_TMP:?}"
+source "${TED_ROOT:?}/tests/lib.sh"
 if [ -z "${TED_EMU:-}" ] || [ ! -x "$TED_EMU" ]; then
   echo "test_zero_offload_emu: skipped: ted_emu was not built"
   exit 77
 fi
-rm -rf "$TED_TMP" && mkdir -p "$TED_TMP"
-cd "$TED_ROOT"
 source tests/mpi_env.sh
 echo '{"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}' > $TED_TMP/off.json
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1}}' > $TED_TMP/s2.json
@@ -24,7 +21,6 @@ echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1, "offload_optim
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 16
        --seq-len 16 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 5 --grad-accum 2 --lr 3e-3
        --warmup 2 --eval-windows 4 --log-every 100)
-pass=0 fail=0
 mem_check() {   # mem_check NAME WITHOUT.jsonl WITH.jsonl BYTES_PER_SHARD_ELEMENT
   /usr/bin/python3 - "$@" <<'PY'
 import json, sys
@@ -54,5 +50,4 @@ check "CPU run: the key changes nothing" $TED_TMP/cpu.jsonl $TED_TMP/cpu-off.jso
 if [ "$(grep -c '^note: zero_optimization.offload_optimizer.device "cpu" changes nothing on a CPU run' $TED_TMP/cpu-off.out)" -eq 1 ]; then
   echo "ok   CPU run: one note"; pass=$((pass + 1))
 else echo "FAIL CPU run: the note is missing"; fail=$((fail + 1)); fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -39,3 +39,88 @@ foreach(src ${TED_TEST_PROGS})
   target_link_libraries(${name} tedcore)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 endforeach()
+# Labels: the rooms of src/ each test checks (`ctest -L moe` runs the tests of the MoE room),
+# plus mpi (ranks under mpirun), gpu (the CUDA backend: on a GPU or under the emulation) and house
+# (the tree's own rules). tests/README.md is this map in words. A test missing here is labelled
+# "unmapped" (and said at configure time): give it its rooms.
+set(TED_TEST_LABELS
+  test_config=config
+  test_deepspeed_keys=config,parallel
+  test_startup=config,run
+  test_resume_config=config,run,io
+  test_mpi_train_batch=config,run,mpi
+  test_bad_input=config,io,run,cli
+  test_sanitize=config,io
+  test_grad=nn,moe,model
+  test_sparse_attention=nn
+  test_sparse_model=nn,model
+  test_sparse_cli=nn,config
+  test_mpi_sparse=nn,parallel,mpi
+  test_precision=nn,parallel,mpi
+  test_schedule=parallel
+  test_grad_zero=parallel
+  test_mpi_grad_zero=parallel,mpi
+  test_mpi_comm_async=parallel,mpi
+  test_mpi_zero_stages=parallel,mpi
+  test_mpi_overlap_comm=parallel,mpi
+  test_mpi_onebit=parallel,mpi
+  test_onebit_exact=parallel
+  test_router=moe
+  test_router_family=moe
+  test_mpi_routing=moe,mpi
+  test_mpi_counts=moe,parallel,mpi
+  test_mpi_equivalence=moe,parallel,model,mpi
+  test_mpi_optimizations=moe,parallel,mpi
+  test_mpi_overlap=moe,parallel,mpi
+  test_mfu=model
+  test_mpi_pipeline=model,parallel,mpi
+  test_mpi_llama=model,parallel,mpi
+  test_vs_torch=model,run
+  test_llama_vs_torch=model,run
+  test_torch_ref_selfcheck=model
+  test_safetensors=io
+  test_tokenizer=io
+  test_tokenize=io
+  test_tokenize_docs=io
+  test_hf_gpt2=io
+  test_hf_layout=io
+  test_hf_llama=io
+  test_upcycle=io,cli
+  test_resume=io,run
+  test_mpi_resume_layouts=io,run,mpi
+  test_mpi_init_from=io,run,mpi
+  test_trust=io,run
+  test_mpi_trust=io,run,mpi
+  test_monitor=io,run
+  test_progress=io,run
+  test_plan=perf,cli
+  test_tune=perf,cli
+  test_cluster=perf,parallel,mpi
+  test_mpi_failure=run,parallel,mpi
+  test_generate=run,cli
+  test_threads=run,cli
+  test_cuda_kernels=cuda,gpu
+  test_cuda_moe=cuda,moe,gpu
+  test_cuda_emu=cuda,gpu,mpi
+  test_cuda_emu_sparse=cuda,nn,gpu
+  test_cuda_train=cuda,gpu,mpi
+  test_zero_offload_emu=cuda,parallel,gpu
+  test_layers=house
+  test_doc_refs=house)
+foreach(entry ${TED_TEST_LABELS})
+  string(REPLACE "=" ";" kv ${entry})
+  list(GET kv 0 name)
+  list(GET kv 1 rooms)
+  string(REPLACE "," ";" rooms ${rooms})
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES LABELS "${rooms}")
+  endif()
+endforeach()
+foreach(src ${TED_C_TESTS} ${TED_SH_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  get_test_property(${name} LABELS have)
+  if(NOT have)
+    set_tests_properties(${name} PROPERTIES LABELS unmapped)
+    message(STATUS "tests: ${name} has no room in TED_TEST_LABELS (tests/tests.cmake): labelled unmapped")
+  endif()
+endforeach()

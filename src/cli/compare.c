@@ -1,5 +1,5 @@
 // compare.c — where two runs part (see compare.h).
-#include "cli/compare.h"
+#include "cli/commands.h"
 #include "core/alloc.h"
 #include "core/util.h"
 #include <cjson/cJSON.h>
@@ -144,7 +144,7 @@ static int parse_tol(const char *name, const char *s, double *out) {
     return 0;
 }
 
-int compare_main(int argc, char **argv) {
+int cmd_compare(int argc, char **argv) {
     const char *files[2] = {NULL, NULL};
     Tol t = {1e-4, 1e-8};
     int nf = 0;

@@ -1,14 +1,11 @@
 // main.c — `ted <command>`: train | generate | eval | tokenize | plan | bench | compare | tune | upcycle.
-#include "parallel/comm.h"
-#include "cli/compare.h"
-#include "cli/plan.h"
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "core/util.h"
 #include "io/progress.h"
 #include "io/tokenizer.h"
-#include "cli/threads.h"
-#include "cli/train.h"
-#include "cli/tune.h"
-#include "cli/upcycle.h"
-#include "core/util.h"
+#include "parallel/comm.h"
+#include "run/threads.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -26,16 +23,11 @@ static void usage(FILE *f) {
             "  upcycle    grow a dense checkpoint into an MoE whose first step equals it\n");
 }
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     // a console redirected to a file shows each line as it is printed; help text stays one
     // write (`ted x --help | grep -q ...` must not meet a closed pipe half-way)
     threads_wait_policy(argv);
-    if (!wants_help(argc, argv)) progress_line_buffered();
+    if (!opts_help(argc, argv)) progress_line_buffered();
     comm_init(&argc, &argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -49,10 +41,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "generate")) rc = cmd_generate(argc - 1, argv + 1);
     else if (!strcmp(cmd, "tokenize")) rc = tok_main(argc - 1, argv + 1);
     else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "plan")) rc = plan_main(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "compare")) rc = compare_main(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "tune")) rc = tune_main(argc - 1, argv + 1);
-    else if (!strcmp(cmd, "upcycle")) rc = upcycle_main(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "plan")) rc = cmd_plan(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "compare")) rc = cmd_compare(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "tune")) rc = cmd_tune(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "upcycle")) rc = cmd_upcycle(argc - 1, argv + 1);
     else { ted_error("unknown command \"%s\" (ted --help lists them)", cmd); rc = TED_EXIT_USAGE; }
     // every rank ends here together: failures were agreed (ted_agree) where they can happen
     ted_agree(rc != 0);

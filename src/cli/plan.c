@@ -4,7 +4,7 @@
 //   as G grows: NP_base ≤ tp/4 · M_gpu                                    (M2)
 // With a config (or the shape flags) the exact tensors and activations of a rank, as ted train
 // allocates them.
-#include "cli/plan.h"
+#include "cli/commands.h"
 #include "config/config.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
@@ -84,7 +84,7 @@ static int shape_config(Config *c, const double *shape, int E, int m, int v, con
     c->model.num_experts = E > 1 ? E : 1;
     c->model.vocab_size = 50257;
     c->grad_accum = m; c->pp_virtual = v;
-    c->zero_stage = o->zero; c->offload = o->offload; c->bf16 = o->wbytes == 2; c->device = o->gpu;
+    c->zero_stage = o->zero; c->offload = o->offload; c->bf16 = o->wbytes == 2; c->device = o->gpu ? DEV_CUDA : DEV_CPU;
     return 1;
 }
 
@@ -100,7 +100,7 @@ static void schedule_row(const Config *c, int kind, int pp, int tp, int ep, int 
     Topology t;
     MemPlan m;
     memplan_topology(&t, tp, ep, pp, dp, 0);
-    memplan_of(&m, &k, &t, k.device == 1);
+    memplan_of(&m, &k, &t, k.device == DEV_CUDA);
     const char *name[3] = {"gpipe", "1f1b", "interleaved"};
     char b[32];
     human(m.act, b, sizeof b);
@@ -121,7 +121,7 @@ static void pipeline_rows(int pp, int m, int v, const Config *shape, int tp, int
 // A layout of a config: its model state (exact tensors, ZeRO stage) and activations, with
 // activation checkpointing as the config has it and the other way.
 static void config_row(const Config *c, int tp, int ep, int pp, int dp, double mem) {
-    int gpu = c->device == 1;
+    int gpu = c->device == DEV_CUDA;
     MemPlan m, o;
     Config k = *c;
     k.activation_checkpointing = !c->activation_checkpointing;
@@ -143,7 +143,7 @@ static void config_rows(const Config *c, int g, int T, int P, int pp, double mem
     double nonexp = (double)model_num_params(m) - exp_all;
     printf("config model: %.4g params (%.4g non-expert, %.4g in experts), %d experts; %d GPUs of %.3g bytes; %s, "
            "activation checkpointing %s, micro-batch %d\n", nonexp + exp_all, nonexp, exp_all, m->num_experts, g, mem,
-           zero_name(&(PlanOpts){c->zero_stage, c->offload, 0, c->device == 1}), c->activation_checkpointing ? "on" : "off", c->micro_batch);
+           zero_name(&(PlanOpts){c->zero_stage, c->offload, 0, c->device == DEV_CUDA}), c->activation_checkpointing ? "on" : "off", c->micro_batch);
     for (int tp = 1; tp <= g; tp++) {   // a pipeline stage holds 1/pp of the model
         if (g % (tp * pp) || (T && tp != T) || m->n_head % tp || (int)f % tp) continue;
         for (int ep = 1; ep <= m->num_experts; ep++) {
@@ -158,7 +158,7 @@ static void config_rows(const Config *c, int g, int T, int P, int pp, double mem
 // present blocks (B·nnz·block² floats), counted from the layouts themselves.
 static void attention_rows(const Config *c, int tp) {
     const ModelConfig *m = &c->model;
-    int T = c->seq_len ? c->seq_len : m->n_positions, B = c->micro_batch, H = m->n_head / tp;
+    int T = cfg_seq_len(c), B = c->micro_batch, H = m->n_head / tp;
     double dense = 4.0 * B * H * T * (double)T * m->n_layer, sparse = 0;
     char b[32], s[32];
     human(dense, b, sizeof b);
@@ -243,7 +243,7 @@ static int plan_config(const char *path, const int *given, int offload, int G, i
     if (given[6]) c.bf16 = o->wbytes == 2, c.fp16 = 0;
     if (given[16]) c.zero_stage = o->zero;
     if (offload) c.offload = 1;
-    if (given[17]) c.device = o->gpu;
+    if (given[17]) c.device = o->gpu ? DEV_CUDA : DEV_CPU;
     if (!given[8]) pp = c.pp;   // the config's own pipeline unless --pp says otherwise
     c.pp = pp;
     if (given[9]) c.grad_accum = (int)pipe[1];   // the micro-batches of a step
@@ -281,7 +281,7 @@ static int plan_base(double N, int e, int g, int T, int P, int pp, const double 
     return 0;
 }
 
-int plan_main(int argc, char **argv) {
+int cmd_plan(int argc, char **argv) {
     const char *vals[NOPT] = {NULL, NULL, NULL, NULL, NULL, "80e9", "bf16", NULL, "1", "8", "2", "0", "0", "0", "0", "0", "1",
                               "cuda"};
     int given[NOPT] = {0}, offload = 0, rc = parse(argc, argv, vals, given, &offload);

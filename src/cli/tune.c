@@ -3,7 +3,7 @@
 // and accumulation for the global batch) costed by the performance model (perf/perfmodel.h); the
 // ten fastest that fit in memory, their split, and the mpirun line of the best. --json: every
 // evaluated layout as one JSON object per line.
-#include "cli/tune.h"
+#include "cli/commands.h"
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/util.h"
@@ -49,8 +49,8 @@ static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl
 // Overlap: the all-to-all in 1, 2 or 4 chunks (with expert parallelism, as far as the capacity allows),
 // overlap_comm off or on (with data parallelism); neither on a GPU run (they are refused there).
 static void each_overlap(Options *s, Layout y, const Config *c, const Cluster *cl, const Layout *w) {
-    int moe = c->model.num_experts > 1 && y.ep > 1, most = model_overlap_max(c, c->seq_len > 0 ? c->seq_len : c->model.n_positions);
-    int cpu = c->device != 1;   // both run on the CPU only; overlap_comm not with OneBitAdam
+    int moe = c->model.num_experts > 1 && y.ep > 1, most = model_overlap_max(c, cfg_seq_len(c));
+    int cpu = c->device != DEV_CUDA;   // both run on the CPU only; overlap_comm not with OneBitAdam
     for (y.overlap_degree = 1; y.overlap_degree <= (moe && cpu ? 4 : 1) && y.overlap_degree <= most; y.overlap_degree *= 2)
         for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1 && cpu && !c->onebit); y.overlap_comm++)
             if (wanted(&y, w)) keep(s, &y, c, cl);
@@ -74,7 +74,7 @@ static void each_option(Options *s, Layout y, const Config *c, const Cluster *cl
 // Every (pp, tp, ep, dp) that design §4 allows for G ranks of this model on this cluster.
 static void enumerate(Options *s, const Config *c, const Cluster *cl, int G, long global, const Layout *w) {
     const ModelConfig *m = &c->model;
-    Layout y = {.wbytes = c->bf16 || c->fp16 ? 2 : 4};
+    Layout y = {.wbytes = precision_bytes(cfg_precision(c))};
     for (y.pp = 1; y.pp <= G && y.pp <= m->n_layer; y.pp++) {
         if (G % y.pp) continue;
         for (y.tp = 1; y.tp <= G / y.pp; y.tp++) {   // TP across nodes is allowed, and costed
@@ -219,7 +219,7 @@ static void train_defaults(Layout *w, const Config *c) {
 // The predicted traffic of a layout's first stage, in the log's `comm` form.
 static void print_traffic(const Option *o, const Config *c) {
     Traffic t;
-    int T = c->seq_len > 0 ? c->seq_len : c->model.n_positions;
+    int T = cfg_seq_len(c);
     traffic_of(&t, &c->model, T, &o->y, 0);
     printf("{");
     int first = 1;
@@ -272,7 +272,7 @@ static void help(void) {
            "  latency and bandwidth inside a node and between nodes (ping-pong from rank 0).\n");
 }
 
-int tune_main(int argc, char **argv) {
+int cmd_tune(int argc, char **argv) {
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
     TuneArgs a;
     Config c;
@@ -283,7 +283,7 @@ int tune_main(int argc, char **argv) {
     if (config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster)) return TED_EXIT_USAGE;
     if (a.traffic) train_defaults(&a.want, &c);
     int G = a.gpus ? a.gpus : cluster_devices(&cl);
-    long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : (long)c.micro_batch * c.grad_accum;
+    long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : cfg_global_batch(&c, 1);
     if (a.traffic) global = (long)a.want.micro_batch * a.want.accum * (G / (a.want.pp * a.want.tp));   // as ted train runs it
     if (G > cluster_devices(&cl)) { ted_error("tune: --gpus %d exceeds the cluster's %d devices", G, cluster_devices(&cl)); return TED_EXIT_USAGE; }
     Options s = {0};

@@ -1,9 +1,9 @@
 // upcycle.c — `ted upcycle`: its options and its report (the work: io/upcycle.c).
-#include "cli/upcycle.h"
+#include "cli/commands.h"
+#include "cli/opts.h"
 #include "io/upcycle.h"
 #include "parallel/comm.h"
 #include "core/util.h"
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,45 +22,16 @@ static void help(void) {
            "  optimizer state: train it with ted train --init-from DIR. docs/upcycle.md.\n");
 }
 
-static int to_int(const char *name, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        ted_error("upcycle: %s must be an integer in [%ld, %ld], got \"%s\"", name, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-typedef struct { const char *name; const char **val; } Opt;
-
-// "--name value" / "--name=value" into the options; 0 or -1 after one line.
-static int parse(int argc, char **argv, Opt *o, int n) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        int k = 0;
-        while (k < n && (strlen(o[k].name) != len || strncmp(a, o[k].name, len))) k++;
-        if (k == n) { ted_error("upcycle: unknown option %s (see ted upcycle --help)", a); return -1; }
-        if (eq) *o[k].val = eq + 1;
-        else if (i + 1 < argc) *o[k].val = argv[++i];
-        else { ted_error("upcycle: %s needs a value", a); return -1; }
-    }
-    return 0;
-}
-
 static int options(int argc, char **argv, UpcycleOpts *u) {
     const char *load = NULL, *save = NULL, *ne = NULL, *tk = "0", *gr = "1", *me = "1", *router = "topk", *seed = "1337";
     Opt o[] = {{"--load", &load}, {"--save", &save}, {"--num-experts", &ne}, {"--top-k", &tk}, {"--granularity", &gr},
                {"--moe-every", &me}, {"--router", &router}, {"--seed", &seed}};
-    if (parse(argc, argv, o, 8)) return -1;
+    if (opts_parse(argc, argv, o, 8, "upcycle")) return -1;
     if (!load || !save || !ne) { ted_error("upcycle: --load, --num-experts and --save are required (see ted upcycle --help)"); return -1; }
     long e, k, g, m, s;
-    if (to_int("--num-experts", ne, 1, 1 << 16, &e) || to_int("--top-k", tk, 0, 1 << 16, &k) ||
-        to_int("--granularity", gr, 1, 1 << 16, &g) || to_int("--moe-every", me, 1, 1 << 16, &m) ||
-        to_int("--seed", seed, 0, 1L << 62, &s))
+    if (opts_long("upcycle", "--num-experts", ne, 1, 1 << 16, &e) || opts_long("upcycle", "--top-k", tk, 0, 1 << 16, &k) ||
+        opts_long("upcycle", "--granularity", gr, 1, 1 << 16, &g) || opts_long("upcycle", "--moe-every", me, 1, 1 << 16, &m) ||
+        opts_long("upcycle", "--seed", seed, 0, 1L << 62, &s))
         return -1;
     static char dir[1024];   // without trailing slashes: the temporary folder is its sibling
     snprintf(dir, sizeof dir, "%s", save);
@@ -69,9 +40,8 @@ static int options(int argc, char **argv, UpcycleOpts *u) {
     return 0;
 }
 
-int upcycle_main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
+int cmd_upcycle(int argc, char **argv) {
+    if (opts_help(argc, argv)) { help(); return 0; }
     if (comm_world_size() > 1) { ted_error("upcycle: runs as one process (not under mpirun)"); return TED_EXIT_USAGE; }
     UpcycleOpts u;
     UpcycleResult r;

@@ -2,6 +2,8 @@
 #pragma once
 #include <stdint.h>
 #include <string.h>
+#include "core/precision.h"
+
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -54,6 +56,6 @@ static inline void fp16_from_f32_n(uint16_t *out, const float *in, long n) {
 #endif
     for (; j < n; j++) out[j] = fp16_from_f32(in[j]);
 }
-// kind: 1 = bf16, 2 = fp16
-static inline uint16_t half_from_f32(int kind, float f) { return kind == 1 ? bf16_from_f32(f) : fp16_from_f32(f); }
-static inline float half_to_f32(int kind, uint16_t h) { return kind == 1 ? bf16_to_f32(h) : fp16_to_f32(h); }
+// kind: PREC_BF16 or PREC_FP16
+static inline uint16_t half_from_f32(Precision kind, float f) { return kind == PREC_BF16 ? bf16_from_f32(f) : fp16_from_f32(f); }
+static inline float half_to_f32(Precision kind, uint16_t h) { return kind == PREC_BF16 ? bf16_to_f32(h) : fp16_to_f32(h); }

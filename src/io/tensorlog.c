@@ -12,7 +12,7 @@ static int versions(const Model *M, const Param *p) { return p->expert < 0 ? 1 :
 
 int tensorlog_init(TensorLog *t, const Model *M, const Config *c) {
     memset(t, 0, sizeof *t);
-    if (c->debug_expert_grad_scale != 1.0f && (c->bf16 || c->fp16 || c->device)) {
+    if (c->debug_expert_grad_scale != 1.0f && (cfg_precision(c) != PREC_FP32 || c->device == DEV_CUDA)) {
         ted_error("--debug-expert-grad-scale: needs fp32 on the CPU");
         return -1;
     }

@@ -209,7 +209,7 @@ int upcycle_run(const UpcycleOpts *o, UpcycleResult *res) {
     Topology topo;
     topo_init(&topo, 1, 1, 1);
     Model D;
-    int T = dc.seq_len > 0 ? dc.seq_len : dc.model.n_positions;
+    int T = cfg_seq_len(&dc);
     model_build(&D, &dc, &topo, 1, T);
     int rc = ckpt_load_weights(res->dense, &D);   // names, shapes, finiteness
     if (!rc) rc = build_and_write(&D, &mc, o, res);

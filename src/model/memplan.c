@@ -16,7 +16,7 @@ void memplan_topology(Topology *t, int tp, int ep, int pp, int dp, int stage) {
 
 void memplan_of(MemPlan *p, const Config *c, const Topology *t, int gpu) {
     memset(p, 0, sizeof *p);
-    int T = c->seq_len > 0 ? c->seq_len : c->model.n_positions;
+    int T = cfg_seq_len(c);
     ModelSize z;
     model_size(&z, c, t, c->micro_batch, T);
     ZeroSize s;

@@ -110,7 +110,7 @@ static void add_params(Model *M) {
 static void alloc_params(Model *M) {
     Registry *r = &M->reg;
     int d = M->d;
-    reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
+    reg_alloc(r, cfg_precision(&M->cfg));
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
     int vocab[2] = {M->wte, M->lmh};
@@ -506,7 +506,7 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
             sparse_layout_build(&M->sl[l], &cfg->sparse, cfg->seed, l, topo->tp_idx * M->Hl, M->Hl, Tb);
     }
     add_params(M);
-    M->reg.half = cfg->bf16 ? 1 : cfg->fp16 ? 2 : 0;
+    M->reg.half = cfg_precision(cfg);
 }
 
 // 16-bit storage: the fp32 working copies' elements, of the head and of the largest block.

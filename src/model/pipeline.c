@@ -60,13 +60,13 @@ static void send_floats(Pipeline *P, const float *x, long n, int to, int tag) {
         uint16_t *o = s->buf;
         for (long j = 0; j < n; j++) o[j] = half_from_f32(P->half, h[j]);
     } else memcpy(s->buf, h, sizeof(float) * n);
-    comm_isend(P->pp, s->buf, n, P->half == 1 ? DT_BF16 : P->half == 2 ? DT_F16 : DT_F32, to, tag, &s->req);
+    comm_isend(P->pp, s->buf, n, comm_dtype(P->half), to, tag, &s->req);
 }
 
 // Receives n floats from stage `from` into x (host or device); the wait is counted in wait_ms.
 static void recv_floats(Pipeline *P, float *x, long n, int from, int tag) {
     double t0 = now_ms();
-    comm_recv(P->pp, P->recv_buf, n, P->half == 1 ? DT_BF16 : P->half == 2 ? DT_F16 : DT_F32, from, tag);
+    comm_recv(P->pp, P->recv_buf, n, comm_dtype(P->half), from, tag);
     P->wait_ms += now_ms() - t0;
     float *dst = ted_device == DEV_CPU ? x : P->host_f32;
     if (P->half) {
@@ -166,7 +166,7 @@ void pipe_sum_tied(Pipeline *P) {
     Param *p = &M->reg.p[M->wte];
     size_t es = M->reg.half ? 2 : 4, bytes = es * p->numel;
     int peer = M->has_embed ? P->pp->size - 1 : 0, tag = tag_of(P, TAG_EVAL + 1, 0);
-    DType t = M->reg.half == 1 ? DT_BF16 : M->reg.half == 2 ? DT_F16 : DT_F32;
+    DType t = comm_dtype(M->reg.half);
     void *g = M->reg.half ? (void *)p->g16 : (void *)p->g;
     char *mine = ted_alloc(bytes, MEM_COMM), *theirs = ted_alloc(bytes, MEM_COMM);
     buf_copy(mine, g, bytes);
@@ -200,7 +200,7 @@ void pipe_print(const Pipeline *P, const Config *c) {
     printf("pipeline: pp %d, %s schedule, %d chunk(s) per stage, %d micro-batches per step; ideal bubble %.3f\n",
            pp, sched_name(c->pp_schedule), P->sched.v, c->grad_accum,
            sched_ideal_bubble(c->pp_schedule, pp, P->sched.v, c->grad_accum));
-    int T = c->seq_len > 0 ? c->seq_len : c->model.n_positions;
+    int T = cfg_seq_len(c);
     for (int s = 0; s < pp && pp > 1; s++) {   // with each stage's model FLOPs per token (forward and backward)
         double flops = s == (M->chunks - 1) % pp ? 6.0 * c->model.vocab_size * c->model.n_embd : 0;
         printf("  stage %d (ranks %d-%d): blocks", s, s * M->topo->dp * M->topo->tp, (s + 1) * M->topo->dp * M->topo->tp - 1);

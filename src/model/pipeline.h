@@ -17,7 +17,7 @@ typedef struct {
     Model *M;
     Group *pp;
     Schedule sched;      // this stage's list for one training step
-    int half;            // messages in 16 bits (1 bf16, 2 fp16) or fp32 (0)
+    Precision half;      // messages in 16 bits (PREC_BF16, PREC_FP16) or fp32
     PipeSend *sends; int nsends;
     void *recv_buf; float *host_f32;   // landing buffers (16-bit messages; device runs)
     int *inp, *tgt;      // a micro-batch's tokens and targets

@@ -446,19 +446,19 @@ void residual_forward(float *out, const float *a, const float *b, long n) {
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void convert_to_f32(float *dst, const uint16_t *src, long n, int half) {
+void convert_to_f32(float *dst, const uint16_t *src, long n, Precision half) {
     ON_GPU(cu_half_to_f32(dst, src, n, half));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) dst[i] = half_to_f32(half, src[i]);
 }
 
-void convert_from_f32(uint16_t *dst, const float *src, long n, int half) {
+void convert_from_f32(uint16_t *dst, const float *src, long n, Precision half) {
     ON_GPU(cu_f32_to_half(dst, src, n, half));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, src[i]);
 }
 
-void accumulate_half(uint16_t *dst, const float *src, long n, int half) {
+void accumulate_half(uint16_t *dst, const float *src, long n, Precision half) {
     ON_GPU(cu_half_accumulate(dst, src, n, half));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) dst[i] = half_from_f32(half, half_to_f32(half, dst[i]) + src[i]);

@@ -4,6 +4,7 @@
 // Every matrix product is OpenBLAS sgemm; element-wise loops are OpenMP.
 #pragma once
 #include <stdint.h>
+#include "core/precision.h"
 
 // out[N,d] = wte[tok] + wpe[pos]; N = B·T. wte holds the vocabulary rows [v0, v0+Vl) (a TP
 // shard); tokens outside give 0 there. wpe may be NULL (added on one TP rank only).
@@ -68,9 +69,9 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
           float beta, float *C, int ldc);
 // out[n] = a + b (the residual after a row-parallel layer)
 void residual_forward(float *out, const float *a, const float *b, long n);
-// 16-bit storage (half 1 = bf16, 2 = fp16): up-cast, round to nearest even, dst = half(dst + src)
-void convert_to_f32(float *dst, const uint16_t *src, long n, int half);
-void convert_from_f32(uint16_t *dst, const float *src, long n, int half);
-void accumulate_half(uint16_t *dst, const float *src, long n, int half);
+// 16-bit storage (half PREC_BF16 or PREC_FP16): up-cast, round to nearest even, dst = half(dst + src)
+void convert_to_f32(float *dst, const uint16_t *src, long n, Precision half);
+void convert_from_f32(uint16_t *dst, const float *src, long n, Precision half);
+void accumulate_half(uint16_t *dst, const float *src, long n, Precision half);
 // Σ x in double (the batch's summed token losses)
 double sum_forward(const float *x, long n);

@@ -61,7 +61,7 @@ static void point(Registry *r, int device) {
     }
 }
 
-void reg_alloc(Registry *r, int half) {
+void reg_alloc(Registry *r, Precision half) {
     r->half = half;
     size_t es = half ? sizeof(uint16_t) : sizeof(float);
     void *w = ted_alloc_buf(es * r->total, MEM_PARAMS);

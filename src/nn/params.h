@@ -6,6 +6,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "core/precision.h"
 
 typedef enum { TAG_DP, TAG_EDP } SyncTag;   // non-expert → DP group; expert → expert-DP group
 
@@ -40,7 +41,7 @@ typedef struct {
     // On a GPU run the flat buffers are device memory and the weights have a host copy (the
     // same pointers on the CPU). Initialisation and checkpoints work on the host view.
     float *host_w; uint16_t *host_w16;
-    int half;           // storage: 0 fp32, 1 bf16, 2 fp16
+    Precision half;     // storage: PREC_FP32, PREC_BF16 or PREC_FP16
     int tp, tp_idx;     // the TP slice this registry holds
     // ZeRO stage 2: no flat gradient buffer is made (grads_external); the optimizer points the
     // gradient views into its buckets and the backward calls grads_ready(ctx, i0, i1) when the
@@ -58,9 +59,9 @@ void reg_init(Registry *r, int cap, int tp, int tp_idx);
 // Adds a tensor; returns its index. Shapes are full shapes; the local shape follows split_dim.
 int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split_dim, int parts,
             SyncTag tag, float std, float val);
-// Allocates the flat buffers (fp32, or 16-bit when half is 1 = bf16 / 2 = fp16) and points
+// Allocates the flat buffers (fp32, or 16-bit when half is PREC_BF16 / PREC_FP16) and points
 // every Param into them.
-void reg_alloc(Registry *r, int half);
+void reg_alloc(Registry *r, Precision half);
 // Host view: Param weight views point at the host copy (copy: after downloading the run's
 // weights into it). Device view: back to the run buffers (copy: after uploading the host copy).
 // On the CPU both copies are no-ops.

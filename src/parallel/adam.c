@@ -84,7 +84,7 @@ static void adamw_fp16_host(float *restrict w, float *restrict m, float *restric
 // bf16 as one loop that vectorises (its conversions are integer operations).
 void adamw_half_host(float *restrict w, float *restrict m, float *restrict v, uint16_t *restrict g16, long n,
                      float gscale, const AdamHyper *a, uint16_t *restrict w16, int half) {
-    if (half == 2) { adamw_fp16_host(w, m, v, g16, n, gscale, a, w16); return; }
+    if (half == PREC_FP16) { adamw_fp16_host(w, m, v, g16, n, gscale, a, w16); return; }
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
     #pragma omp parallel for simd schedule(static)
     for (long j = 0; j < n; j++) {

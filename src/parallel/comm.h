@@ -7,12 +7,15 @@
 #pragma once
 #include <mpi.h>
 #include <stddef.h>
+#include "core/precision.h"
 
 // STAGE: every rank of one pipeline stage (the world when pp = 1); checkpoints assemble there.
 typedef enum { GROUP_TP, GROUP_DP, GROUP_EP, GROUP_EDP, GROUP_PP, GROUP_WORLD, GROUP_STAGE, GROUP_N } GroupKind;
 typedef enum { COLL_ALLREDUCE, COLL_ALLTOALL, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST,
                COLL_SENDRECV, COLL_N } CollKind;
 typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BYTE, DT_BF16, DT_F16 } DType;   // 16-bit: sums in fp32 per element
+// The type of a run's stored values on the wire.
+static inline DType comm_dtype(Precision p) { return p == PREC_BF16 ? DT_BF16 : p == PREC_FP16 ? DT_F16 : DT_F32; }
 
 typedef struct {
     GroupKind kind;

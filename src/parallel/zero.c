@@ -37,7 +37,7 @@ static void make_shards(Zero *z) {
 
 void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c, int gpu) {
     memset(s, 0, sizeof *s);
-    double es = c->bf16 || c->fp16 ? 2 : 4, shard = 0;
+    double es = precision_bytes(cfg_precision(c)), shard = 0;
     int whole = 1;
     for (int i = 0; i < r->n; i++) {   // rank 0's shard (as make_shards): the first chunk of each tensor
         int n = c->zero_stage == 0 ? 1 : r->p[i].tag == TAG_EDP ? edp : dp;
@@ -80,7 +80,7 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
     zero_sync_master(z);
     z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
     z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
-    z->loss_scale = scaler_init(&z->scaler, &c->scaler, reg->half == 2);
+    z->loss_scale = scaler_init(&z->scaler, &c->scaler, reg->half == PREC_FP16);
     CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
     if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size, c->overlap_comm);
     if (c->overlap_comm) overlap_init(z, c->grad_accum);
@@ -155,7 +155,7 @@ static void plan_buffers(Zero *z, long tile) {
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     Group *g = zero_group(z, p);
     int half = z->reg->half;
-    DType t = half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32;
+    DType t = comm_dtype(half);
     if (g->size == 1 || z->stage == 2) return;
     if (z->stage == 0) { comm_allreduce(g, half ? (void *)p->g16 : (void *)p->g, p->numel, t); return; }
     // reduce-scatter needs equal chunks: pad the tensor to chunk·size
@@ -192,11 +192,11 @@ void zero_params_wait(Zero *z, int i0, int i1) { if (z->ov) overlap_params_wait(
 // order fixed by the code, not by the thread count.
 static double sumsq_host(const void *x, long n, int half, float s) {
     double acc = 0;
-    if (half == 1) {
+    if (half == PREC_BF16) {
         const uint16_t *restrict h = x;
         #pragma omp simd reduction(+ : acc)
         for (long j = 0; j < n; j++) { double g = bf16_to_f32(h[j]) * s; acc += g * g; }
-    } else if (half == 2) {   // up-cast a block at a time by core/half.h's F16C conversions
+    } else if (half == PREC_FP16) {   // up-cast a block at a time by core/half.h's F16C conversions
         float f[512];
         for (long b = 0; b < n; b += 512) {
             long k = n - b < 512 ? n - b : 512;

@@ -110,7 +110,7 @@ void bucket_free(Zero *z) {
     ted_free_buf(z->acc); ted_free(z->bk_of); ted_free(z->bk_need); ted_free(z->bk_ready);
 }
 
-static DType dtype_of(const Zero *z) { return z->reg->half == 1 ? DT_BF16 : z->reg->half == 2 ? DT_F16 : DT_F32; }
+static DType dtype_of(const Zero *z) { return comm_dtype(z->reg->half); }
 
 // This rank's reduced part of tensor i added into the shard's gradients, and its slot zeroed.
 static void add_part(Zero *z, int i, const void *part) {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 static size_t esize(const Zero *z) { return z->reg->half ? 2 : 4; }
-static DType dtype(const Zero *z) { return z->reg->half == 1 ? DT_BF16 : z->reg->half == 2 ? DT_F16 : DT_F32; }
+static DType dtype(const Zero *z) { return comm_dtype(z->reg->half); }
 static char *grad(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->g16 : (char *)p->g; }
 static char *weight(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->w16 : (char *)p->w; }
 static int travels(const Zero *z, int i) { return zero_group(z, &z->reg->p[i])->size > 1; }

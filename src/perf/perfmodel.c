@@ -206,7 +206,7 @@ static void stage_memory(Prediction *q, const Config *c, const Config *k, const 
     Topology top;
     MemPlan mp;
     memplan_topology(&top, y->tp, y->ep, y->pp, y->dp, s);
-    memplan_of(&mp, k, &top, c->device == 1);
+    memplan_of(&mp, k, &top, c->device == DEV_CUDA);
     q->state_bytes = mp.state;
     q->act_bytes = mp.act;
     q->opt_temp_bytes = opt_temp(c, y, &mp);
@@ -216,7 +216,7 @@ static void stage_memory(Prediction *q, const Config *c, const Config *k, const 
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl) {
     memset(p, 0, sizeof *p);
     const ModelConfig *m = &c->model;
-    int T = c->seq_len > 0 ? c->seq_len : m->n_positions;
+    int T = cfg_seq_len(c);
     double rate = cl->peak * cl->gemm_eff, worst = -1, mean = 0, once = 0, lone = cl->shared_by > 1 ? cl->shared_by : 1;
     double *work = ted_alloc(sizeof(double) * 2 * y->pp, MEM_TEMP), *msg = work + y->pp;
     Prediction time, full;

@@ -1,5 +1,5 @@
 // sample.c — sampling from a model (see sample.h).
-#include "cli/sample.h"
+#include "run/sample.h"
 #include "core/alloc.h"
 #include "core/rng.h"
 #include <math.h>
@@ -80,4 +80,23 @@ long sample_text(Pipeline *P, const Tokenizer *tok, const int *prompt, int np, c
     if (out) fputc('\n', out);
     ted_free(ctx); ted_free(p); ted_free(scratch); ted_free(text);
     return made;
+}
+
+int *sample_encode_prompt(const Tokenizer *tok, const char *text, int *n) {
+    size_t len = strlen(text);
+    if (!tok) {
+        int *ids = ted_alloc(sizeof(int) * (len + 1), MEM_TEMP);
+        for (size_t i = 0; i < len; i++) ids[i] = (unsigned char)text[i];
+        if (!len) ids[len++] = '\n';
+        *n = (int)len;
+        return ids;
+    }
+    int *raw = NULL;
+    long k = tok_encode((Tokenizer *)tok, text, len, &raw);
+    int *ids = ted_alloc(sizeof(int) * (k + 1), MEM_TEMP);
+    if (k > 0) memcpy(ids, raw, sizeof(int) * k);
+    if (raw) ted_free(raw);
+    if (k <= 0) { ids[0] = 50256; k = 1; }   // <|endoftext|> starts an empty prompt
+    *n = (int)k;
+    return ids;
 }

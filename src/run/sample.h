@@ -16,7 +16,9 @@ typedef struct {
     uint64_t seed;
 } SampleOpts;
 
-
+// The prompt's token ids (ted_free them): bytes for a byte model (tok NULL; an empty prompt is
+// "\n"), else tok's encoding (an empty prompt is <|endoftext|>). *n: how many.
+int *sample_encode_prompt(const Tokenizer *tok, const char *text, int *n);
 // Writes the generated text to out as it goes (bytes for a byte model, else decoded with tok),
 // then a newline. Every rank of the model runs it (the pipeline's stages pass the context
 // along); out is NULL on ranks that do not print. Returns the number of tokens generated.

@@ -1,5 +1,5 @@
 // threads.c — thread count and wait policy (see threads.h).
-#include "cli/threads.h"
+#include "run/threads.h"
 #include <omp.h>
 #include <stdlib.h>
 #include <unistd.h>

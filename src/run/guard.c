@@ -1,5 +1,5 @@
 // guard.c — the non-finite stop after each step (see guard.h).
-#include "cli/guard.h"
+#include "run/guard.h"
 #include "core/util.h"
 #include <math.h>
 
@@ -24,7 +24,7 @@ static void saved_during(const Config *c, long a, long b, char *out, size_t n) {
 int guard_step(Guard *g, const Config *c, const StepMetrics *m) {
     double v = 0;
     const char *bad = first_bad(m, &v);
-    if (c->fp16) {   // loss scaling owns overflow: count the skips in a row
+    if (cfg_precision(c) == PREC_FP16) {   // loss scaling owns overflow: count the skips in a row
         g->skipped_run = m->skipped || bad ? g->skipped_run + 1 : 0;
         if (g->skipped_run < GUARD_MAX_SKIPPED) return 0;
         char saved[200];

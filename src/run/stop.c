@@ -1,5 +1,5 @@
 // stop.c — the SIGINT/SIGTERM flag (see stop.h).
-#include "cli/stop.h"
+#include "run/stop.h"
 #include "parallel/comm.h"
 #include "core/watchdog.h"
 #include <signal.h>

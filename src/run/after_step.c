@@ -1,0 +1,83 @@
+// after_step.c — what follows a training step: the log and the monitors, the non-finite stop,
+// the progress line, evaluation, a sample, a checkpoint, a signal's stop (see run.h).
+#include "run/run.h"
+#include "core/alloc.h"
+#include "io/metrics.h"
+#include "model/routing.h"
+#include "run/evaluate.h"
+#include "run/sample.h"
+#include "run/stop.h"
+
+// The step's metrics for TensorBoard and csv_monitor (rank 0): losses, lr, gradient norm,
+// throughput, MFU, drops, the loss scale, each MoE block's load (max/mean tokens per expert) and
+// each collective's ms.
+static void monitor_step(Run *R, const StepMetrics *m) {
+    Monitor *mon = &R->mon;
+    if (!mon->tb && !mon->csv_dir[0]) return;
+    long s = m->step;
+    const char *tags[] = {"Train/loss", "Train/lm_loss",      "Train/aux_loss",
+                          "Train/lr",   "Train/grad_norm",    "Train/tokens_per_s",
+                          "Train/mfu",  "Train/dropped_frac", "Train/loss_scale"};
+    double vals[] = {m->loss,         m->lm_loss, m->aux_loss,     m->lr,        m->grad_norm,
+                     m->tokens_per_s, m->mfu,     m->dropped_frac, m->loss_scale};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) monitor_scalar(mon, tags[i], vals[i], s);
+    char tag[96];
+    const RouteLog *r = R->tr.M.rlog;
+    for (int i = 0; r && i < r->nall; i++) {
+        snprintf(tag, sizeof tag, "MoE/block_%d_load", r->all_layer[i]);
+        monitor_scalar(mon, tag, r->out[i].max_mean, s);
+    }
+    const CommStats *cs = comm_stats();
+    for (int k = 0; k < COLL_N; k++)
+        for (int g = 0; g < GROUP_N; g++)
+            if (cs->c[k][g].calls) {
+                snprintf(tag, sizeof tag, "Comm/%s.%s_ms", comm_coll_name(k), comm_group_name(g));
+                monitor_scalar(mon, tag, cs->c[k][g].ms, s);
+            }
+    monitor_flush(mon);
+}
+
+// The validation loss after step s (logged, printed, monitored).
+static void eval_now(Run *R, long s) {
+    EvalResult e = evaluate(&R->tr.P, &R->ds.val, R->nval, R->tr.T, NULL);
+    metrics_eval(R->log, s + 1, e.loss, e.lm, e.aux, e.windows);
+    progress_eval(&R->prog, s + 1, e.loss, e.lm, e.windows);
+    monitor_scalar(&R->mon, "Eval/val_loss", e.loss, s + 1);
+    monitor_flush(&R->mon);
+}
+
+// A sample of a byte model after step s (rank 0 prints it).
+static void sample_now(Run *R, long s) {
+    int rank0 = R->topo.rank == 0, np;
+    int *pr = sample_encode_prompt(NULL, "\n", &np);
+    if (rank0) printf("sample: ");
+    SampleOpts so = {200, 0.8f, 0, 1.0f, NULL, R->c.seed + (uint64_t)s};
+    sample_text(&R->tr.P, NULL, pr, np, &so, rank0 ? stdout : NULL);
+    ted_free(pr);
+}
+
+static int every(int n, long s, int last) { return n > 0 && ((s + 1) % n == 0 || last); }
+
+int run_after_step(Run *R, long s, const StepMetrics *m) {
+    const Config *c = &R->c;
+    int rank0 = R->topo.rank == 0, last = s + 1 == c->steps;
+    metrics_step(R->log, m);
+    monitor_step(R, m);
+    if (guard_step(&R->guard, c, m)) return -1;   // non-finite: stop, never save this state
+    int print = c->log_every > 0 && ((s + 1) % c->log_every == 0 || last || s == R->first_step);
+    progress_step(&R->prog, m, R->tr.peak, print);
+    if (c->wall_clock_breakdown && print) wallclock_print(&R->tr.wall, s + 1, rank0 ? stdout : NULL);
+    if (R->nval > 0 && (every(c->eval_every, s, 0) || last)) eval_now(R, s);
+    if (every(c->sample_every, s, last) && c->model.vocab_size == 256) sample_now(R, s);
+    R->st.step = s + 1;
+    R->st.tokens += R->tr.ntok;
+    int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
+    if (c->save[0] && (every(c->save_every, s, 0) || last || stop) && run_save(R)) return -1;
+    if (stop) {
+        if (rank0)
+            fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, R->st.step,
+                    c->save[0] ? " (saved)" : "");
+        return 128 + stop;
+    }
+    return 0;
+}
