@@ -26,9 +26,9 @@ the same weights and tokens (float64 on the CPU, capacity and dropless) and exit
 a bf16 matmul of --matmul N (8192) cubed in the same process (matmul_bf16_tflops: the card's
 attainable rate, to put next to MFU). --bf16 is the usual mixed-precision recipe: forward and
 loss under torch.autocast(bfloat16) with the router in fp32, backward outside it; weights,
-gradients and AdamW stay fp32. --capacity-factor 0 is dropless, as in ted. --peak-tflops X adds
-"mfu" (mean) and "mfu_median" = model FLOPs/token (ted's model_flops_per_token, src/model/model.c)
-* tokens/s / (X 1e12); on cuda "peak_mem_gib" is torch.cuda.max_memory_allocated.
+gradients and AdamW stay fp32. --capacity-factor 0 is dropless, as in ted. --peak-tflops X (989.4
+on cuda) adds "mfu" (mean) and "mfu_median" = model FLOPs/token (ted's model_flops_per_token,
+src/model/model.c) * tokens/s / (X 1e12); on cuda "peak_mem_gib" is torch.cuda.max_memory_allocated.
 bench/gpu_bench.sh compares it with ted.
 
     /usr/bin/python3 bench/torch_bench.py [--steps 10] [--warmup 3] [--batch 8] [--seq-len 256]
@@ -274,12 +274,15 @@ def parse_args():
     ap.add_argument("--impl", choices=("ref", "fast"), help="default: ref on cpu, fast on cuda")
     ap.add_argument("--bf16", action="store_true",
                     help="bf16 autocast around forward + loss; fp32 weights, grads and AdamW")
-    ap.add_argument("--peak-tflops", type=float, default=0.0,
-                    help="peak FLOP/s (in TFLOP/s) to report MFU against (0: no MFU)")
+    ap.add_argument("--peak-tflops", type=float,
+                    help="peak FLOP/s (in TFLOP/s) to report MFU against (0: no MFU); default 989.4 on cuda "
+                         "(H100/H200 SXM dense bf16, as ted bench), 0 on cpu")
     ap.add_argument("--matmul", type=int, default=8192, help="cuda: time a bf16 N^3 matmul first (0: no)")
     ap.add_argument("--check", action="store_true", help="the fast model against the reference, then exit")
     a = ap.parse_args()
     a.impl = a.impl or ("fast" if a.device == "cuda" else "ref")
+    if a.peak_tflops is None:
+        a.peak_tflops = 989.4 if a.device == "cuda" else 0.0
     if a.batch % a.group_size:
         ap.error("--group-size must divide --batch")
     return a
