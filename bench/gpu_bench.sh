@@ -1,31 +1,45 @@
 #!/usr/bin/env bash
-# gpu_bench.sh - ted vs eager PyTorch on one GPU, bf16, for the GPT-3-style MoE of the issue:
-# d 2048, L 24, 16 heads, T 2048, f 8192, 8 experts top-2 in every other block, V 50304,
-# capacity factor 1.0. Run from the repo root on a GPU machine after building ted with CUDA.
-# Environment: TED (build/ted), B micro-batch (2), STEPS (5), PEAK_TFLOPS (989.4: H100/H200 SXM
-# dense bf16), OUT (.: gpu_bench_ted.json, gpu_bench_torch.json), PYTHON (a python with torch),
-# TORCH_ARGS (extra torch_bench.py flags, e.g. --fused-adamw).
-set -euo pipefail
-TED=${TED:-build/ted} B=${B:-2} STEPS=${STEPS:-5} PEAK_TFLOPS=${PEAK_TFLOPS:-989.4} OUT=${OUT:-.}
-if [ -z "${PYTHON:-}" ]; then
-    if /usr/bin/python3 -c 'import torch' 2>/dev/null; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
-fi
-mkdir -p "$OUT"
+# ted against eager PyTorch on one GPU, bf16, in one call (about 150 s): d 2048, L 8, 16 heads,
+# f 8192, V 50304, T 2048, 8 experts top-2 in every other block, dropless, at
+#   MoE 4 K tokens/step   ted micro-batch 2;                PyTorch batch 2
+#   dense 4 K tokens/step ted micro-batch 2, one expert;    PyTorch batch 2
+#   MoE 16 K tokens/step  ted micro-batch 2, grad-accum 4;  PyTorch batch 8
+# and T 8192 at micro-batch 1 (ted only): its device memory peak against `ted plan --config`'s figure.
+# ted: `ted bench` (2 warm-up + 5 timed steps, the mean) with TED_GPU_PROF=1; PyTorch:
+# bench/torch_bench.py --device cuda (SDPA, fused AdamW, bf16 autocast, router fp32; 3 warm-up + 10
+# timed steps, the median; its 8192^3 bf16 matmul rate). MFU by ted's formula against 989.4 TFLOP/s.
+# Each run under its own timeout within BENCH_BUDGET seconds (150); logs and table.md under OUT
+# (build/gpu_bench). Needs a CUDA build of ted (TED, build/ted) and a python with torch >= 2.
+# The table: bench/gpu_table.py OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+TED=${TED:-$PWD/build/ted} OUT=${OUT:-build/gpu_bench} BUDGET=${BENCH_BUDGET:-150}
+export TED
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+gpu_require gpu_bench
+DEADLINE=$((EPOCHSECONDS + BUDGET - 5)) LOGS=$OUT
+mkdir -p "$LOGS"
+gpu_setup
+py=${PYTHON:-python3}
+model=(--n-embd 2048 --n-layer 8 --n-head 16 --n-inner 8192 --vocab-size 50304 --top-k 2 --moe-every 2)
+moe=(--num-experts 8 --capacity-factor 0)
+run_ted() { TED_GPU_PROF=1 step "ted_$1" "$2" "$TED" bench --device cuda --bf16 "${model[@]}" "${@:3}"; }
+run_torch() { step "torch_$1" "$2" "$py" bench/torch_bench.py --device cuda --bf16 --peak-tflops 989.4 "${model[@]}" "${@:3}"; }
 
-"$TED" bench --device cuda --bf16 --n-embd 2048 --n-layer 24 --n-head 16 --n-positions 2048 \
-    --seq-len 2048 --n-inner 8192 --num-experts 8 --top-k 2 --moe-every 2 --vocab-size 50304 \
-    --micro-batch "$B" --steps "$STEPS" | tee "$OUT/gpu_bench_ted.json"
-
-# shellcheck disable=SC2086  # TORCH_ARGS is a list of flags
-"$PYTHON" bench/torch_bench.py --device cuda --bf16 --peak-tflops "$PEAK_TFLOPS" \
-    --n-embd 2048 --n-layer 24 --n-head 16 --seq-len 2048 --n-inner 8192 --num-experts 8 \
-    --top-k 2 --moe-every 2 --vocab-size 50304 --capacity-factor 1.0 --batch "$B" \
-    --steps "$STEPS" --warmup 2 ${TORCH_ARGS:-} | tee "$OUT/gpu_bench_torch.json"
-
-"$PYTHON" - "$OUT/gpu_bench_ted.json" "$OUT/gpu_bench_torch.json" <<'EOF'
-import json, sys
-ted, pt = ([json.loads(l) for l in open(f) if l.startswith("{")][-1] for f in sys.argv[1:3])
-print(f"summary: ted {ted['tokens_per_s']:.0f} tokens/s (mfu {ted['mfu']:.3f}), "
-      f"torch {pt['tokens_per_s']:.0f} tokens/s (mfu {pt.get('mfu', 0):.3f}), "
-      f"ted/torch {ted['tokens_per_s'] / pt['tokens_per_s']:.2f}x")
-EOF
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$LOGS/card.txt" 2>&1
+printf '{"model": {"vocab_size": 50304, "n_positions": 8192, "n_embd": 2048, "n_layer": 8, "n_head": 16, "n_inner": 8192},
+ "moe": {"num_experts": 8, "top_k": 2, "moe_every": 2, "capacity_factor": 0},
+ "train_micro_batch_size_per_gpu": 1, "seq_len": 8192}\n' >"$LOGS/t8192.json"
+{
+  step plan_t8192 10 "$TED" plan --config "$LOGS/t8192.json" --gpus 1 --device cuda --precision bf16
+  run_ted moe4k 40 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
+  run_torch moe4k 45 --seq-len 2048 "${moe[@]}" --batch 2 --warmup 3 --steps 10
+  run_ted dense4k 30 --seq-len 2048 --n-positions 2048 --num-experts 1 --micro-batch 2 --steps 5
+  run_torch dense4k 35 --seq-len 2048 --num-experts 1 --batch 2 --warmup 3 --steps 10
+  run_ted moe16k 45 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --grad-accum 4 --steps 5
+  run_torch moe16k 45 --seq-len 2048 "${moe[@]}" --batch 8 --warmup 2 --steps 5
+  run_ted t8192 40 --seq-len 8192 --n-positions 8192 "${moe[@]}" --micro-batch 1 --steps 1
+} | tee "$LOGS/runs.jsonl"
+"$py" bench/gpu_table.py "$LOGS" | tee "$LOGS/table.md"
+! grep -qE '"status": "(fail|timeout|skipped)"' "$LOGS/runs.jsonl"

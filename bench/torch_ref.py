@@ -291,23 +291,26 @@ def param_shapes(cfg):
     return shapes
 
 
-def init_params(cfg, seed=0, perturb=0.0, dtype=torch.float32):
+def init_params(cfg, seed=0, perturb=0.0, dtype=torch.float32, device="cpu"):
     """The init of design §2: weights N(0, 0.02), every c_proj N(0, 0.02/sqrt(2L)), biases 0, LN 1/0.
     perturb > 0 adds N(0, perturb) noise to biases and LayerNorm parameters, so that tests
-    exercise them (a checkpoint with all-zero biases cannot catch a missing bias gradient)."""
-    g = torch.Generator().manual_seed(seed)
+    exercise them (a checkpoint with all-zero biases cannot catch a missing bias gradient).
+    device: where the numbers are drawn (another device's generator draws other numbers; a
+    billion-parameter model is drawn on a GPU in a second, on one CPU core in minutes)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    f64 = {"dtype": torch.float64, "device": device}
     params = {}
     for name, shape in param_shapes(cfg).items():
         if name.endswith(".weight") and len(shape) == 2:
             residual = any(x in name for x in (".c_proj.", ".o_proj.", ".down_proj.", ".w2."))
             std = 0.02 / math.sqrt(2 * cfg.n_layer) if residual else 0.02
-            t = torch.randn(shape, generator=g, dtype=torch.float64) * std
+            t = torch.randn(shape, generator=g, **f64) * std
         elif (".ln_" in name or "norm." in name) and name.endswith(".weight"):
-            t = torch.ones(shape, dtype=torch.float64)
+            t = torch.ones(shape, **f64)
         else:
-            t = torch.zeros(shape, dtype=torch.float64)
+            t = torch.zeros(shape, **f64)
         if perturb > 0 and len(shape) == 1:
-            t = t + perturb * torch.randn(shape, generator=g, dtype=torch.float64)
+            t = t + perturb * torch.randn(shape, generator=g, **f64)
         params[name] = t.to(dtype)
     return params
 

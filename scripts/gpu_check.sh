@@ -1,34 +1,78 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA backend, for a machine with an NVIDIA GPU (sm_80 or sm_90):
-#   1. builds with the CUDA backend forced on;
-#   2. the CUDA tests: every CUDA op against its CPU op (test_cuda_kernels, test_cuda_moe) and
-#      whole runs against the CPU (test_cuda_train);
-#   3. compute-sanitizer (memcheck, then racecheck on the op tests) over the op tests and a short
-#      GPU training run: any reported error fails;
-#   4. bench/gpu_bench.sh (the GPT-3-style benchmark against eager PyTorch) when BENCH=1.
-# Usage: bash scripts/gpu_check.sh    (outputs under ${OUT:-build/gpu_check}; with .debs/ from
-# `scripts/device_deps.sh fetch` present, it first installs the build dependencies from them)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-build/gpu_check}; mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-# a bare device machine: the build dependencies carried as .debs (scripts/device_deps.sh fetch)
-[ -d .debs ] && bash scripts/device_deps.sh install
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTED_CUDA=ON >/dev/null
-make -C build -j"$(nproc)" >/dev/null
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-(cd build && ctest --output-on-failure -R cuda) 2>&1 | tee "$OUT/ctest_cuda.txt"
-san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-status=0
-for t in test_cuda_kernels test_cuda_moe; do
-  for tool in memcheck racecheck; do
-    "$san" --tool $tool --error-exitcode 9 "build/$t" >"$OUT/sanitizer_${t}_$tool.txt" 2>&1 \
-      && echo "ok   compute-sanitizer $tool $t" || { echo "FAIL compute-sanitizer $tool $t"; status=1; }
-  done
-done
-"$san" --tool memcheck --error-exitcode 9 build/ted train --device cuda --data data/moby-dick.txt --n-layer 2 \
-  --n-embd 64 --n-head 4 --n-positions 64 --seq-len 32 --micro-batch 4 --num-experts 4 --top-k 2 --moe-every 1 \
-  --steps 3 --eval-windows 4 >"$OUT/sanitizer_train.txt" 2>&1 \
-  && echo "ok   compute-sanitizer memcheck ted train" || { echo "FAIL compute-sanitizer memcheck ted train"; status=1; }
-[ "${BENCH:-0}" = 1 ] && OUT=$OUT bash bench/gpu_bench.sh
-exit $status
+# The GPU checks of the CUDA backend, in one call on a lent GPU machine, from a build carried from a
+# CPU machine (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90; carry
+# build/ted, build/test_cuda_kernels, build/test_cuda_moe, .debs/ from scripts/device_deps.sh fetch,
+# data/moby-dick.txt). Within BUDGET seconds (300), each step under its own timeout so that one
+# failing or hanging step loses no other's result:
+#   card       nvidia-smi: name, driver, clocks (-q -d CLOCK), the libraries the build found
+#   ops        the op tests (test_cuda_kernels, test_cuda_moe, any build/test_cuda_* carried): every
+#              CUDA op against its CPU op
+#   train      tests/test_cuda_train.sh: whole GPU runs against the CPU, 4 ranks sharing the GPU,
+#              resume (as many of its checks as its time allows: the log says which ran)
+#   sanitizer  compute-sanitizer memcheck over 3-step GPU trainings (fp32 capacity, bf16 dropless),
+#              racecheck over the op tests
+#   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 150 s), given what is left
+# ops, train and sanitizer run side by side; the bench runs alone after them. One JSON line per
+# step on stdout; every log in $OUT/gpu_check.tar.gz (OUT: the device tool's folder, else
+# build/gpu_check). CHECKS picks steps ("card ops train sanitizer bench"); REBUILD=1 builds here
+# first (needs the toolkit and cmake). Exit status 0 when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+ROOT=$PWD TED=${TED:-$PWD/build/ted}
+BIN=$(dirname "$TED")
+OUT=${OUT:-build/gpu_check} BUDGET=${BUDGET:-300} CHECKS=${CHECKS:-card ops train sanitizer bench}
+BENCH_S=${BENCH_S:-150}
+export TED
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+if [ "${REBUILD:-0}" = 1 ]; then
+  if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 && make -C build -j"$(nproc)"; } >/dev/null
+  then echo "gpu_check: the rebuild failed" >&2; exit 2; fi
+fi
+chmod +x "$TED" "$BIN"/test_cuda_* 2>/dev/null   # in case the copy lost the modes
+gpu_require gpu_check
+DEADLINE=$((EPOCHSECONDS + BUDGET - 5)) LOGS=$(mktemp -d)/gpu_check
+mkdir -p "$LOGS" "$OUT"
+gpu_setup
+has() { [[ " $CHECKS " == *" $1 "* ]]; }
+san=$(command -v compute-sanitizer || true)
+
+card() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
+  nvidia-smi -q -d CLOCK
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; ldd "$TED" || true
+}
+sanitize() {   # sanitize TOOL PROGRAM ARGS...
+  [ -n "$san" ] || { echo "no compute-sanitizer on PATH"; return 3; }
+  "$san" --tool "$1" --error-exitcode 9 "${@:2}"
+}
+export -f card sanitize
+export san
+ops=()   # the op tests carried: every test_cuda_* program beside ted but the emulator's
+for t in "$BIN"/test_cuda_*; do [[ -x $t && $t != *_emu ]] && ops+=("$t"); done
+tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64 --seq-len 32
+      --micro-batch 4 --num-experts 4 --top-k 2 --moe-every 1 --steps 3 --eval-windows 4)
+
+{
+  has card && step card 20 card
+  RESERVE=$(has bench && echo "$BENCH_S" || echo 0)
+  if has ops; then for t in "${ops[@]}"; do step "ops_${t##*/test_cuda_}" 60 "$t"; done; fi &
+  if has train; then
+    TED_ROOT=$ROOT TED_TMP=/tmp/ted_cuda_train OMP_NUM_THREADS=4 step train 150 bash tests/test_cuda_train.sh
+  fi &
+  if has sanitizer; then
+    step memcheck_train_fp32 60 sanitize memcheck "$TED" "${tiny[@]}"
+    step memcheck_train_bf16 60 sanitize memcheck "$TED" "${tiny[@]}" --bf16 --capacity-factor 0
+    for t in "${ops[@]}"; do step "racecheck_${t##*/test_cuda_}" 60 sanitize racecheck "$t"; done
+  fi &
+  wait
+  has train && mkdir -p "$LOGS/train_logs" && cp /tmp/ted_cuda_train/*.jsonl "$LOGS/train_logs/" 2>/dev/null
+  RESERVE=0 left=$((DEADLINE - EPOCHSECONDS))
+  has bench && OUT=$LOGS/bench BENCH_BUDGET=$((left < BENCH_S ? left : BENCH_S)) step bench "$BENCH_S" bash bench/gpu_bench.sh
+} | tee "$LOGS/summary.jsonl"
+[ -f "$LOGS/bench.txt" ] && sed -n '/^card: /,$p' "$LOGS/bench.txt"
+tar -czf "$OUT/gpu_check.tar.gz" -C "$(dirname "$LOGS")" gpu_check
+count() { grep -cE "\"status\": \"($1)\"" "$LOGS/summary.jsonl"; }
+echo "gpu_check: $(count ok) steps ok, $(count 'fail|timeout') failed or timed out, $(count skipped) skipped;" \
+  "logs in $OUT/gpu_check.tar.gz"
+[ "$(count 'fail|timeout')" -eq 0 ]

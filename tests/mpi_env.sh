@@ -2,10 +2,13 @@
 MPIRUN=(mpiexec --oversubscribe -x OMP_WAIT_POLICY=PASSIVE)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# The log comparisons need only Python's standard library: /usr/bin/python3, else the python3 on
+# PATH (a lent GPU machine may have no /usr/bin/python3).
+PY3=/usr/bin/python3; [ -x "$PY3" ] || PY3=python3
 # compare_logs A.jsonl B.jsonl TOL [KEYS]: per-step loss/lm_loss/aux_loss (and val_loss) equal
 # within TOL relative; KEYS (comma-separated) narrows the comparison to those keys
 compare_logs() {
-  /usr/bin/python3 - "$@" <<'PY'
+  "$PY3" - "$@" <<'PY'
 import json, sys
 a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
 keys = sys.argv[4].split(",") if len(sys.argv) > 4 else ("loss", "lm_loss", "aux_loss", "val_loss")
@@ -29,7 +32,7 @@ check() {
 }
 # compare_weights A.safetensors B.safetensors TOL: same tensors, max |a-b| <= TOL·max(1,|a|)
 compare_weights() {
-  /usr/bin/python3 - "$@" <<'PY'
+  "$PY3" - "$@" <<'PY'
 import json, struct, sys
 def load(p):
     raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); out = {}

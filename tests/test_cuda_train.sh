@@ -50,7 +50,7 @@ check "fp32 4 ranks with DTD + CAC = 1 rank" "$TED_TMP/gpu1-fp32.jsonl" "$TED_TM
 # checkpoint at step 10 of the 20-step run (same LR schedule) and resume from it
 run gpu-save "$TED" train "${model[@]}" --device cuda --save-every 10 --save "$TED_TMP/ck"
 run gpu-resume "$TED" train "${model[@]}" --device cuda --resume "$TED_TMP/ck/step_00000010"
-/usr/bin/python3 - "$TED_TMP/gpu1-fp32.jsonl" "$TED_TMP/gpu-resume.jsonl" > "$TED_TMP/resume.txt" 2>&1 <<'PY' && { echo "ok   resume: $(cat "$TED_TMP/resume.txt")"; pass=$((pass + 1)); } || { echo "FAIL resume: $(cat "$TED_TMP/resume.txt")"; fail=$((fail + 1)); }
+"$PY3" - "$TED_TMP/gpu1-fp32.jsonl" "$TED_TMP/gpu-resume.jsonl" > "$TED_TMP/resume.txt" 2>&1 <<'PY' && { echo "ok   resume: $(cat "$TED_TMP/resume.txt")"; pass=$((pass + 1)); } || { echo "FAIL resume: $(cat "$TED_TMP/resume.txt")"; fail=$((fail + 1)); }
 import json, sys
 full = {json.loads(l)["step"]: json.loads(l) for l in open(sys.argv[1]) if "loss" in json.loads(l)}
 res = [json.loads(l) for l in open(sys.argv[2]) if "loss" in json.loads(l)]

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""gpu_table.py DIR - the table of bench/gpu_bench.sh from the logs it left in DIR (standard library
+only): per shape ted's ms/step (ted bench: the mean of its timed steps) against eager PyTorch's
+(bench/torch_bench.py: the median of its timed steps), ted's speed over PyTorch's, both MFUs and
+device memory peaks; then T 8192 at micro-batch 1, ted's device peak against `ted plan`'s figure;
+then what ted printed under TED_GPU_PROF=1 (lines naming gpu_prof, and the keys of its JSON line that
+name gpu_prof, launches or host_syncs). A run that failed or never ran shows its log's last line instead of figures."""
+
+import json
+import os
+import re
+import sys
+
+PROF = re.compile(r"gpu[_ ]?prof|launches|host_syncs", re.I)   # what TED_GPU_PROF=1 may print
+SHAPES = [("moe4k", "MoE dropless, 4 K tokens/step"), ("dense4k", "dense, 4 K tokens/step"),
+          ("moe16k", "MoE dropless, 16 K tokens/step")]
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def result(lines, key):
+    """The last JSON object of the log holding key, or None."""
+    for line in reversed(lines):
+        if line.startswith("{") and key in line:
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def last_line(lines):
+    rest = [x for x in lines if x.strip()]
+    return rest[-1][:100] if rest else "did not run"
+
+
+def gb(x):
+    return f"{x / 1e9:.1f}"
+
+
+def row(d, name, label):
+    tl, pl = read(os.path.join(d, f"ted_{name}.txt")), read(os.path.join(d, f"torch_{name}.txt"))
+    t, p = result(tl, "ms_per_step"), result(pl, "ms_per_step")
+    cells = [label]
+    cells.append(f"{t['ms_per_step']:.1f}" if t else last_line(tl))
+    cells.append(f"{p['ms_per_step_median']:.1f}" if p else last_line(pl))
+    cells.append(f"{p['ms_per_step_median'] / t['ms_per_step']:.2f}x" if t and p else "-")
+    cells.append(f"{t['mfu']:.3f}" if t else "-")
+    cells.append(f"{p.get('mfu_median', 0):.3f}" if p else "-")
+    cells.append(gb(t["device_bytes_peak"]) if t else "-")
+    cells.append(gb(p["peak_mem_gib"] * 2**30) if p else "-")
+    return "| " + " | ".join(cells) + " |", p
+
+
+def plan_bytes(lines):
+    """ted plan --config's one-GPU row: model state + activations, in bytes (None if not found)."""
+    for line in lines:
+        m = re.search(r"tp 1\s+ep 1\s+dp 1\s+edp 1\s+(\d+) bytes.*?activations (\d+) bytes", line)
+        if m:
+            return int(m.group(1)) + int(m.group(2))
+    return None
+
+
+def long_context(d):
+    tl = read(os.path.join(d, "ted_t8192.txt"))
+    t, plan = result(tl, "ms_per_step"), plan_bytes(read(os.path.join(d, "plan_t8192.txt")))
+    if not t:
+        return f"T 8192, micro-batch 1 (MoE dropless): {last_line(tl)}" + \
+            (f"; ted plan {gb(plan)} GB" if plan else "")
+    s = f"T 8192, micro-batch 1 (MoE dropless): ted {t['ms_per_step']:.1f} ms/step, device peak {gb(t['device_bytes_peak'])} GB"
+    if plan:
+        s += f"; ted plan {gb(plan)} GB (peak / plan {t['device_bytes_peak'] / plan:.3f})"
+    return s
+
+
+def prof_lines(d):
+    out = []
+    for name, _ in SHAPES + [("t8192", "")]:
+        lines = read(os.path.join(d, f"ted_{name}.txt"))
+        got = [x for x in lines if PROF.search(x) and not x.startswith("{")]
+        js = result(lines, "ms_per_step") or {}
+        keys = {k: v for k, v in js.items() if PROF.search(k)}
+        if keys:
+            got.append(json.dumps(keys))
+        out += [f"  {name}: {x}" for x in got]
+    return out
+
+
+def main():
+    d = sys.argv[1]
+    card = [x for x in read(os.path.join(d, "card.txt")) if x.strip()]
+    rows, torch_run = [], None
+    for name, label in SHAPES:
+        r, p = row(d, name, label)
+        rows.append(r)
+        torch_run = torch_run or p
+    head = f"card: {card[-1] if card else 'unknown'}"
+    if torch_run:
+        head += (f"; PyTorch {torch_run.get('torch')}: bf16 {torch_run.get('matmul_n', 8192)}^3 matmul "
+                 f"{torch_run.get('matmul_bf16_tflops', 0):.0f} TFLOP/s; MFU against {torch_run.get('peak_tflops', 0)} TFLOP/s")
+    print(head)
+    print("| shape | ted ms/step (mean) | PyTorch ms/step (median) | ted speed / PyTorch | ted MFU | PyTorch MFU "
+          "| ted GB | PyTorch GB |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(long_context(d))
+    prof = prof_lines(d)
+    print("ted TED_GPU_PROF=1:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
+    for line in prof:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
