@@ -54,6 +54,19 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
                            int hd, float *scratch);
 
+// ---- flash attention (flash_attention.cu): causal attention as attention_forward/_backward, but
+// no T×T probabilities: the forward keeps lse[B,H,T] (fp32, natural log of each query's sum of
+// exp(score)) for the backward, which recomputes them. Shapes as there: qkv, dqkv [B,T,3·H·hd],
+// out, dout [B,T,H·hd]; head dims 1..128; delta: B·H·T floats of scratch (written). dqkv written,
+// not added. The _bf16 forms take bf16 bit patterns (as half.h) and accumulate in fp32.
+// Deterministic: two runs give the same bits.
+void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int hd);
+void cu_flash_attention_backward(float *dqkv, float *delta, const float *dout, const float *out, const float *qkv,
+                                 const float *lse, int B, int T, int H, int hd);
+void cu_flash_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int H, int hd);
+void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, const uint16_t *dout, const uint16_t *out,
+                                      const uint16_t *qkv, const float *lse, int B, int T, int H, int hd);
+
 // ---- block-sparse attention (sparse_attention.cu); L is host, its *_d arrays device
 void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
                                  int H, int hd);
