@@ -307,22 +307,22 @@ template <class E, int HD> __device__ void delta_rows(float *dl, float *lse2, fl
     __syncwarp();
 }
 
-// P = exp2(S·c − lse2) where query t ≥ key u and t < T (else 0), or (ds) dS = P∘(dP − Δ)·scale,
-// into dst [16, ld_strip] as E. Row r of the accumulators is query t0 + r and column 16·n + c key
-// u0 + 16n + c (rows_are_queries), or row r key t0 + r and column query u0 + 16n + c; lse2 and dl
-// are indexed by the query's place in its tile.
+// dp ← dS = P∘(dP − Δ)·scale in place, with P = exp2(S·c − lse2) where query t ≥ key u and t < T
+// (else 0); P also into pdst [16, ld_strip] as E when given. Row r of the accumulators is query
+// t0 + r and column 16·n + c key u0 + 16n + c (rows_are_queries), or row r key t0 + r and column
+// query u0 + 16n + c; lse2 and dl are indexed by the query's place in its tile.
 template <class E, bool rows_are_queries>
-__device__ void softmax_grad(E *dst, bool ds, const Acc<E> (&s)[kTile / 16], const Acc<E> (&dp)[kTile / 16],
-                             const Acc<E> &pos, const float *lse2, const float *dl, int t0, int u0, int T, float c,
-                             float scale) {
+__device__ void softmax_grad(Acc<E> (&dp)[kTile / 16], E *pdst, const Acc<E> (&s)[kTile / 16], const Acc<E> &pos,
+                             const float *lse2, const float *dl, int t0, int u0, int T, float c, float scale) {
+    #pragma unroll
     for (int n = 0; n < kTile / 16; n++)
         for (int i = 0; i < pos.num_elements; i++) {
             int p = (int)pos.x[i], r = p >> 4, col = 16 * n + (p & 15), x = rows_are_queries ? r : col;
             int tq = rows_are_queries ? t0 + r : u0 + col, tk = rows_are_queries ? u0 + col : t0 + r;
             float pr = tk <= tq && tq < T ? exp2f(s[n].x[i] * c - lse2[x]) : 0.0f;
-            dst[r * ld_strip<E>() + col] = to_e<E>(ds ? pr * (dp[n].x[i] - dl[x]) * scale : pr);
+            dp[n].x[i] = pr * (dp[n].x[i] - dl[x]) * scale;
+            if (pdst) pdst[r * ld_strip<E>() + col] = to_e<E>(pr);
         }
-    __syncwarp();
 }
 
 // dQ (and Δ into delta) for a query tile; block (x, y): query tile (last first), b·H + h.
@@ -358,14 +358,16 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
         zero<E>(dp);
         warp_mma<E, wmma::col_major, NS, HD>(s, sm.q + 16 * w * LD, LD, sm.k, LD);
         warp_mma<E, wmma::col_major, NS, HD>(dp, sm.dO + 16 * w * LD, LD, sm.v, LD);
+        __syncthreads();   // every warp is done with V_j: V_{j+1} loads during dS and dQ
+        if (j + 1 < nk) load_tile<E, HD>(sm.v, v, ld, (j + 1) * kTile, T, hd, vec);
+        __pipeline_commit();
         E *ds = sm.strip + 16 * w * ld_strip<E>();
-        softmax_grad<E, true>(ds, true, s, dp, pos, lse2, dl, t0, j * kTile, T, scale * kLog2e, scale);
+        softmax_grad<E, true>(dp, (E *)NULL, s, pos, lse2, dl, t0, j * kTile, T, scale * kLog2e, scale);
+        scatter<E, NS>(ds, ld_strip<E>(), dp, pos, (const float *)NULL);
+        __syncwarp();
         warp_mma<E, wmma::row_major, NO, kTile>(dq, ds, ld_strip<E>(), sm.k, LD);
-        __syncthreads();   // every warp is done with K_j and V_j
-        if (j + 1 < nk) {
-            load_tile<E, HD>(sm.k, k, ld, (j + 1) * kTile, T, hd, vec);
-            load_tile<E, HD>(sm.v, v, ld, (j + 1) * kTile, T, hd, vec);
-        }
+        __syncthreads();   // every warp is done with K_j
+        if (j + 1 < nk) load_tile<E, HD>(sm.k, k, ld, (j + 1) * kTile, T, hd, vec);
         __pipeline_commit();
     }
     scatter<E, NO>(sm.q + 16 * w * LD, LD, dq, pos, (const float *)NULL);   // the warp's own Q rows hold its dQ now
@@ -409,18 +411,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(E *dqkv, const E *d
         warp_mma<E, wmma::col_major, NS, HD>(st, sm.k + 16 * w * LD, LD, sm.q, LD);
         warp_mma<E, wmma::col_major, NS, HD>(dpt, sm.v + 16 * w * LD, LD, sm.dO, LD);
         E *strip = sm.strip + 16 * w * ld_strip<E>();   // Pᵀ, then dSᵀ
-        softmax_grad<E, false>(strip, false, st, dpt, pos, sm.lse2, sm.dl, k0 + 16 * w, i * kTile, T, scale * kLog2e,
-                               scale);
+        softmax_grad<E, false>(dpt, strip, st, pos, sm.lse2, sm.dl, k0 + 16 * w, i * kTile, T, scale * kLog2e, scale);
+        __syncwarp();
         warp_mma<E, wmma::row_major, NO, kTile>(dv, strip, ld_strip<E>(), sm.dO, LD);
-        __syncwarp();   // every lane has read Pᵀ
-        softmax_grad<E, false>(strip, true, st, dpt, pos, sm.lse2, sm.dl, k0 + 16 * w, i * kTile, T, scale * kLog2e,
-                               scale);
+        __syncthreads();   // every warp is done with dO_i (and its Pᵀ): dO_{i+1} loads during dS and dK
+        if (i + 1 < nq) load_tile<E, HD>(sm.dO, dO, D, (i + 1) * kTile, T, hd, vec);
+        __pipeline_commit();
+        scatter<E, NS>(strip, ld_strip<E>(), dpt, pos, (const float *)NULL);
+        __syncwarp();
         warp_mma<E, wmma::row_major, NO, kTile>(dk, strip, ld_strip<E>(), sm.q, LD);
-        __syncthreads();   // every warp is done with Q_i, dO_i, lse2 and dl
-        if (i + 1 < nq) {
-            load_tile<E, HD>(sm.q, q, ld, (i + 1) * kTile, T, hd, vec);
-            load_tile<E, HD>(sm.dO, dO, D, (i + 1) * kTile, T, hd, vec);
-        }
+        __syncthreads();   // every warp is done with Q_i, lse2 and dl
+        if (i + 1 < nq) load_tile<E, HD>(sm.q, q, ld, (i + 1) * kTile, T, hd, vec);
         __pipeline_commit();
     }
     scatter<E, NO>(sm.k + 16 * w * LD, LD, dk, pos, (const float *)NULL);   // the warp's own K, V rows hold dK, dV
