@@ -5,8 +5,11 @@
 //   forward   4·B·H·T²·hd / 2      (S = Q·Kᵀ and O = P·V; the masked half not counted)
 //   backward  2.5 × the forward    (dV, dP, dQ, dK and S again, FlashAttention's count; the kernels
 //                                   run 7 products, S and dP twice, so that dQ needs no atomics)
-// and that rate over the GPU's dense bf16 peak (cu_peak_flops; 0 when not known). One JSON line per op.
-//   usage: flash_bench [--B 2] [--T 2048] [--H 16] [--hd 128] [--reps 20] [--baseline 0|1]
+// and that rate over the GPU's dense bf16 peak (cu_peak_flops; 0 when not known). Then the fused
+// classifier (classifier.cu) over B·T rows of V bf16 logits: ms and GB/s of its 3 passes over the
+// logits (2 reads, 1 write). One JSON line per op.
+//   usage: flash_bench [--B 2] [--T 2048] [--H 16] [--hd 128] [--V 50304] [--reps 20] [--baseline 0|1]
+//   (--V 0: no classifier)
 // Built with the CUDA backend (flash_bench) and under the CPU emulation (flash_bench_emu: small
 // shapes only, to run the program itself). Exits 77 without a GPU.
 #include "core/alloc.h"
@@ -18,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { int B, T, H, hd, reps, baseline; } Opts;
+typedef struct { int B, T, H, hd, V, reps, baseline; } Opts;
 typedef struct {
     const Opts *o;
     void *qkv, *dout, *out, *dqkv;   // bf16 or fp32 as the op takes them
@@ -116,8 +119,34 @@ static void bench(const Opts *o, int kind) {
     cu_free(b.att); cu_free(b.scratch);
 }
 
+// the fused classifier over B·T rows of V bf16 logits (in place: later runs see gradients)
+static void bench_classifier(const Opts *o) {
+    long N = (long)o->B * o->T;
+    uint16_t *x = dev_random(N * o->V, 1, 4.0f, 3);
+    int *tg = ted_alloc(sizeof(int) * N, MEM_TEMP), *dtg = cu_malloc(sizeof(int) * N);
+    float *loss = cu_malloc(sizeof(float) * N);
+    if (!dtg || !loss) { fprintf(stderr, "flash_bench: out of device memory\n"); exit(1); }
+    for (long i = 0; i < N; i++) tg[i] = (int)(i * 7919 % o->V);
+    cu_memcpy(dtg, tg, sizeof(int) * N);
+    double t[32];
+    int reps = o->reps < 32 ? o->reps : 32;
+    for (int i = 0; i < reps + 2; i++) {
+        double t0 = now_ms();
+        cu_fused_classifier_bf16(loss, x, dtg, N, o->V, o->V, 1.0f / (float)N);
+        cu_sync();
+        if (i >= 2) t[i - 2] = now_ms() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    double ms = t[reps / 2];
+    printf("{\"op\": \"fused_classifier\", \"dtype\": \"bf16\", \"N\": %ld, \"V\": %d, \"ms\": %.3f, "
+           "\"gbps\": %.0f, \"device\": \"%s\"}\n", N, o->V, ms, 3.0 * 2 * N * o->V / (ms * 1e-3) * 1e-9,
+           cu_device_name());
+    cu_free(x); cu_free(dtg); cu_free(loss);
+    ted_free(tg);
+}
+
 int main(int argc, char **argv) {
-    Opts o = {2, 2048, 16, 128, 20, 1};
+    Opts o = {2, 2048, 16, 128, 50304, 20, 1};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--B")) o.B = atoi(v);
@@ -125,11 +154,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--H")) o.H = atoi(v);
         else if (!strcmp(a, "--hd")) o.hd = atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--V")) o.V = atoi(v);
         else if (!strcmp(a, "--baseline")) o.baseline = atoi(v);
         else { fprintf(stderr, "flash_bench: unknown option %s\n", a); return 2; }
     }
-    if (o.B < 1 || o.T < 1 || o.H < 1 || o.hd < 1 || o.hd > 128 || o.reps < 1) {
-        fprintf(stderr, "flash_bench: --B, --T, --H, --reps must be positive and --hd 1 to 128\n");
+    if (o.B < 1 || o.T < 1 || o.H < 1 || o.hd < 1 || o.hd > 128 || o.reps < 1 || o.V < 0) {
+        fprintf(stderr, "flash_bench: --B, --T, --H, --reps must be positive, --hd 1 to 128, --V 0 or more\n");
         return 2;
     }
     if (cu_device_count() == 0) {
@@ -140,5 +170,6 @@ int main(int argc, char **argv) {
     bench(&o, 0);
     bench(&o, 1);
     if (o.baseline) bench(&o, 2);
+    if (o.V) bench_classifier(&o);
     return 0;
 }

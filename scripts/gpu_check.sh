@@ -2,7 +2,7 @@
 # The GPU checks of the CUDA backend, for a machine with an NVIDIA GPU (sm_80 or sm_90):
 #   1. builds with the CUDA backend forced on;
 #   2. the CUDA tests: every CUDA op against its CPU op (test_cuda_kernels, test_cuda_moe,
-#      test_cuda_flash) and whole runs against the CPU (test_cuda_train); then bench/flash_bench
+#      test_cuda_fused) and whole runs against the CPU (test_cuda_train); then bench/flash_bench
 #      (the flash-attention kernels alone: ms and TFLOP/s at T 2048, hd 128, 16 heads, batch 2);
 #   3. compute-sanitizer (memcheck, then racecheck on the op tests) over the op tests and a short
 #      GPU training run: any reported error fails;
@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 status=0
 build/flash_bench 2>&1 | tee "$OUT/flash_bench.json" || { echo "FAIL flash_bench"; status=1; }
-for t in test_cuda_kernels test_cuda_moe test_cuda_flash; do
+for t in test_cuda_kernels test_cuda_moe test_cuda_fused; do
   for tool in memcheck racecheck; do
     "$san" --tool $tool --error-exitcode 9 "build/$t" >"$OUT/sanitizer_${t}_$tool.txt" 2>&1 \
       && echo "ok   compute-sanitizer $tool $t" || { echo "FAIL compute-sanitizer $tool $t"; status=1; }

@@ -1,8 +1,11 @@
-// test_cuda_flash.c — the flash-attention kernels (src/cuda/flash_attention.cu) against the CPU
-// attention of ops.c (attention_forward / attention_backward) and a log-sum-exp in double, on
-// the same random inputs. Error: max|gpu − cpu| / max(max|cpu|, 0.1) per output (O, lse, dQ, dK,
-// dV); the inputs are of order 1 (q, k in [−2, 2], dO in [−1, 1]), so 0.1 is the scale below
-// which an output is rounding noise (T 1: dQ = dK = 0 up to it, on the CPU as well).
+// test_cuda_fused.c — the fused kernels against the CPU ops they replace, on the same random
+// inputs; error: max|gpu − cpu| / max(max|cpu|, 0.1) per output, the inputs being of order 1, so
+// that 0.1 is the scale below which an output is rounding noise (T 1: dQ = dK = 0 up to it, on
+// the CPU as well).
+//
+// Flash attention (src/cuda/flash_attention.cu) against the CPU attention of ops.c
+// (attention_forward / attention_backward) and a log-sum-exp in double (q, k in [−2, 2], dO in
+// [−1, 1]), outputs O, lse, dQ, dK, dV:
 //  - fp32 inputs: within 1e-5. The products are TF32 splits (hi·hi + hi·lo + lo·hi; the dropped
 //    lo·lo is 2^-22 of a product) summed in fp32 in another order than OpenBLAS: a few 1e-7.
 //  - bf16 inputs (the CPU runs on the same bf16 values, in fp32): within 2e-2. Each output is
@@ -12,7 +15,14 @@
 // Shapes: T 1; T not a multiple of the 64-row tile (77, 130: 2 and 3 tiles); hd 64 and 128
 // (their own kernels), hd 12 and 48 (zero-padded to 64; hd 12 also copies element by element:
 // 24-byte bf16 rows are not 16-byte aligned); B·H > 1. The outputs start as NaN, so an element
-// left unwritten fails. A second run of each op gives the same bits. Exits 77 without a GPU.
+// left unwritten fails. A second run of each op gives the same bits.
+//
+// The fused classifier (src/cuda/classifier.cu) against crossentropy_max, _exp, _finish and
+// _backward (logits in [−4, 4], padded columns NaN, one target outside the vocabulary): losses
+// within 1e-6 (fp32 in both, sums in another order); the gradient within 1e-6 in fp32 and 4e-3
+// in bf16 (the CPU on the same bf16 logits; the gradient rounded once to bf16: at most 2^-9 =
+// 2e-3 of the largest); a second run gives the same bits.
+// Exits 77 without a GPU.
 #include "core/alloc.h"
 #include "core/half.h"
 #include "cuda/cuda_ops.h"
@@ -56,7 +66,7 @@ typedef struct { void *qkv, *dout, *out, *dqkv; float *lse, *delta; } Dev;
 
 static void *up(const void *h, size_t bytes) {
     void *d = cu_malloc(bytes);
-    if (!d) { fprintf(stderr, "test_cuda_flash: cu_malloc failed\n"); exit(1); }
+    if (!d) { fprintf(stderr, "test_cuda_fused: cu_malloc failed\n"); exit(1); }
     if (h) cu_memcpy(d, h, bytes);
     return d;
 }
@@ -193,14 +203,67 @@ static void test_case(int bf16, int B, int T, int H, int hd, double tol) {
     free(qkv); free(dout); free(out); free(lse); free(dqkv); free(r_out); free(r_lse); free(r_dqkv); free(g); free(r);
 }
 
+// ---- the fused classifier -----------------------------------------------------------------
+static void test_classifier(int bf16, long N, int V, int Vl) {
+    float *x = malloc(4 * N * Vl), *ref = malloc(4 * N * Vl), *got = malloc(4 * N * Vl);
+    float *loss = malloc(4 * N), *r_loss = malloc(4 * N), *mx = malloc(4 * N), *tl = malloc(4 * N);
+    float *sum = malloc(4 * N), scale = 0.5f;
+    int *tg = malloc(sizeof(int) * N);
+    for (long i = 0; i < N; i++) {
+        tg[i] = i == 1 ? -1 : (int)(next() % (uint64_t)V);   // row 1: a target outside the vocabulary
+        for (int c = 0; c < Vl; c++) {
+            float v = 4.0f * frand();
+            x[i * Vl + c] = c >= V ? NAN : bf16 ? bf16_to_f32(bf16_from_f32(v)) : v;
+        }
+    }
+    memcpy(ref, x, 4 * N * Vl);
+    crossentropy_max(mx, tl, ref, tg, N, 0, Vl, V);
+    crossentropy_exp(sum, ref, mx, N, 0, Vl, V);
+    crossentropy_finish(r_loss, ref, mx, sum, tl, N, Vl);
+    crossentropy_backward(ref, tg, N, 0, Vl, scale);
+    int *dtg = up(tg, sizeof(int) * N);
+    float *dloss[2];
+    void *dx[2];
+    size_t es = bf16 ? 2 : 4;
+    for (int run = 0; run < 2; run++) {
+        dloss[run] = nan_buf(4 * N);
+        dx[run] = cu_malloc(es * N * Vl);
+        if (bf16) {
+            uint16_t *h = malloc(2 * N * Vl);
+            for (long i = 0; i < N * Vl; i++) h[i] = bf16_from_f32(x[i]);
+            cu_memcpy(dx[run], h, 2 * N * Vl);
+            cu_fused_classifier_bf16(dloss[run], dx[run], dtg, N, V, Vl, scale);
+            cu_memcpy(h, dx[run], 2 * N * Vl);
+            for (long i = 0; i < N * Vl; i++) got[i] = bf16_to_f32(h[i]);
+            free(h);
+        } else {
+            cu_memcpy(dx[run], x, 4 * N * Vl);
+            cu_fused_classifier(dloss[run], dx[run], dtg, N, V, Vl, scale);
+            cu_memcpy(got, dx[run], 4 * N * Vl);
+        }
+    }
+    cu_memcpy(loss, dloss[0], 4 * N);
+    char name[128];
+    snprintf(name, sizeof name, "classifier %s N %ld V %d Vl %d: losses", bf16 ? "bf16" : "fp32", N, V, Vl);
+    report(name, rel_err(loss, r_loss, N), 1e-6);
+    snprintf(name, sizeof name, "classifier %s N %ld V %d Vl %d: dlogits", bf16 ? "bf16" : "fp32", N, V, Vl);
+    report(name, rel_err(got, ref, N * Vl), bf16 ? 4e-3 : 1e-6);
+    snprintf(name, sizeof name, "classifier %s N %ld V %d Vl %d: second run bit-identical", bf16 ? "bf16" : "fp32",
+             N, V, Vl);
+    report(name, same_bits(dloss[0], dloss[1], 4 * N) && same_bits(dx[0], dx[1], es * N * Vl) ? 0.0 : 1.0, 0);
+    for (int run = 0; run < 2; run++) { cu_free(dloss[run]); cu_free(dx[run]); }
+    cu_free(dtg);
+    free(x); free(ref); free(got); free(loss); free(r_loss); free(mx); free(tl); free(sum); free(tg);
+}
+
 int main(void) {
     if (cu_device_count() == 0) {
-        printf("test_cuda_flash: no CUDA device, skipped\n");
+        printf("test_cuda_fused: no CUDA device, skipped\n");
         return 77;
     }
     cu_init(0, 0);
     ted_device = DEV_CPU;   // the ops of ops.h run on the host: they are the reference
-    printf("test_cuda_flash on %s\n", cu_device_name());
+    printf("test_cuda_fused on %s\n", cu_device_name());
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         double tol = bf16 ? 2e-2 : 1e-5;
         test_case(bf16, 1, 1, 2, 64, tol);     // one query
@@ -208,7 +271,9 @@ int main(void) {
         test_case(bf16, 1, 130, 1, 128, tol);  // three tiles, the 128-wide kernels
         test_case(bf16, 2, 40, 3, 12, tol);    // padded head dim, element-wise copies (bf16)
         test_case(bf16, 1, 70, 2, 48, tol);    // padded head dim, 16-byte copies
+        test_classifier(bf16, 37, 1000, 1024);   // 24 padded columns
+        test_classifier(bf16, 5, 333, 333);      // no padding, not a multiple of the block
     }
-    printf("test_cuda_flash: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
+    printf("test_cuda_fused: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
 }
