@@ -447,9 +447,13 @@ template <class K> void allow_smem(K *kernel, size_t bytes, bool *done) {
     *done = true;
 }
 
-void check_head_dim(int hd) {
+void check_shape(int B, int H, int hd) {
     if (hd < 1 || hd > 128) {
         fprintf(stderr, "ted: flash attention: head dim %d is not supported (1 to 128)\n", hd);
+        exit(1);
+    }
+    if ((long)B * H > 65535) {   // the grid's y
+        fprintf(stderr, "ted: flash attention: batch × heads %ld is over 65535\n", (long)B * H);
         exit(1);
     }
 }
@@ -485,7 +489,7 @@ template <class E, int HD> void backward(E *dqkv, float *delta, const E *dout, c
 }
 
 template <class E> void forward_any(E *out, float *lse, const E *qkv, int B, int T, int H, int hd) {
-    check_head_dim(hd);
+    check_shape(B, H, hd);
     if ((long)B * H * T == 0) return;
     if (hd <= 64) forward<E, 64>(out, lse, qkv, B, T, H, hd);
     else forward<E, 128>(out, lse, qkv, B, T, H, hd);
@@ -493,7 +497,7 @@ template <class E> void forward_any(E *out, float *lse, const E *qkv, int B, int
 
 template <class E> void backward_any(E *dqkv, float *delta, const E *dout, const E *out, const E *qkv,
                                      const float *lse, int B, int T, int H, int hd) {
-    check_head_dim(hd);
+    check_shape(B, H, hd);
     if ((long)B * H * T == 0) return;
     if (hd <= 64) backward<E, 64>(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
     else backward<E, 128>(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
