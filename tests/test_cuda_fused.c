@@ -8,10 +8,10 @@
 // [−1, 1]), outputs O, lse, dQ, dK, dV:
 //  - fp32 inputs: within 1e-5. The products are TF32 splits (hi·hi + hi·lo + lo·hi; the dropped
 //    lo·lo is 2^-22 of a product) summed in fp32 in another order than OpenBLAS: a few 1e-7.
-//  - bf16 inputs (the CPU runs on the same bf16 values, in fp32): within 2e-2. Each output is
+//  - bf16 inputs (the CPU runs on the same bf16 values, in fp32): within 1e-2. Each output is
 //    rounded once to bf16 (2^-9 = 2e-3 relative), and so are the probabilities P and the
 //    softmax gradients dS before their products (each 2^-9 relative, errors of random sign
-//    that partly cancel over the sums): the measured errors are near 4e-3.
+//    that partly cancel over the sums): measured up to 4.5e-3 (fp32 up to 1.2e-6).
 // Shapes: T 1; T not a multiple of the 64-row tile (77, 130: 2 and 3 tiles); hd 64 and 128
 // (their own kernels), hd 12 and 48 (zero-padded to 64; hd 12 also copies element by element:
 // 24-byte bf16 rows are not 16-byte aligned); B·H > 1. The outputs start as NaN, so an element
@@ -265,7 +265,7 @@ int main(void) {
     ted_device = DEV_CPU;   // the ops of ops.h run on the host: they are the reference
     printf("test_cuda_fused on %s\n", cu_device_name());
     for (int bf16 = 0; bf16 <= 1; bf16++) {
-        double tol = bf16 ? 2e-2 : 1e-5;
+        double tol = bf16 ? 1e-2 : 1e-5;
         test_case(bf16, 1, 1, 2, 64, tol);     // one query
         test_case(bf16, 2, 77, 2, 64, tol);    // two query tiles, the second partial
         test_case(bf16, 1, 130, 1, 128, tol);  // three tiles, the 128-wide kernels
