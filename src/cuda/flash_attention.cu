@@ -6,9 +6,11 @@
 // [h·hd, (h+1)·hd) of the three thirds of a row of 3·H·hd), out [B, T, H, hd], lse [B, H, T].
 //
 // Tiles. A block of 4 warps owns 64 rows (queries in the forward and dQ, keys in dK/dV), 16 per
-// warp; the other side streams through shared memory in tiles of 64 rows (cp.async, one tile
-// loading while the previous one is used), only the tiles at or below the diagonal. Head dims
-// up to 64 run in the 64-wide kernels, up to 128 in the 128-wide ones (columns past hd are zero).
+// warp; the other side streams through shared memory in tiles of 64 rows, only the tiles at or
+// below the diagonal, by cp.async: in the forward V_j loads while S and the softmax run, K_{j+1}
+// while P·V runs; in the backward the next V (dQ) or dO (dK/dV) tile while dS and the last
+// products run. Head dims up to 64 run in the 64-wide kernels, up to 128 in the 128-wide ones
+// (columns past hd are zero).
 //
 // Products on the tensor cores through WMMA: bf16 16x16x16 with fp32 accumulators; for fp32
 // inputs three TF32 16x16x8 products per step (x = hi + lo split, hi·hi + hi·lo + lo·hi), within
