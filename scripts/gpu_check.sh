@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA backend, in one call on a lent GPU machine, from a build carried from a
 # CPU machine (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90; carry
-# build/ted, build/test_cuda_kernels, build/test_cuda_moe, .debs/ from scripts/device_deps.sh fetch,
+# build/ted, build/test_cuda_*, build/flash_bench, .debs/ from scripts/device_deps.sh fetch,
 # data/moby-dick.txt). Within BUDGET seconds (300), each step under its own timeout so that one
 # failing or hanging step loses no other's result:
 #   card       nvidia-smi: name, driver, clocks (-q -d CLOCK), the libraries the build found
@@ -11,8 +11,10 @@
 #              resume (as many of its checks as its time allows: the log says which ran)
 #   sanitizer  compute-sanitizer memcheck over 3-step GPU trainings (fp32 capacity, bf16 dropless),
 #              racecheck over the op tests
+#   flash      build/flash_bench: the flash-attention kernels and the fused classifier alone (ms,
+#              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path)
 #   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 150 s), given what is left
-# ops, train and sanitizer run side by side; the bench runs alone after them. One JSON line per
+# ops, train and sanitizer run side by side; flash and the bench run alone after them. One JSON line per
 # step on stdout; every log in $OUT/gpu_check.tar.gz (OUT: the device tool's folder, else
 # build/gpu_check). CHECKS picks steps ("card ops train sanitizer bench"); REBUILD=1 builds here
 # first (needs the toolkit and cmake). Exit status 0 when every step that ran passed.
@@ -20,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 ROOT=$PWD TED=${TED:-$PWD/build/ted}
 BIN=$(dirname "$TED")
-OUT=${OUT:-build/gpu_check} BUDGET=${BUDGET:-300} CHECKS=${CHECKS:-card ops train sanitizer bench}
+OUT=${OUT:-build/gpu_check} BUDGET=${BUDGET:-300} CHECKS=${CHECKS:-card ops train sanitizer flash bench}
 BENCH_S=${BENCH_S:-150}
 export TED
 # shellcheck source=scripts/gpu_lib.sh
@@ -67,6 +69,7 @@ tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-
   fi &
   wait
   has train && mkdir -p "$LOGS/train_logs" && cp /tmp/ted_cuda_train/*.jsonl "$LOGS/train_logs/" 2>/dev/null
+  has flash && step flash_bench 30 "$BIN/flash_bench"
   RESERVE=0 left=$((DEADLINE - EPOCHSECONDS))
   has bench && OUT=$LOGS/bench BENCH_BUDGET=$((left < BENCH_S ? left : BENCH_S)) step bench "$BENCH_S" bash bench/gpu_bench.sh
 } | tee "$LOGS/summary.jsonl"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU path of ted on the CPU, under the CUDA emulation of tests/cuda_emu (no GPU needed):
-#  - the op tests test_cuda_kernels / test_cuda_moe, built against the emulation, pass (under
-#    each of three schedules of the threads of a block);
+#  - the op tests test_cuda_kernels / test_cuda_moe / test_cuda_fused, built against the
+#    emulation, pass (under each of three schedules of the threads of a block);
 #  - `ted_emu train --device cuda` (the real src/*.c and src/cuda/*.cu) gives per-step losses
 #    and gradient norms within 1e-4 of `ted train` on the CPU for a tiny MoE model (gradient
 #    accumulation, a learning rate at which 5 steps move the weights measurably), in
@@ -27,7 +27,7 @@ bin=$(dirname "$TED_EMU")
 # the op tests, under each schedule of a block's threads (emu.cpp): round robin; the lowest
 # ready thread first; the highest first (the last two expose a missing __syncthreads)
 for sched in roundrobin low high; do
-  for t in test_cuda_kernels_emu test_cuda_moe_emu; do
+  for t in test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu; do
     if TED_EMU_SCHEDULE=$sched "$bin/$t" >"$TED_TMP/$t-$sched.out" 2>&1; then ok "$t ($sched)"
     else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
   done

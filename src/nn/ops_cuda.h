@@ -1,6 +1,8 @@
 // ops_cuda.h — the CUDA twins of the ops of ops.h and sparse_attention.h (src/cuda/kernels.cu,
 // attention.cu, sparse_attention.cu). Each cu_X has exactly the arguments and the semantics of
-// the CPU function X, on device buffers; X calls it first thing on a GPU run (backend.h).
+// the CPU function X, on device buffers; X calls it first thing on a GPU run (backend.h). The
+// fused ops of flash_attention.cu and classifier.cu have no CPU function of their own: their
+// comments name the CPU ops they equal.
 #pragma once
 #include <stdint.h>
 #include "nn/sparse_layout.h"
@@ -42,6 +44,13 @@ void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int
 void cu_crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum, const float *tl, long N,
                             int Vl);
 void cu_crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
+// The four above in one kernel for an unsharded head (v0 = 0; classifier.cu): losses[N] as
+// crossentropy_finish's, and logits [N, Vl] (V real columns) overwritten by the gradient of
+// crossentropy_backward, (softmax − onehot(target))·scale, padded columns 0. The _bf16 form takes
+// bf16 logits (half.h bit patterns) and writes a bf16 gradient; fp32 inside.
+void cu_fused_classifier(float *losses, float *logits, const int *targets, long N, int V, int Vl, float scale);
+void cu_fused_classifier_bf16(float *losses, uint16_t *logits, const int *targets, long N, int V, int Vl,
+                              float scale);
 void cu_residual_forward(float *out, const float *a, const float *b, long n);          // out = a + b
 void cu_half_to_f32(float *dst, const uint16_t *src, long n, int half);               // half 1 bf16, 2 fp16
 void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half);               // round to nearest even
@@ -53,6 +62,19 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 // scratch: B·H·T·T floats (device)
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
                            int hd, float *scratch);
+
+// ---- flash attention (flash_attention.cu): causal attention as attention_forward/_backward, but
+// no T×T probabilities: the forward keeps lse[B,H,T] (fp32, natural log of each query's sum of
+// exp(score)) for the backward, which recomputes them. Shapes as there: qkv, dqkv [B,T,3·H·hd],
+// out, dout [B,T,H·hd]; head dims 1..128; delta: B·H·T floats of scratch (written). dqkv written,
+// not added. The _bf16 forms take bf16 bit patterns (as half.h) and accumulate in fp32.
+// Deterministic: two runs give the same bits.
+void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int hd);
+void cu_flash_attention_backward(float *dqkv, float *delta, const float *dout, const float *out, const float *qkv,
+                                 const float *lse, int B, int T, int H, int hd);
+void cu_flash_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int H, int hd);
+void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, const uint16_t *dout, const uint16_t *out,
+                                      const uint16_t *qkv, const float *lse, int B, int T, int H, int hd);
 
 // ---- block-sparse attention (sparse_attention.cu); L is host, its *_d arrays device
 void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,

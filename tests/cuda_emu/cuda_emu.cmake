@@ -4,6 +4,8 @@
 #   ted_emu                   src/cli/main.c: `ted_emu train --device cuda` runs the GPU path
 #   test_cuda_kernels_emu     tests/test_cuda_kernels.c
 #   test_cuda_moe_emu         tests/test_cuda_moe.c
+#   test_cuda_fused_emu       tests/test_cuda_fused.c
+#   flash_bench_emu           bench/flash_bench.c (the program itself, on small shapes)
 # tests/test_cuda_emu.sh runs them. Needs a C++17 compiler, Python 3 and the CUDA headers
 # (cuda_runtime.h, cublas_v2.h, nccl.h) — not a GPU, nvcc or the CUDA libraries.
 include(CheckLanguage)
@@ -45,14 +47,16 @@ target_compile_definitions(tedcore_emu PUBLIC TED_CUDA)
 target_include_directories(tedcore_emu PUBLIC ${CMAKE_SOURCE_DIR}/src ${CBLAS_INCLUDE} ${TED_EMU_CUDA_INCLUDE}
   ${TED_EMU_CUBLAS_INCLUDE} ${TED_EMU_NCCL_INCLUDE} PRIVATE ${emu_dir} ${CMAKE_SOURCE_DIR}/src/cuda)
 set_source_files_properties(${emu_out} ${emu_dir}/emu.cpp PROPERTIES COMPILE_OPTIONS
-  "-std=c++17;-O2;-Wall;-Wno-unused-function;-Wno-deprecated-declarations")
+  "-std=c++17;-O2;-Wall;-Wno-unused-function;-Wno-deprecated-declarations;-Wno-unknown-pragmas")
 target_link_libraries(tedcore_emu PUBLIC OpenMP::OpenMP_C MPI::MPI_C PkgConfig::PCRE2 PkgConfig::CJSON
   ${OPENBLAS_LIB} m)
 
 add_executable(ted_emu ${CMAKE_SOURCE_DIR}/src/cli/main.c)
 add_executable(test_cuda_kernels_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_kernels.c)
 add_executable(test_cuda_moe_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_moe.c)
-foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu)
+add_executable(test_cuda_fused_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_fused.c)
+add_executable(flash_bench_emu ${CMAKE_SOURCE_DIR}/bench/flash_bench.c)
+foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu flash_bench_emu)
   target_link_libraries(${t} tedcore_emu)
   # exported symbols: the emulation's backtraces name the functions
   set_target_properties(${t} PROPERTIES LINKER_LANGUAGE CXX ENABLE_EXPORTS ON)

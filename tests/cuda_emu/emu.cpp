@@ -163,7 +163,14 @@ static struct {
     uint64_t ready[1024 / 64];      // bit i: thread i is READY
     char *stacks;
     size_t nstacks;
+    const void *fn;                 // the kernel's address (launches with dynamic shared memory)
+    size_t shmem;                   // its dynamic shared memory (bytes)
 } R;
+static unsigned char *dyn_base;           // the mapping that holds the dynamic shared memory
+static size_t dyn_map;                    // its size; its last page is PROT_NONE (overruns fault)
+static void dynamic_shared_block(void);   // section "dynamic shared memory, async copies, ..."
+static void copies_thread_exit(unsigned thread);
+static void copies_launch(unsigned threads);
 
 static void set_thread(unsigned i) {
     R.cur = i;
@@ -224,6 +231,7 @@ static void release_block(void) {
 
 static void fiber_main(void) {
     R.k->run_thread();
+    copies_thread_exit(R.cur);
     Fiber &f = R.fib[R.cur];
     set_state(R.cur, DONE);
     R.live--;
@@ -251,7 +259,9 @@ void __syncthreads(void) {
 
 // The calling lane hands in its operand; returns when the 32 lanes of its warp have, with
 // the buffer that holds the operands (indexed by thread).
-static const uint64_t *warp_op(unsigned mask, int op, uint64_t bits) {
+// With run: the last lane to arrive calls it with the operands of the 32 lanes (as pointers)
+// before any lane goes on (emu_warp_collective).
+static const uint64_t *warp_op(unsigned mask, int op, uint64_t bits, void (*run)(void *const *) = NULL) {
     if (!R.fibers) no_barrier_expected("a warp shuffle or vote");
     if (mask != 0xffffffffu) die("kernel %s: warp operation with mask %#x (only full warps are emulated)", R.kernel, mask);
     if (R.nt % 32) die("kernel %s: warp operation in a block of %u threads (not whole warps)", R.kernel, R.nt);
@@ -264,6 +274,11 @@ static const uint64_t *warp_op(unsigned mask, int op, uint64_t bits) {
     set_state(R.cur, AT_WARP);
     if (++w.arrived == 32) {
         unsigned base = R.cur & ~31u;
+        if (run) {
+            void *args[32];
+            for (unsigned l = 0; l < 32; l++) args[l] = (void *)(uintptr_t)buf[base + l];
+            run(args);
+        }
         for (unsigned l = 0; l < 32; l++) set_state(base + l, READY);
         w.arrived = 0;
         w.gen++;
@@ -297,8 +312,9 @@ void __syncwarp(unsigned mask) { warp_op(mask, WARP_SYNC, 0); }
 
 static void run_block(void) {
     stats.blocks++;
+    dynamic_shared_block();
     if (!R.fibers) {
-        for (unsigned i = 0; i < R.nt; i++) { set_thread(i); R.k->run_thread(); }
+        for (unsigned i = 0; i < R.nt; i++) { set_thread(i); R.k->run_thread(); copies_thread_exit(i); }
         return;
     }
     stats.fiber_blocks++;
@@ -324,9 +340,12 @@ static void run_block(void) {
     }
 }
 
-static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k) {
+static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k, const void *fn = NULL,
+                       size_t shmem = 0) {
     stats.launches++;
     R.kernel = name;
+    R.fn = fn;
+    R.shmem = shmem;
     R.k = k;
     R.fibers = sync;
     R.nt = b.x * b.y * b.z;
@@ -339,6 +358,7 @@ static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k
         R.slot[0].resize(R.nt);
         R.slot[1].resize(R.nt);
     }
+    copies_launch(R.nt);
     for (unsigned z = 0; z < g.z; z++)
         for (unsigned y = 0; y < g.y; y++)
             for (unsigned x = 0; x < g.x; x++) {
@@ -368,6 +388,16 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
         int n = snprintf(msg, sizeof msg,
                          "emu: host code touched device memory at %p (a device pointer used on the host); backtrace:\n",
                          (void *)a);
+        if (write(2, msg, (size_t)n) < 0) {}
+        void *bt[32];
+        backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    if (dyn_base && a >= (char *)dyn_base + dyn_map - sysconf(_SC_PAGESIZE) && a < (char *)dyn_base + dyn_map) {
+        char msg[200];
+        int n = snprintf(msg, sizeof msg, "emu: kernel %s accessed %p, past the end of its %zu bytes of dynamic "
+                         "shared memory; backtrace:\n", R.kernel, (void *)a, R.shmem);
         if (write(2, msg, (size_t)n) < 0) {}
         void *bt[32];
         backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
@@ -526,14 +556,18 @@ static void flush(void) {
     for (auto &op : q) op();
 }
 
-void emu_enqueue_launch(const char *name, bool sync, dim3 g, dim3 b, size_t shmem, cudaStream_t s, EmuKernel *k) {
-    LOCK;
+static void check_launch(const char *name, dim3 g, dim3 b, cudaStream_t s) {
     check_stream(s, name);
     unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
     if (!g.x || !g.y || !g.z || g.y > 65535 || g.z > 65535 || g.x > 0x7fffffffu)
         die("kernel %s: invalid grid (%u, %u, %u)", name, g.x, g.y, g.z);
     if (!nt || nt > 1024 || b.z > 64) die("kernel %s: invalid block (%u, %u, %u)", name, b.x, b.y, b.z);
-    if (shmem) die("kernel %s: dynamic shared memory is not emulated", name);
+}
+
+void emu_enqueue_launch(const char *name, bool sync, dim3 g, dim3 b, size_t shmem, cudaStream_t s, EmuKernel *k) {
+    LOCK;
+    check_launch(name, g, b, s);
+    if (shmem) die("kernel %s: dynamic shared memory through a launch transform.py did not name", name);
     std::shared_ptr<EmuKernel> kp(k);
     enqueue([name, sync, g, b, kp] { run_launch(name, sync, g, b, kp.get()); });
 }
@@ -552,6 +586,9 @@ cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp *p, int d) {
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->multiProcessorCount = 1;
+    p->sharedMemPerBlock = 48 << 10;           // as sm_90
+    p->sharedMemPerBlockOptin = 227 << 10;
+    p->sharedMemPerMultiprocessor = 228 << 10;
     return cudaSuccess;
 }
 #undef cudaGetDeviceProperties
@@ -847,6 +884,124 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
             gemm_run(what, probs[i], (const float *)A[i], (const float *)B[i], (float *)C[i]);
     });
     return CUBLAS_STATUS_SUCCESS;
+}
+
+// =======================================================================================
+// dynamic shared memory, async copies, warp collectives (emu.h's last section)
+
+static constexpr size_t kSharedDefault = 48 << 10, kSharedOptin = 227 << 10;   // per block (sm_90)
+static std::map<const void *, int> max_dynamic_shared;   // kernel → its attribute
+static unsigned char *dyn;                                // this block's buffer (R.shmem bytes)
+
+void emu_fail(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    die("kernel %s: %s", R.kernel, msg);
+}
+
+cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value) {
+    LOCK;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) die("cudaFuncSetAttribute: attribute %d is not emulated", (int)attr);
+    if (!fn) return cudaErrorInvalidDeviceFunction;
+    if (value < 0 || (size_t)value > kSharedOptin) return cudaErrorInvalidValue;
+    max_dynamic_shared[fn] = value;
+    return cudaSuccess;
+}
+
+void emu_enqueue_launch_dynamic(const char *name, const void *fn, bool sync, dim3 g, dim3 b, size_t shmem,
+                                cudaStream_t s, EmuKernel *k) {
+    LOCK;
+    check_launch(name, g, b, s);
+    auto it = max_dynamic_shared.find(fn);
+    size_t limit = it == max_dynamic_shared.end() ? kSharedDefault : (size_t)it->second;
+    if (shmem > limit)
+        die("kernel %s: %zu bytes of dynamic shared memory, over its limit of %zu (48 KB unless raised by "
+            "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize), at most 227 KB)", name, shmem, limit);
+    std::shared_ptr<EmuKernel> kp(k);
+    enqueue([name, fn, sync, g, b, shmem, kp] { run_launch(name, sync, g, b, kp.get(), fn, shmem); });
+}
+
+// A block's buffer: 128-byte aligned, ending at a PROT_NONE page (an overrun by 128 bytes or more
+// faults), NaN bytes at the start of every block.
+static void dynamic_shared_block(void) {
+    dyn = NULL;
+    if (!R.shmem) return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), need = (R.shmem + 127) / 128 * 128;
+    size_t map = (need + page - 1) / page * page + page;
+    if (map > dyn_map) {
+        if (dyn_base) munmap(dyn_base, dyn_map);
+        void *m = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) die("no memory for %zu bytes of dynamic shared memory", R.shmem);
+        dyn_base = (unsigned char *)m;
+        dyn_map = map;
+        mprotect(dyn_base + map - page, page, PROT_NONE);
+    }
+    dyn = dyn_base + dyn_map - page - need;
+    memset(dyn, 0xFF, need);
+}
+
+void *emu_dynamic_shared(void) { return dyn; }
+
+void emu_check_tile(const char *what, const void *p, size_t bytes) {
+    const unsigned char *a = (const unsigned char *)p;
+    if (dyn_base && a >= dyn_base && a < dyn_base + dyn_map) {
+        if (!dyn || a < dyn || a + bytes > dyn + R.shmem)
+            emu_fail("%s: %zu bytes at %p lie outside the %zu bytes of dynamic shared memory", what, bytes, p, R.shmem);
+        return;
+    }
+    if (in_arena(p)) check_span(p, bytes, what);   // else static __shared__: not checked
+}
+
+// ---- cp.async: per thread, the copies not yet committed and the commit groups in order
+struct AsyncCopy { void *dst; const void *src; size_t n, zfill; };
+struct ThreadCopies { std::vector<AsyncCopy> open; std::vector<std::vector<AsyncCopy>> groups; };
+static std::vector<ThreadCopies> copies;
+
+static void copies_launch(unsigned threads) { copies.assign(threads, ThreadCopies()); }
+static void copies_run(const std::vector<AsyncCopy> &g) {
+    for (const AsyncCopy &c : g) {
+        memcpy(c.dst, c.src, c.n - c.zfill);
+        memset((char *)c.dst + c.n - c.zfill, 0, c.zfill);
+    }
+}
+// what a thread leaves in flight completes
+static void copies_thread_exit(unsigned t) {
+    ThreadCopies &c = copies[t];
+    for (const auto &g : c.groups) copies_run(g);
+    copies_run(c.open);
+    c = ThreadCopies();
+}
+
+void __pipeline_memcpy_async(void *dst, const void *src, size_t n, size_t zfill) {
+    if (n != 4 && n != 8 && n != 16) emu_fail("__pipeline_memcpy_async of %zu bytes (4, 8 or 16)", n);
+    if (zfill > n) emu_fail("__pipeline_memcpy_async: zfill %zu over the size %zu", zfill, n);
+    if ((uintptr_t)dst % n || (uintptr_t)src % n)
+        emu_fail("__pipeline_memcpy_async of %zu bytes from %p to %p: not aligned to its size", n, src, dst);
+    if (in_arena(dst)) emu_fail("__pipeline_memcpy_async: the destination %p is device memory, not shared", dst);
+    emu_check_tile("__pipeline_memcpy_async destination", dst, n);
+    if (n > zfill) check_span(src, n - zfill, "__pipeline_memcpy_async source");
+    copies[R.cur].open.push_back(AsyncCopy{dst, src, n, zfill});
+}
+void __pipeline_commit(void) {
+    ThreadCopies &c = copies[R.cur];
+    c.groups.push_back(std::move(c.open));
+    c.open.clear();
+}
+void __pipeline_wait_prior(size_t prior) {
+    ThreadCopies &c = copies[R.cur];
+    if (c.groups.size() <= prior) return;
+    size_t done = c.groups.size() - prior;
+    for (size_t i = 0; i < done; i++) copies_run(c.groups[i]);
+    c.groups.erase(c.groups.begin(), c.groups.begin() + (long)done);
+}
+
+int emu_lane(void) { return (int)(R.cur & 31); }
+
+void emu_warp_collective(int op, void *arg, void (*run)(void *const *args)) {
+    warp_op(0xffffffffu, op, (uint64_t)(uintptr_t)arg, run);
 }
 
 // =======================================================================================

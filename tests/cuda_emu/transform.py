@@ -6,7 +6,12 @@ For each X.cu: OUTDIR/X.cpp, which includes emu.h, then the source with every la
 rewritten as
     emu_launch<SYNC>("kernel", grid, block, shmem, stream, [](auto... p_) { kernel(p_...); }, args)
 where SYNC says whether the kernel, or a __device__ function it calls (transitively), uses a
-barrier, a warp shuffle or a vote (then its threads run as fibers; else as a loop).
+barrier, a warp shuffle, a vote or a wmma operation (then its threads run as fibers; else as a
+loop). A launch with dynamic shared memory (a shmem value other than 0) becomes
+    emu_launch_dynamic<SYNC>("kernel", (const void *)&kernel<targs>, grid, block, shmem, stream, ...)
+so that the emulation checks the size against the kernel's attribute, and a kernel's
+    extern __shared__ T name[];
+becomes `T *name = (T *)emu_dynamic_shared();` (declare it inside the kernel).
 For each X.h: OUTDIR/X.h with `#ifdef __CUDACC__` blocks switched on (the C++ side of the
 interface that the .cu files see). Line numbers are kept (#line), so that compiler messages
 point into the original file. Python 3, standard library only.
@@ -15,7 +20,10 @@ import os
 import re
 import sys
 
-SYNC_PRIMITIVES = re.compile(r"\b(__syncthreads|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync)\b")
+SYNC_PRIMITIVES = re.compile(r"\b(__syncthreads|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync|"
+                             r"load_matrix_sync|store_matrix_sync|mma_sync)\b")
+DYNAMIC_SHARED = re.compile(r"\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*?)"
+                            r"\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
 def blank_comments_and_strings(src):
@@ -82,6 +90,9 @@ def device_functions(code):
         if paren < 0 or brace < 0 or (0 <= semi < brace and semi < paren):
             continue   # a declaration or a __device__ variable
         head = code[m.end():paren]
+        while re.search(r"\b__launch_bounds__\s*$", head):   # its arguments are not the parameters
+            paren = code.find("(", matching(code, paren, "(", ")"))
+            head = code[m.end():paren]
         if re.search(r"\boperator\s*$", head):   # operator()(...)
             paren = code.find("(", paren + 1)
             name = "operator()"
@@ -148,11 +159,16 @@ def transform_cu(src, path):
         args = src[paren + 1:close]
         sep = ", " if args.strip() else ""
         out.append(src[pos:m.start()])
-        out.append(f'emu_launch<{"true" if sync[name] else "false"}>("{name}", {", ".join(c.strip() for c in cfg)}, '
-                   f"[](auto... p_) {{ {name}{targs}(p_...); }}{sep}{args})")
+        flag = "true" if sync[name] else "false"
+        if cfg[2].strip() == "0":
+            out.append(f'emu_launch<{flag}>("{name}", ')
+        else:
+            out.append(f'emu_launch_dynamic<{flag}>("{name}", (const void *)&{name}{targs}, ')
+        out.append(f'{", ".join(c.strip() for c in cfg)}, [](auto... p_) {{ {name}{targs}(p_...); }}{sep}{args})')
         pos = close + 1
     out.append(src[pos:])
-    return "".join(out)
+    return DYNAMIC_SHARED.sub(lambda m: f"{m.group(1)} *{m.group(2)} = ({m.group(1)} *)emu_dynamic_shared();",
+                              "".join(out))
 
 
 def transform_h(src):
