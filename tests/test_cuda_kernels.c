@@ -1,4 +1,4 @@
-// test_cuda_kernels.c — the CUDA kernels of kernels.cu against the CPU: each cu_X runs on the
+// test_cuda_kernels.c — the CUDA kernels of nn.cu and parallel.cu against the CPU: each cu_X runs on the
 // same random inputs as its CPU reference (ops.c, or a plain loop for the optimizer and
 // conversion helpers) and must agree: max|gpu − cpu| / (max|cpu| + 1e-6) within 1e-5 for fp32
 // element-wise ops, 1e-4 for the GEMM-based ones, bit for bit for the conversions and the

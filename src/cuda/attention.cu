@@ -3,7 +3,7 @@
 // by step). Per batch index b, the H heads are one strided batched GEMM: the q, k, v of head h
 // are the columns [h·hd, (h+1)·hd) of the q, k, v thirds of qkv (row stride 3·H·hd), so
 // consecutive heads are hd floats apart; att[b, h] is T·T floats after att[b, h−1].
-#include "cuda_ops.h"
+#include "common.cuh"
 #include <math.h>
 
 // Row-major strided batched GEMM, as cu_gemm (cblas_sgemm conventions) for `batch` problems:
@@ -20,14 +20,6 @@ static void gemm_sb(int transA, int transB, int M, int N, int K, float alpha, co
 
 enum { WARPS = 4 };   // warps per block in the row kernels: one warp per row
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // In place over the scaled scores a[rows, T] (rows = B·H·T, row r is query t = r mod T):
 // softmax over the columns u ≤ t, probability 0 for u > t (as ops.c).

@@ -1,7 +1,7 @@
 // moe.cu — the MoE layer on the GPU: router (router.c), dispatcher (dispatcher.c) and experts
 // (experts.c), with the semantics of the CPU functions (see cuda_ops.h). Each kernel follows
 // its CPU loop; the comments name the loop it replaces.
-#include "cuda_ops.h"
+#include "common.cuh"
 #include "moe/router_token.h"
 #include <math.h>
 #include <stdio.h>
@@ -10,15 +10,7 @@
 
 enum { THREADS = 256, WARPS = 4 };
 
-static unsigned blocks_for(long n, int per_block) {
-    long b = (n + per_block - 1) / per_block;   // one thread per item (the loops also stride)
-    return (unsigned)(b > 0 ? b : 1);
-}
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+using cu::blocks_for;   // one thread per item (the loops also stride)
 
 // A device buffer that grows (never shrinks) to the largest size asked for so far (counted).
 static void *grow(void **buf, size_t *cap, size_t bytes) {
@@ -269,7 +261,7 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 
 // =======================================================================================
 // experts (experts.c): the GEMMs of all local experts are one grouped GEMM each; bias, bias
-// gradients and GELU (cu_gelu_forward / cu_gelu_backward, kernels.cu) are kernels over all
+// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all
 // rows, a row's expert found from the offsets.
 
 // the expert of row r: the largest e < El with off[e] <= r (an empty expert e has

@@ -4,7 +4,7 @@
 // blocks, ordered by key block (the diagonal one last). One thread block per row (the forward,
 // dS and dQ) or per key block (dV, dK); each thread computes whole dot products, so no two
 // threads write the same float and a row's sums run in a fixed order.
-#include "cuda_ops.h"
+#include "common.cuh"
 #include <math.h>
 
 enum { THREADS = 128, WARPS = THREADS / 32 };
@@ -21,14 +21,6 @@ static Dims dims_of(const SparseLayout *L, int T, int H, int hd) {
     return s;
 }
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 static __device__ __forceinline__ int rows_in(const Dims &s, int i) { int r = s.T - i * s.blk; return r < s.blk ? r : s.blk; }
 
 // the token of column c of row block i's strip (p0: the row's first entry); −1 past a partial block

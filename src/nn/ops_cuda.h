@@ -1,4 +1,4 @@
-// ops_cuda.h — the CUDA twins of the ops of ops.h and sparse_attention.h (src/cuda/kernels.cu,
+// ops_cuda.h — the CUDA twins of the ops of ops.h and sparse_attention.h (src/cuda/nn.cu,
 // attention.cu, sparse_attention.cu). Each cu_X has exactly the arguments and the semantics of
 // the CPU function X, on device buffers; X calls it first thing on a GPU run (backend.h).
 #pragma once
@@ -17,7 +17,7 @@ void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const flo
 void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const float *const *A,
                      int lda, const float *const *B, int ldb, float beta, float *const *C, int ldc);
 
-// ---- element-wise, normalisation, embedding, loss (kernels.cu) ------------------------
+// ---- element-wise, normalisation, embedding, loss (nn.cu) ----------------------------
 void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
                         int T, int d);
 void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B,

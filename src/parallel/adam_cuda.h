@@ -1,4 +1,4 @@
-// adam_cuda.h — the CUDA twins of the optimizer's passes (src/cuda/kernels.cu): scaling, sums
+// adam_cuda.h — the CUDA twins of the optimizer's passes (src/cuda/parallel.cu): scaling, sums
 // of squares, up-casts and AdamW on device buffers, for adam.c and zero.c.
 #pragma once
 #include <stdint.h>

@@ -23,7 +23,7 @@ message(STATUS "CUDA emulation (ted_emu): ON (headers in ${TED_EMU_CUDA_INCLUDE}
 set(emu_dir ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
 set(emu_gen ${CMAKE_BINARY_DIR}/cuda_emu)
 file(GLOB emu_cu ${CMAKE_SOURCE_DIR}/src/cuda/*.cu)
-file(GLOB emu_h ${CMAKE_SOURCE_DIR}/src/cuda/*.h)
+file(GLOB emu_h ${CMAKE_SOURCE_DIR}/src/cuda/*.h ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh)
 set(emu_out)
 foreach(f ${emu_cu})
   get_filename_component(n ${f} NAME_WE)
