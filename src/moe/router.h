@@ -1,6 +1,6 @@
 // router.h — token-choice top-k routing with GShard local-group capacity (design §2), and the
 // routing family (docs/config.md, Routers and experts): noisy top-k, Switch (top-1; its jitter acts on the router input,
-// see routing.c), GShard's random second expert, random token selection, expert choice,
+// see gating.c), GShard's random second expert, random token selection, expert choice,
 // bias-balanced choosing and group-limited routing. Every router hands the dispatcher the same
 // (token, expert, gate, slot) choices: expert choice uses E choice columns per token, one per
 // expert, with slot −1 where the expert did not take the token.
