@@ -3,12 +3,17 @@
 // conversion helpers) and must agree: max|gpu − cpu| / (max|cpu| + 1e-6) within 1e-5 for fp32
 // element-wise ops, 1e-4 for the GEMM-based ones, bit for bit for the conversions and the
 // ops that do the CPU's very additions in its order (encoder, residual, scale), 1e-9 for
-// the double reductions. Shapes are deliberately not multiples of 32. Exits 77 (skipped)
-// without a GPU.
+// the double reductions. Shapes are deliberately not multiples of 32. Then the ops as a --bf16
+// run has them (cu_set_bf16): bf16 weights, bf16 GEMM operands with fp32 accumulation, against
+// the CPU ops on the same bf16-rounded values: within 1e-5 (the products are exact in fp32;
+// only the order of the additions differs), bit for bit for the embedding, and the mixed AdamW
+// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. Exits 77 (skipped) without a GPU.
 #include "core/alloc.h"
 #include "cuda/cuda_ops.h"
 #include "core/half.h"
+#include "nn/linear.h"
 #include "nn/ops.h"
+#include "parallel/adam.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,6 +428,117 @@ static void test_adamw(void) {
     free(w); free(m); free(v); free(g);
 }
 
+// ---------------------------------------------------------------------------------------
+// a --bf16 run's ops
+
+// x[n] rounded to bf16 in place; returns a device copy of the bf16 values (as the ops take
+// bf16 weights: through a float pointer)
+static float *round_up_bf16(float *x, long n) {
+    uint16_t *h = malloc(2 * (n ? n : 1));
+    for (long i = 0; i < n; i++) { h[i] = bf16_from_f32(x[i]); x[i] = bf16_to_f32(h[i]); }
+    void *d = up(h, 2 * n);
+    free(h);
+    return d;
+}
+static float *rounded(const float *x, long n) {
+    float *r = copyf(x, n);
+    for (long i = 0; i < n; i++) r[i] = bf16_to_f32(bf16_from_f32(r[i]));
+    return r;
+}
+
+static void test_bf16_matmul(void) {
+    long N = 37;
+    int C = 48, OC = 70;
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0), *g = rnd(N * OC, 1, 0);
+    float *dx = up(x, sizeof(float) * N * C), *dw = round_up_bf16(w, (long)C * OC), *dbias = round_up_bf16(bias, OC);
+    float *dg = up(g, sizeof(float) * N * OC), *xr = rounded(x, N * C), *gr = rounded(g, N * OC);
+    float *out = rnd(N * OC, 1, 0), *dout_ = up(out, sizeof(float) * N * OC);
+    matmul_forward(out, xr, w, bias, N, C, OC, 1);   // the GEMM sees x in bf16
+    cu_matmul_forward(dout_, dx, dw, dbias, N, C, OC, 1);
+    cmp("bf16 matmul_forward (bias, accumulate)", dout_, out, N * OC, 1e-5);
+    float *gin = rnd(N * C, 1, 0), *gw = rnd((long)C * OC, 1, 0), *gb = rnd(OC, 1, 0);
+    float *dgin = up(gin, sizeof(float) * N * C), *dgw = up(gw, sizeof(float) * C * OC), *dgb = up(gb, sizeof(float) * OC);
+    matmul_backward(gin, gw, NULL, gr, xr, w, N, C, OC, 0);   // dinp and the fp32 dw (beta 1) on bf16 operands
+    matmul_backward(NULL, NULL, gb, g, x, w, N, C, OC, 0);    // the bias gradient sums the fp32 dout
+    cu_matmul_backward(dgin, dgw, dgb, dg, dx, dw, N, C, OC, 0);
+    cmp("bf16 matmul_backward dinp", dgin, gin, N * C, 1e-5);
+    cmp("bf16 matmul_backward dw (fp32, accumulated)", dgw, gw, (long)C * OC, 1e-5);
+    cmp("bf16 matmul_backward dbias", dgb, gb, OC, 1e-5);
+    // nn.Linear's layout, with row strides: the LM head
+    int ldi = C + 3;
+    float *xs = rnd(N * ldi, 1, 0), *o2 = rnd(N * OC, 1, 0), *dxs = up(xs, sizeof(float) * N * ldi);
+    float *xsr = rounded(xs, N * ldi), *do2 = up(o2, sizeof(float) * N * OC);
+    linear_forward(o2, OC, xsr, ldi, w, N, C, OC, 0);
+    cu_linear_forward(do2, OC, dxs, ldi, dw, N, C, OC, 0);
+    cmp("bf16 linear_forward (strided input)", do2, o2, N * OC, 1e-5);
+    float *gi2 = rnd(N * ldi, 1, 0), *dgi2 = up(gi2, sizeof(float) * N * ldi);
+    float *gw2 = rnd((long)OC * C, 1, 0), *dgw2 = up(gw2, sizeof(float) * OC * C);
+    linear_backward(gi2, ldi, gw2, gr, OC, xsr, ldi, w, N, C, OC, 1);
+    cu_linear_backward(dgi2, ldi, dgw2, dg, OC, dxs, ldi, dw, N, C, OC, 1);
+    cmp("bf16 linear_backward dinp (accumulate)", dgi2, gi2, N * ldi, 1e-5);
+    cmp("bf16 linear_backward dw", dgw2, gw2, (long)OC * C, 1e-5);
+    cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg); cu_free(dout_); cu_free(dgin); cu_free(dgw); cu_free(dgb);
+    cu_free(dxs); cu_free(do2); cu_free(dgi2); cu_free(dgw2);
+    free(x); free(w); free(bias); free(g); free(xr); free(gr); free(out); free(gin); free(gw); free(gb);
+    free(xs); free(o2); free(xsr); free(gi2); free(gw2);
+}
+
+static void test_bf16_norm_embed(void) {
+    long N = 37;
+    int d = 48, B = 1, T = 37, Vl = 20;
+    float *x = rnd(N * d, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0);
+    float *out = malloc(sizeof(float) * N * d), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *dx = up(x, sizeof(float) * N * d), *dw = round_up_bf16(w, d), *db = round_up_bf16(b, d);
+    float *dout_ = cu_malloc(sizeof(float) * N * d), *dmean = cu_malloc(sizeof(float) * N), *drstd = cu_malloc(sizeof(float) * N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, d);
+    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d);
+    cmp("bf16 layernorm_forward out", dout_, out, N * d, 1e-5);
+    float *g = rnd(N * d, 1, 0), *gin = rnd(N * d, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0);
+    float *dg = up(g, sizeof(float) * N * d), *dgin = up(gin, sizeof(float) * N * d);
+    float *dgw = up(gw, sizeof(float) * d), *dgb = up(gb, sizeof(float) * d);
+    cu_memcpy(dmean, mean, sizeof(float) * N);
+    cu_memcpy(drstd, rstd, sizeof(float) * N);
+    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d);
+    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d);
+    cmp("bf16 layernorm_backward dinp", dgin, gin, N * d, 1e-5);
+    cmp("bf16 layernorm_backward dw (fp32)", dgw, gw, d, 1e-5);
+    int *tok = malloc(sizeof(int) * N);
+    for (long i = 0; i < N; i++) tok[i] = (int)(next() % (uint64_t)(Vl + 5));
+    float *wte = rnd((long)Vl * d, 1, 0), *wpe = rnd((long)T * d, 1, 0);
+    int *dtok = up(tok, sizeof(int) * N);
+    float *dwte = round_up_bf16(wte, (long)Vl * d), *dwpe = round_up_bf16(wpe, (long)T * d);
+    encoder_forward(out, tok, wte, 0, Vl, wpe, B, T, d);
+    cu_encoder_forward(dout_, dtok, dwte, 0, Vl, dwpe, B, T, d);
+    cmp_bits("bf16 encoder_forward", dout_, out, N * d);
+    cu_free(dx); cu_free(dw); cu_free(db); cu_free(dout_); cu_free(dmean); cu_free(drstd); cu_free(dg); cu_free(dgin);
+    cu_free(dgw); cu_free(dgb); cu_free(dtok); cu_free(dwte); cu_free(dwpe);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(gin); free(gw); free(gb); free(tok);
+    free(wte); free(wpe);
+}
+
+// fp32 masters, m, v and gradient in, bf16 weights out, the gradient left zero
+static void test_adamw_mixed(void) {
+    long n = 1037;
+    float *w = rnd(n, 1, 0), *m = rnd(n, 0.01f, 0), *v = rnd(n, 0.0001f, 0.0001f), *g = rnd(n, 0.1f, 0);
+    float *dw = up(w, sizeof(float) * n), *dm = up(m, sizeof(float) * n), *dv = up(v, sizeof(float) * n);
+    float *dg = up(g, sizeof(float) * n), zeros[1037] = {0};
+    uint16_t *w16 = malloc(2 * n), *got = malloc(2 * n), *dw16 = cu_malloc(2 * n);
+    AdamHyper a = {3e-4f, 1.0f - 3e-4f * 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f - powf(0.9f, 7), 1.0f - powf(0.95f, 7)};
+    float gscale = 0.625f;
+    adamw_mixed_host(w, m, v, g, n, gscale, &a, w16);
+    cu_adamw_mixed(dw, dm, dv, dg, n, gscale, a.lr / a.bc1, sqrtf(a.bc2), a.decay, a.b1, a.b2, a.eps, dw16);
+    cmp("adamw_mixed master", dw, w, n, 1e-6);
+    cmp("adamw_mixed m", dm, m, n, 1e-6);
+    cmp("adamw_mixed v", dv, v, n, 1e-6);
+    cmp_bits("adamw_mixed gradient consumed", dg, zeros, n);
+    cu_memcpy(got, dw16, 2 * n);
+    long off = 0;   // at most one bf16 step apart (a master that lies on a rounding boundary)
+    for (long i = 0; i < n; i++) off += abs((int)got[i] - (int)w16[i]) > 1;
+    report("adamw_mixed bf16 weights (within 1 ulp)", (double)off, 0);
+    cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dg); cu_free(dw16);
+    free(w); free(m); free(v); free(g); free(w16); free(got);
+}
+
 int main(void) {
     if (cu_device_count() == 0) {
         printf("test_cuda_kernels: no CUDA device, skipped\n");
@@ -444,6 +560,11 @@ int main(void) {
     test_conversions();
     test_reductions();
     test_adamw();
+    cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
+    test_bf16_matmul();
+    test_bf16_norm_embed();
+    test_adamw_mixed();
+    cu_set_bf16(0);
     printf("test_cuda_kernels: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
 }

@@ -260,9 +260,11 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 }
 
 // =======================================================================================
-// experts (experts.c): the GEMMs of all local experts are one grouped GEMM each; bias, bias
-// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all
-// rows, a row's expert found from the offsets.
+// experts (experts.c): each GEMM of the local experts is one cuBLAS call per expert (one
+// strided batched call when the experts are equal: capacity mode), on operands of the run's
+// type (cuda_ops.h: bf16 on a --bf16 run, the activations copied once per pass); bias, bias
+// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all rows, a
+// row's expert found from the offsets.
 
 // the expert of row r: the largest e < El with off[e] <= r (an empty expert e has
 // off[e] == off[e+1], so e+1 qualifies too and wins). Needs off[0] <= r < off[El].
@@ -277,14 +279,25 @@ static __device__ __forceinline__ int expert_of(const long *off, int El, long r)
 }
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
-static __global__ void fill_bias_rows_kernel(float *out, const float *bias, const long *off, int El, long r0, long r1,
+template <class W>
+static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const long *off, int El, long r0, long r1,
                                              int n) {
     long total = (r1 - r0) * n;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         long r = r0 + i / n;
         int c = (int)(i % n);
-        out[r * n + c] = bias[(long)expert_of(off, El, r) * n + c];
+        out[r * n + c] = ldw(bias, (long)expert_of(off, El, r) * n + c);
     }
+}
+
+static void fill_bias_rows(float *out, const float *bias, const long *doff, int El, long r0, long r1, int n) {
+    if (r1 <= r0 || n <= 0) return;
+    unsigned g = blocks_for((r1 - r0) * n, THREADS);
+    if (cu_bf16())
+        fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, (const uint16_t *)(const void *)bias, doff, El, r0,
+                                                              r1, n);
+    else fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
+    CU_LAUNCH_CHECK();
 }
 
 // gb[e, c] += Σ_{r in expert e's rows, in order} g[r, c]: one thread per (e, c)
@@ -307,9 +320,9 @@ static const long *upload_off(const long *off, int El) {
     return d;
 }
 
-// host tables of the grouped GEMMs: rows per local expert, the widths d and f, A, B, C
+// host tables of the per-expert GEMMs: rows per local expert, the widths d and f, A, B, C
 static int *g_M, *g_d, *g_f;
-static const float **g_A, **g_B;
+static const void **g_A, **g_B;
 static float **g_C;
 static void tables(int El) {
     static int cap;
@@ -318,11 +331,22 @@ static void tables(int El) {
     g_M = (int *)malloc(sizeof(int) * El);
     g_d = (int *)malloc(sizeof(int) * El);
     g_f = (int *)malloc(sizeof(int) * El);
-    g_A = (const float **)malloc(sizeof(float *) * El);
-    g_B = (const float **)malloc(sizeof(float *) * El);
+    g_A = (const void **)malloc(sizeof(void *) * El);
+    g_B = (const void **)malloc(sizeof(void *) * El);
     g_C = (float **)malloc(sizeof(float *) * El);
     if (!g_M || !g_d || !g_f || !g_A || !g_B || !g_C) { fprintf(stderr, "ted: out of host memory\n"); exit(1); }
     cap = El;
+}
+
+// The operands of expert e: X + off[e]·x (a row of the expert's tokens, x elements wide) or, with
+// X's by_expert flag, X + e·x (a weight, x elements per expert); A and B in the operand type, C floats.
+static void point(const long *off, int El, const void *A, long a, int a_by_expert, const void *B, long b,
+                  int b_by_expert, float *C, long c, int c_by_expert) {
+    for (int e = 0; e < El; e++) {
+        g_A[e] = cu_at(A, (a_by_expert ? e : off[e]) * a);
+        g_B[e] = cu_at(B, (b_by_expert ? e : off[e]) * b);
+        g_C[e] = C + (c_by_expert ? e : off[e]) * c;
+    }
 }
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
@@ -334,25 +358,13 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     // h = xin·wfc + bfc: the bias rows first, then the GEMM adds (beta 1), as matmul_forward
-    if (R > r0 && f > 0) {
-        fill_bias_rows_kernel<<<blocks_for((R - r0) * f, THREADS), THREADS, 0, cu_stream()>>>(h, bfc, doff, El, r0, R,
-                                                                                             f);
-        CU_LAUNCH_CHECK();
-    }
-    for (int e = 0; e < El; e++) {
-        g_A[e] = xin + off[e] * d; g_B[e] = wfc + (long)e * d * f; g_C[e] = h + off[e] * f;
-    }
+    fill_bias_rows(h, bfc, doff, El, r0, R, f);
+    point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 1.0f, g_C, f);
     cu_gelu_forward(hg, h, R * f);   // hg = GELU(h) over rows [0, off[El]), as experts.c
     // y = hg·wproj (+ bproj)
-    if (proj_bias && R > r0 && d > 0) {
-        fill_bias_rows_kernel<<<blocks_for((R - r0) * d, THREADS), THREADS, 0, cu_stream()>>>(y, bproj, doff, El, r0,
-                                                                                             R, d);
-        CU_LAUNCH_CHECK();
-    }
-    for (int e = 0; e < El; e++) {
-        g_A[e] = hg + off[e] * f; g_B[e] = wproj + (long)e * f * d; g_C[e] = y + off[e] * d;
-    }
+    if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
+    point(off, El, cu_operand(hg, R * f, 0), f, 0, wproj, (long)f * d, 1, y, d, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
 }
 
@@ -365,15 +377,12 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
+    const void *gy = cu_operand(dy, R * d, 0);
     // c_proj: dhg = dy·wprojᵀ (written)
-    for (int e = 0; e < El; e++) {
-        g_A[e] = dy + off[e] * d; g_B[e] = wproj + (long)e * f * d; g_C[e] = dhg + off[e] * f;
-    }
+    point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
     // gwproj += hgᵀ·dy
-    for (int e = 0; e < El; e++) {
-        g_A[e] = hg + off[e] * f; g_B[e] = dy + off[e] * d; g_C[e] = gwproj + (long)e * f * d;
-    }
+    point(off, El, cu_operand(hg, R * f, 1), f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
     // gbproj += Σ rows dy
     if (proj_bias && d > 0) {
@@ -381,15 +390,12 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
         CU_LAUNCH_CHECK();
     }
     cu_gelu_backward(dhg, h, dhg, R * f);   // in place over rows [0, off[El]), as experts.c
+    const void *gh = cu_operand(dhg, R * f, 0);
     // c_fc: dxin = dhg·wfcᵀ (written)
-    for (int e = 0; e < El; e++) {
-        g_A[e] = dhg + off[e] * f; g_B[e] = wfc + (long)e * d * f; g_C[e] = dxin + off[e] * d;
-    }
+    point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
-    for (int e = 0; e < El; e++) {
-        g_A[e] = xin + off[e] * d; g_B[e] = dhg + off[e] * f; g_C[e] = gwfc + (long)e * d * f;
-    }
+    point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
     // gbfc += Σ rows dhg
     if (f > 0) {

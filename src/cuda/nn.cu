@@ -12,14 +12,15 @@ namespace {
 // ---- encoder --------------------------------------------------------------------------
 
 // out[N,d] = wte[tok - v0] (0 outside the shard [0, Vl)) + wpe[i % T] (0 if wpe is NULL)
-__global__ void encoder_forward_kernel(float *out, const int *tok, const float *wte, int v0, int Vl,
-                                       const float *wpe, int T, int d, long n) {
+template <class W>
+__global__ void encoder_forward_kernel(float *out, const int *tok, const W *wte, int v0, int Vl, const W *wpe, int T,
+                                       int d, long n) {
     GRID_STRIDE(idx, n) {
         long i = idx / d;
         int c = (int)(idx % d);
         int v = tok[i] - v0;
-        float e = v >= 0 && v < Vl ? wte[(long)v * d + c] : 0.0f;
-        float p = wpe ? wpe[(i % T) * d + c] : 0.0f;
+        float e = v >= 0 && v < Vl ? ldw(wte, (long)v * d + c) : 0.0f;
+        float p = ldw_or0(wpe, (i % T) * d + c);
         out[idx] = e + p;
     }
 }
@@ -67,8 +68,9 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 // ---- layernorm (one warp per row) -------------------------------------------------------
 
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N]
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                         const float *b, long N, int d) {
+template <class W>
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const W *w,
+                                         const W *b, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
         const float *x = inp + i * d;
@@ -79,20 +81,21 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
         v = warp_sum(v);
         float s = 1.0f / sqrtf(v / d + 1e-5f);
         float *o = out + i * d;
-        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
         if (lane == 0) { mean[i] = m; rstd[i] = s; }
     }
 }
 
 // dinp[N,d] += ... (one warp per row)
-__global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+template <class W>
+__global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, const float *inp, const W *w,
                                               const float *mean, const float *rstd, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
         const float *g = dout + i * d, *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0;
         for (int c = lane; c < d; c += 32) {
-            float gw = g[c] * w[c];
+            float gw = g[c] * ldw(w, c);
             a += gw; bsum += gw * (x[c] - m) * s;
         }
         a = warp_sum(a) / d;
@@ -100,7 +103,7 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
         float *dx = dinp + i * d;
         for (int c = lane; c < d; c += 32) {
             float xh = (x[c] - m) * s;
-            dx[c] += (g[c] * w[c] - a - xh * bsum) * s;
+            dx[c] += (g[c] * ldw(w, c) - a - xh * bsum) * s;
         }
     }
 }
@@ -138,9 +141,9 @@ __global__ void layernorm_backward_par_kernel(float *dw, float *db, const float 
 // ---- matmul helpers -----------------------------------------------------------------
 
 // out[N,OC] = bias (accumulate 0) or += bias (accumulate 1), broadcast over the rows
-__global__ void bias_kernel(float *out, const float *bias, long n, int OC, int accumulate) {
+template <class W> __global__ void bias_kernel(float *out, const W *bias, long n, int OC, int accumulate) {
     GRID_STRIDE(idx, n) {
-        float bv = bias[idx % OC];
+        float bv = ldw(bias, idx % OC);
         out[idx] = accumulate ? out[idx] + bv : bv;
     }
 }
@@ -263,6 +266,10 @@ __global__ void half_accumulate_kernel(uint16_t *dst, const float *src, long n, 
     GRID_STRIDE(i, n) dst[i] = half_from_f32_d(half, half_to_f32_d(half, dst[i]) + src[i]);
 }
 
+// A weight pointer as the kernels read it: fp32, or on a --bf16 run the bf16 it points at
+// (reg_op_weights hands bf16 weights through the ops' float pointers).
+const uint16_t *bf16_of(const float *w) { return (const uint16_t *)(const void *)w; }
+
 struct SumF { const float *x; __device__ double operator()(long i) const { return (double)x[i]; } };
 
 }   // namespace
@@ -273,8 +280,12 @@ extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte,
                                    int B, int T, int d) {
     long n = (long)B * T * d;
     if (n <= 0) return;
-    encoder_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, wte, v0, Vl, wpe, T, d,
-                                                                                   n);
+    if (cu_bf16())
+        encoder_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, bf16_of(wte), v0, Vl,
+                                                                                     bf16_of(wpe), T, d, n);
+    else
+        encoder_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, wte, v0, Vl, wpe, T, d,
+                                                                                     n);
     CU_LAUNCH_CHECK();
 }
 
@@ -295,15 +306,22 @@ extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                      const float *b, long N, int d) {
     if (N <= 0 || d <= 0) return;
-    layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
+    if (cu_bf16())
+        layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, bf16_of(w),
+                                                                                     bf16_of(b), N, d);
+    else layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
     if (N <= 0 || d <= 0) return;
-    layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
-                                                                                        rstd, N, d);
+    if (cu_bf16())
+        layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, bf16_of(w),
+                                                                                          mean, rstd, N, d);
+    else
+        layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
+                                                                                          rstd, N, d);
     CU_LAUNCH_CHECK();
     layernorm_backward_par_kernel<<<grid_for(d, 32), dim3(32, kColRows), 0, cu_stream()>>>(dw, db, dout, inp, mean,
                                                                                               rstd, N, d);
@@ -316,19 +334,24 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
     // as ops.c: the bias first (set, or added to out), then out (+)= inp·w
     if (bias) {
         long n = N * OC;
-        bias_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
+        int g = grid_for(n, kThreads);
+        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
+        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
         CU_LAUNCH_CHECK();
     }
-    cu_gemm(0, 0, (int)N, OC, C, 1.0f, inp, C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+    // the weights are operands already; the activation is copied to bf16 on a bf16 run
+    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out,
+               OC);
 }
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
     if (N <= 0) return;
+    const void *g = cu_operand(dout, N * OC, 0);
     if (dinp)   // dinp[N,C] (+)= dout[N,OC]·w[C,OC]ᵀ
-        cu_gemm(0, 1, (int)N, C, OC, 1.0f, dout, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
-    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]
-        cu_gemm(1, 0, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+        cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
+    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]: the wgrad GEMM accumulates into the fp32 gradient
+        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
     if (dbias && OC > 0) {
         colsum_add_kernel<<<grid_for(OC, 32), dim3(32, kColRows), 0, cu_stream()>>>(dbias, dout, N, OC);
         CU_LAUNCH_CHECK();
@@ -345,6 +368,24 @@ extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dou
     if (n <= 0) return;
     gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
     CU_LAUNCH_CHECK();
+}
+
+// nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
+extern "C" void cu_linear_forward(float *out, long ldo, const float *inp, long ldi, const float *w, long N, int C,
+                                  int OC, int accumulate) {
+    if (N <= 0 || OC <= 0) return;
+    const void *a = cu_operand(inp, (N - 1) * ldi + C, 0);
+    cu_gemm_op(0, 1, (int)N, OC, C, 1.0f, a, (int)ldi, w, C, accumulate ? 1.0f : 0.0f, out, (int)ldo);
+}
+
+// dinp[N,C] (stride ldd) (+)= dout·w; dw[OC,C] += doutᵀ·inp (either may be NULL)
+extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp,
+                                   long ldi, const float *w, long N, int C, int OC, int accumulate) {
+    if (N <= 0) return;
+    const void *g = cu_operand(dout, (N - 1) * ldo + OC, 0);
+    if (dinp) cu_gemm_op(0, 0, (int)N, C, OC, 1.0f, g, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
+    if (dw)
+        cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, 1.0f, dw, C);
 }
 
 // The fused MLP pair of ops.c, here as the two kernels each (the bias already rides in the GEMM)

@@ -27,6 +27,20 @@ __global__ void adamw_kernel(float *w, float *m, float *v, const float *g, long 
     }
 }
 
+// adam.c's adam_elem on g·gscale, the weight rounded to bf16, the gradient consumed
+__global__ void adamw_mixed_kernel(float *w, float *m, float *v, float *g, long n, float gscale, float step, float sb2,
+                                   float decay, float b1, float b2, float eps, uint16_t *w16) {
+    GRID_STRIDE(j, n) {
+        float gj = g[j] * gscale;
+        float mj = b1 * m[j] + (1 - b1) * gj;
+        float vj = b2 * v[j] + (1 - b2) * gj * gj;
+        float wj = w[j] * decay - step * mj / (sqrtf(vj) / sb2 + eps);
+        m[j] = mj; v[j] = vj; w[j] = wj;
+        w16[j] = half_from_f32_d(1, wj);
+        g[j] = 0.0f;
+    }
+}
+
 struct SumSqF { const float *x; __device__ double operator()(long i) const { double v = x[i]; return v * v; } };
 // zero.c: double g = half_to_f32(x) * unscale (a float product); g·g in double
 struct SumSqHalfF {
@@ -66,3 +80,10 @@ extern "C" void cu_adamw(float *w, float *m, float *v, const float *g, long n, f
     CU_LAUNCH_CHECK();
 }
 
+extern "C" void cu_adamw_mixed(float *w, float *m, float *v, float *g, long n, float gscale, float step, float sb2,
+                               float decay, float b1, float b2, float eps, uint16_t *w16) {
+    if (n <= 0) return;
+    adamw_mixed_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(w, m, v, g, n, gscale, step, sb2, decay, b1,
+                                                                             b2, eps, w16);
+    CU_LAUNCH_CHECK();
+}

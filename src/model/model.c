@@ -7,6 +7,7 @@
 #include "moe/experts.h"
 #include "core/half.h"
 #include "nn/ops.h"
+#include "nn/linear.h"
 #include "moe/layer.h"
 #include "moe/gating.h"
 #include "model/llama.h"
@@ -109,7 +110,7 @@ static void add_params(Model *M) {
 static void alloc_params(Model *M) {
     Registry *r = &M->reg;
     int d = M->d;
-    reg_alloc(r, M->cfg.bf16 ? 1 : M->cfg.fp16 ? 2 : 0);
+    reg_alloc(r, r->half, r->ghalf);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
     int vocab[2] = {M->wte, M->lmh};
@@ -126,11 +127,12 @@ static void alloc_params(Model *M) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 16-bit storage (--bf16 / --fp16): weights and gradients live in 16 bits; the CPU computes
-// in fp32. A stage's weights are up-cast into an fp32 buffer while it runs and its fp32
-// gradients are folded back into the 16-bit store after its backward. Stage 0 is the head
-// (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors are contiguous in
-// the registry. With fp32 storage the stages are the weights themselves and this does nothing.
+// 16-bit storage on the CPU (--bf16 / --fp16; fp16 on a GPU too): weights and gradients live
+// in 16 bits; the ops compute in fp32. A stage's weights are up-cast into an fp32 buffer while
+// it runs and its fp32 gradients are folded back into the 16-bit store after its backward.
+// Stage 0 is the head (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors
+// are contiguous in the registry. With fp32 gradients (fp32 storage, or a GPU --bf16 run whose
+// ops read the bf16 weights themselves) there is nothing to stage and this does nothing.
 
 // The registry indices of stage s: idx[0..n) — the head's (up to five), or a block's contiguous range
 // (returned as first index with n; idx unused).
@@ -150,7 +152,7 @@ static int stage_params(const Model *M, int s, int idx[5], int *first) {
 // when `grads` (a backward follows).
 static void stage_in(Model *M, int s, int grads) {
     Registry *r = &M->reg;
-    if (!r->half) return;
+    if (!r->ghalf) return;
     int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     float *w = s ? M->stage_w : M->head_w, *g = s ? M->stage_g : M->head_g;
     for (int k = 0; k < n; k++) {
@@ -165,7 +167,7 @@ static void stage_in(Model *M, int s, int grads) {
 // Adds the stage's fp32 gradients into the 16-bit gradient store.
 static void stage_out(Model *M, int s) {
     Registry *r = &M->reg;
-    if (!r->half) return;
+    if (!r->ghalf) return;
     int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
@@ -180,7 +182,7 @@ static long stage_numel(const Model *M, int s) {
     return t;
 }
 
-#define W(i) (M->reg.p[i].w)
+#define W(i) reg_op_weights(&M->reg, i)   // the weights the ops read (params.h)
 #define G(i) (M->reg.p[i].g)
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
@@ -312,7 +314,7 @@ static long packed_floats(const Model *M, int l) {
 static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a, Bump *h, int l) {
     int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac, moe = M->bp[l].moe;
     long N = (long)M->Bmax * M->T;
-    int pack = M->reg.half && !ckpt, shared = ckpt || pack;
+    int pack = M->reg.ghalf && !ckpt, shared = ckpt || pack;
     if (shared) *x = *common;
     else {
         memset(x, 0, sizeof *x);
@@ -348,7 +350,7 @@ static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bu
 static void layout_acts(Model *M, Bump *a, Bump *h) {
     long N = (long)M->Bmax * M->T;
     int ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
-    int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
+    int pack = M->reg.ghalf && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
     for (int l = 0; l < M->L; l++)
         if (M->bp[l].held) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
     BlockActs common;
@@ -522,6 +524,8 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     }
     add_params(M);
     M->reg.half = cfg->bf16 ? 1 : cfg->fp16 ? 2 : 0;
+    // the GPU's bf16: the ops read the bf16 weights and accumulate fp32 gradients (no staging)
+    M->reg.ghalf = M->reg.half == 1 && cfg->device == 1 ? 0 : M->reg.half;
 }
 
 // 16-bit storage: the fp32 working copies' elements, of the head and of the largest block.
@@ -535,7 +539,7 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     alloc_params(M);
     if (M->llama) llama_build(M);
     moe_setup(M);
-    if (M->reg.half) {   // fp32 working copies: the head, and the largest block
+    if (M->reg.ghalf) {   // fp32 working copies: the head, and the largest block
         long big, head;
         working_copies(M, &head, &big);
         M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
@@ -570,7 +574,7 @@ void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax,
     for (int l = 0; l < M->L; l++) nmoe += M->bp[l].moe;
     double act = gating_act_bytes(&M->m, nmoe, (long)Bmax * T) + llama_act_bytes(M);
     for (int l = 0; M->sl && l < M->L; l++) act += sparse_layout_bytes(&M->sl[l], ted_device == DEV_CUDA);
-    if (M->reg.half) {
+    if (M->reg.ghalf) {
         long big, head;
         working_copies(M, &head, &big);
         act += 2.0 * sizeof(float) * (head + big);
@@ -702,7 +706,7 @@ static double head_forward(Model *M, long N, int has_targets) {
     int d = M->d;
     if (M->llama) llama_norm_forward(M, M->lnf, M->lnf_rstd, M->resid[M->L], M->lnfw, N);
     else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->lmh), d, 0.0f, M->logits, M->Vl);
+    linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
     if (!has_targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
@@ -781,9 +785,9 @@ static void head_backward(Model *M, long N, float lm_scale) {
     float *dlogits = M->logits;
     watchdog_block(-1, 0, NULL);
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->lmh), d, 0.0f, M->dln, d);
+    linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->lmh), d);
+    linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
     buf_zero(M->dres, sizeof(float) * N * d);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
     else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,

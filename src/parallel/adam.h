@@ -23,10 +23,15 @@ void adamw_f32(float *w, float *m, float *v, float *g, long n, float gscale, con
 // on the CPU; a GPU run up-casts through `tile` (n floats of device memory), the tiled optimizer.
 void adamw_half(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                 uint16_t *w16, int half, float *tile);
+// bf16 weights with fp32 gradients (a GPU --bf16 run, params.h): the fp32 gradient g (times gscale)
+// consumed (left zero), fp32 masters w and m, v updated, the weights rounded to bf16 into w16.
+// One pass, on the CPU as on the GPU.
+void adamw_mixed(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, uint16_t *w16);
 // The host loops themselves, whatever the run's device (ZeRO-Offload steps host memory).
 void adamw_f32_host(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout);
 void adamw_half_host(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                      uint16_t *w16, int half);
+void adamw_mixed_host(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, uint16_t *w16);
 // `ted bench --optimizer N`: times one step over N parameters, fp32, bf16 and fp16 weights, and a
 // memcpy of the same bytes; prints ms per step, GB/s (bytes read + written) and the ratio in
 // words, and what zeroing the gradient in a pass of its own would add.

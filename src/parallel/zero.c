@@ -37,7 +37,8 @@ static void make_shards(Zero *z) {
 
 void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c, int gpu) {
     memset(s, 0, sizeof *s);
-    double es = c->bf16 || c->fp16 ? 2 : 4, shard = 0;
+    // the GPU's bf16 keeps fp32 gradients (params.h: ghalf)
+    double es = c->bf16 || c->fp16 ? 2 : 4, gs = c->fp16 || (c->bf16 && !gpu) ? 2 : 4, shard = 0;
     int whole = 1;
     for (int i = 0; i < r->n; i++) {   // rank 0's shard (as make_shards): the first chunk of each tensor
         int n = c->zero_stage == 0 ? 1 : r->p[i].tag == TAG_EDP ? edp : dp;
@@ -45,7 +46,7 @@ void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c,
         whole &= n == 1;
     }
     s->params = es * r->total;
-    s->grads = es * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size, c->overlap_comm) + shard : r->total);
+    s->grads = gs * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size, c->overlap_comm) + shard : r->total);
     int in_place = es == 4 && !gpu && whole;   // masters_are_weights
     double opt = sizeof(float) * shard * (in_place ? 2 : 3) + (c->onebit ? onebit_optimizer_bytes(r, dp, edp) : 0);
     if (c->offload && gpu) s->host_optimizer = opt;
@@ -130,12 +131,12 @@ static void plan_buffers(Zero *z, long tile) {
     if (z->planned) return;
     z->planned = 1;
     // the up-cast tile (offloaded: the host stages its own tiles)
-    if (z->reg->half && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
+    if (z->reg->ghalf && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
     if (z->stage == 0 || z->ov) return;   // all-reduced in place, nothing gathered; overlap: its own regions
     // stage 2: the bucket buffer is free in the optimizer step and holds every tensor's padded
     // slot; recv holds the largest chunk. Both serve the gather (the bucket is zeroed after).
     if (z->stage == 2) { z->comm[0] = z->bucket; z->comm[1] = z->recv; return; }
-    size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
+    size_t es = z->reg->half && z->reg->ghalf ? 2 : 4, big = 0, chunk = 0;   // gradients and weights travel
     for (int i = 0; i < z->reg->n; i++) {
         const Shard *s = &z->sh[i];
         int size = zero_group(z, &z->reg->p[i])->size;
@@ -151,10 +152,10 @@ static void plan_buffers(Zero *z, long tile) {
 // the whole tensor on every rank; stage 2 did it during the backward). Each rank's loss
 // gradient is already scaled by 1/(tokens of the whole step), so the sum is the
 // single-process gradient.
-// (16-bit storage: the gradients travel in 16 bits, each addition done in fp32.)
+// (16-bit gradients travel in 16 bits, each addition done in fp32.)
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     Group *g = zero_group(z, p);
-    int half = z->reg->half;
+    int half = z->reg->ghalf;
     DType t = half == 1 ? DT_BF16 : half == 2 ? DT_F16 : DT_F32;
     if (g->size == 1 || z->stage == 2) return;
     if (z->stage == 0) { comm_allreduce(g, half ? (void *)p->g16 : (void *)p->g, p->numel, t); return; }
@@ -216,8 +217,8 @@ static double sumsq_host(const void *x, long n, int half, float s) {
 static void *shard_grad(const Zero *z, int i) {
     const Registry *r = z->reg;
     const Shard *s = &z->sh[i];
-    if (z->stage == 2) return r->half ? (void *)((uint16_t *)z->gshard + s->base) : (void *)((float *)z->gshard + s->base);
-    return r->half ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
+    if (z->stage == 2) return r->ghalf ? (void *)((uint16_t *)z->gshard + s->base) : (void *)((float *)z->gshard + s->base);
+    return r->ghalf ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
 }
 
 // z->sq[i] = the squared norm of tensor i's shard (16-bit: unscaled). On the CPU the threads share
@@ -227,14 +228,14 @@ static void sumsq_all(Zero *z, float unscale) {
 #ifdef TED_CUDA
     if (ted_device == DEV_CUDA) {
         for (int i = 0; i < r->n; i++) {
-            if (r->half) cu_sumsq_half(z->sq + i, shard_grad(z, i), z->sh[i].len, r->half, unscale);
+            if (r->ghalf) cu_sumsq_half(z->sq + i, shard_grad(z, i), z->sh[i].len, r->ghalf, unscale);
             else cu_sumsq(z->sq + i, shard_grad(z, i), z->sh[i].len);   // fp32 gradients are unscaled
         }
         return;
     }
 #endif
     #pragma omp parallel for schedule(dynamic)
-    for (int i = 0; i < r->n; i++) z->sq[i] = sumsq_host(shard_grad(z, i), z->sh[i].len, r->half, r->half ? unscale : 1.0f);
+    for (int i = 0; i < r->n; i++) z->sq[i] = sumsq_host(shard_grad(z, i), z->sh[i].len, r->ghalf, r->ghalf ? unscale : 1.0f);
 }
 
 // Reduces the gradients to their owners and returns the global norm (unscaled): each
@@ -261,7 +262,7 @@ static double reduce_and_norm(Zero *z, float unscale) {
 // up-cast tile by tile into one fp32 buffer.
 static void update(Zero *z, const Config *c, float lr, float gscale, long tile) {
     Registry *r = z->reg;
-    int half = r->half;
+    int half = r->ghalf;   // 16-bit gradients (with 16-bit weights)
     z->t++;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
     for (int i = 0; i < r->n; i++) {
@@ -275,6 +276,9 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
             if (half)
                 adamw_half(z->master + at, z->m + at, z->v + at, (uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
                            p->w16 + s->off + j0, half, z->tile);
+            else if (r->half)   // bf16 weights, fp32 gradients
+                adamw_mixed(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
+                            p->w16 + s->off + j0);
             else
                 adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
                           z->in_place ? NULL : p->w + s->off + j0);
@@ -288,14 +292,14 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
 // them; at stage 1, each tensor's parts outside this rank's shard (the other ranks update those).
 static void zero_unconsumed(Zero *z, int all) {
     Registry *r = z->reg;
-    size_t es = r->half ? 2 : 4;
+    size_t es = r->ghalf ? 2 : 4;
     if (all && z->stage == 2) buf_zero(z->gshard, es * z->total);
-    else if (all) buf_zero(r->half ? (void *)r->g16 : (void *)r->g, es * r->total);
+    else if (all) buf_zero(r->ghalf ? (void *)r->g16 : (void *)r->g, es * r->total);
     if (all || z->stage != 1) return;
     for (int i = 0; i < r->n; i++) {
         const Shard *s = &z->sh[i];
         long numel = r->p[i].numel, end = s->off + s->len;
-        char *g = r->half ? (char *)r->p[i].g16 : (char *)r->p[i].g;
+        char *g = r->ghalf ? (char *)r->p[i].g16 : (char *)r->p[i].g;
         buf_zero(g, es * (s->off < numel ? s->off : numel));
         if (end < numel) buf_zero(g + es * end, es * (numel - end));
     }
@@ -315,12 +319,12 @@ double zero_step(Zero *z, const Config *c, float lr) {
         float coef = 1.0f;
         if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
         if (compressed) onebit_update(z, c, lr, unscale);
-        else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
+        else update(z, c, lr, z->reg->ghalf ? unscale * coef : coef, tile);
     }
     // the updates left the gradients they read at zero; the rest now. The next step's backward
     // accumulates into zeros: nothing clears the gradients between steps or micro-batches.
     zero_unconsumed(z, z->skipped);
     // stage 2: the bucket (it served the gather) starts the next step at zero
-    if (z->stage == 2) buf_zero(z->bucket, (z->reg->half ? 2 : 4) * z->bucket_elems);
+    if (z->stage == 2) buf_zero(z->bucket, (z->reg->ghalf ? 2 : 4) * z->bucket_elems);
     return norm;
 }

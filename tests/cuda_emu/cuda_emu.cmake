@@ -4,6 +4,7 @@
 #   ted_emu                   src/cli/main.c: `ted_emu train --device cuda` runs the GPU path
 #   test_cuda_kernels_emu     tests/test_cuda_kernels.c
 #   test_cuda_moe_emu         tests/test_cuda_moe.c
+#   emu_probe                 tests/cuda_emu/emu_probe.cpp: what the emulated cuBLAS takes and refuses
 # tests/test_cuda_emu.sh runs them. Needs a C++17 compiler, Python 3 and the CUDA headers
 # (cuda_runtime.h, cublas_v2.h, nccl.h) — not a GPU, nvcc or the CUDA libraries.
 include(CheckLanguage)
@@ -52,7 +53,9 @@ target_link_libraries(tedcore_emu PUBLIC OpenMP::OpenMP_C MPI::MPI_C PkgConfig::
 add_executable(ted_emu ${CMAKE_SOURCE_DIR}/src/cli/main.c)
 add_executable(test_cuda_kernels_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_kernels.c)
 add_executable(test_cuda_moe_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_moe.c)
-foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu)
+add_executable(emu_probe ${emu_dir}/emu_probe.cpp)   # what the emulated cuBLAS takes and refuses
+set_source_files_properties(${emu_dir}/emu_probe.cpp PROPERTIES COMPILE_OPTIONS "-std=c++17;-Wall;-Wno-deprecated-declarations")
+foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu emu_probe)
   target_link_libraries(${t} tedcore_emu)
   # exported symbols: the emulation's backtraces name the functions
   set_target_properties(${t} PROPERTIES LINKER_LANGUAGE CXX ENABLE_EXPORTS ON)
