@@ -274,17 +274,13 @@ static void test_crossentropy(int v0, int Vl, int V) {
     free(logits); free(mx); free(tl); free(sum); free(losses);
 }
 
-static void test_residual_scale(void) {
+static void test_residual(void) {
     long n = 1037;
     float *a = rnd(n, 1, 0), *b = rnd(n, 1, 0), *out = malloc(sizeof(float) * n);
     float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dout_ = cu_malloc(sizeof(float) * n);
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
     cu_residual_forward(dout_, da, db, n);
     cmp_bits("residual_forward", dout_, out, n);
-    float s = 0.37f;
-    for (long i = 0; i < n; i++) a[i] *= s;
-    cu_scale(da, n, s);
-    cmp_bits("scale", da, a, n);
     cu_free(da); cu_free(db); cu_free(dout_);
     free(a); free(b); free(out);
 }
@@ -369,11 +365,6 @@ static void test_reductions(void) {
         float *x = rnd(n, 1, 0);
         float *dx = up(x, sizeof(float) * n);
         double ref = 0;
-        for (long i = 0; i < n; i++) ref += (double)x[i] * x[i];
-        cu_sumsq(dres, dx, n);
-        cu_memcpy(&res, dres, sizeof res);
-        snprintf(name, sizeof name, "sumsq n=%ld", n);
-        cmp_double(name, res, ref, 1e-9);
         // Σx on values in [0, 1) (no cancellation)
         for (long i = 0; i < n; i++) x[i] = 0.5f * x[i] + 0.5f;
         cu_memcpy(dx, x, sizeof(float) * n);
@@ -399,9 +390,9 @@ static void test_reductions(void) {
     // n = 0: the result is set to 0, not added to
     res = 5.0;
     cu_memcpy(dres, &res, sizeof res);
-    cu_sumsq(dres, NULL, 0);
+    cu_sumsq_half(dres, NULL, 0, 1, 1.0f);
     cu_memcpy(&res, dres, sizeof res);
-    report("sumsq n=0 sets 0", fabs(res), 0);
+    report("sumsq_half n=0 sets 0", fabs(res), 0);
     report("sum n=0", fabs(cu_sum(NULL, 0)), 0);
     cu_free(dres);
 }
@@ -516,27 +507,84 @@ static void test_bf16_norm_embed(void) {
     free(wte); free(wpe);
 }
 
-// fp32 masters, m, v and gradient in, bf16 weights out, the gradient left zero
-static void test_adamw_mixed(void) {
-    long n = 1037;
-    float *w = rnd(n, 1, 0), *m = rnd(n, 0.01f, 0), *v = rnd(n, 0.0001f, 0.0001f), *g = rnd(n, 0.1f, 0);
-    float *dw = up(w, sizeof(float) * n), *dm = up(m, sizeof(float) * n), *dv = up(v, sizeof(float) * n);
-    float *dg = up(g, sizeof(float) * n), zeros[1037] = {0};
-    uint16_t *w16 = malloc(2 * n), *got = malloc(2 * n), *dw16 = cu_malloc(2 * n);
-    AdamHyper a = {3e-4f, 1.0f - 3e-4f * 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f - powf(0.9f, 7), 1.0f - powf(0.95f, 7)};
-    float gscale = 0.625f;
-    adamw_mixed_host(w, m, v, g, n, gscale, &a, w16);
-    cu_adamw_mixed(dw, dm, dv, dg, n, gscale, a.lr / a.bc1, sqrtf(a.bc2), a.decay, a.b1, a.b2, a.eps, dw16);
-    cmp("adamw_mixed master", dw, w, n, 1e-6);
-    cmp("adamw_mixed m", dm, m, n, 1e-6);
-    cmp("adamw_mixed v", dv, v, n, 1e-6);
-    cmp_bits("adamw_mixed gradient consumed", dg, zeros, n);
-    cu_memcpy(got, dw16, 2 * n);
-    long off = 0;   // at most one bf16 step apart (a master that lies on a rounding boundary)
-    for (long i = 0; i < n; i++) off += abs((int)got[i] - (int)w16[i]) > 1;
-    report("adamw_mixed bf16 weights (within 1 ulp)", (double)off, 0);
-    cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dg); cu_free(dw16);
-    free(w); free(m); free(v); free(g); free(w16); free(got);
+// The optimizer's one-launch step (zero.c on a GPU with fp32 gradients) over a table of segments:
+// per-segment and counted sums of squares against the host's, AdamW with the device-side clipping
+// against adamw_mixed_host / adamw_f32_host with the host's coefficient, the gradients consumed,
+// and a non-finite norm leaving everything but the gradients as it was.
+enum { NSEG = 4 };
+static const long seg_len[NSEG] = {1037, 0, 70001, 5};   // 70001: two chunks of the kernels
+static const int seg_decay[NSEG] = {1, 0, 1, 0}, seg_counted[NSEG] = {1, 1, 1, 0};
+
+static void test_opt_step(int wbf16, int poison) {
+    char name[96];
+    long total = 0, base[NSEG];
+    for (int i = 0; i < NSEG; i++) { base[i] = total; total += seg_len[i]; }
+    float *w = rnd(total, 1, 0), *m = rnd(total, 0.01f, 0), *v = rnd(total, 0.0001f, 0.0001f);
+    float *dw = up(w, sizeof(float) * total), *dm = up(m, sizeof(float) * total), *dv = up(v, sizeof(float) * total);
+    float *g[NSEG], *dg[NSEG], *wout[NSEG], *dwout[NSEG];
+    OptSeg seg[NSEG];
+    double sq[NSEG + 1], ref_sq[NSEG + 1] = {0};
+    for (int i = 0; i < NSEG; i++) {
+        g[i] = rnd(seg_len[i], 0.3f, 0);
+        if (poison && i == 2) g[i][7] = NAN;
+        dg[i] = up(g[i], sizeof(float) * seg_len[i]);
+        wout[i] = malloc(sizeof(float) * (seg_len[i] + 1));
+        dwout[i] = cu_malloc((wbf16 ? 2 : 4) * (seg_len[i] + 1));
+        seg[i] = (OptSeg){dg[i], dwout[i], base[i], seg_len[i], seg_decay[i], seg_counted[i]};
+        for (long j = 0; j < seg_len[i]; j++) ref_sq[i] += (double)g[i][j] * g[i][j];
+        if (seg_counted[i]) ref_sq[NSEG] += ref_sq[i];
+    }
+    void *plan = cu_opt_plan(seg, NSEG, wbf16);
+    double *dsq = cu_malloc(sizeof(double) * (NSEG + 1));
+    cu_opt_norm(plan, dsq);
+    cu_memcpy(sq, dsq, sizeof sq);
+    for (int i = 0; i <= NSEG && !poison; i++) {
+        snprintf(name, sizeof name, "opt_norm %s", i < NSEG ? "segment" : "counted sum");
+        cmp_double(name, sq[i], ref_sq[i], 1e-12);
+    }
+    double norm = sqrt(ref_sq[NSEG]);
+    float lr = 3e-4f, clip = (float)(0.5 * norm), bc1 = 1.0f - powf(0.9f, 7), bc2 = 1.0f - powf(0.95f, 7);
+    float coef = (float)(clip / (norm + 1e-6));   // zero.c's: the norm is above clip
+    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * 0.1f, 0.9f, 0.95f, 1e-8f, clip};
+    cu_opt_adamw(plan, dw, dm, dv, dsq + NSEG, &h);
+    float *w0 = copyf(w, total), *m0 = copyf(m, total), *v0 = copyf(v, total);
+    for (int i = 0; i < NSEG && !poison; i++) {
+        AdamHyper a = {lr, seg_decay[i] ? h.decay : 1.0f, 0.9f, 0.95f, 1e-8f, bc1, bc2};
+        uint16_t *w16 = malloc(2 * (seg_len[i] + 1));
+        if (wbf16) {
+            adamw_mixed_host(w + base[i], m + base[i], v + base[i], g[i], seg_len[i], coef, &a, w16);
+            for (long j = 0; j < seg_len[i]; j++) wout[i][j] = bf16_to_f32(w16[j]);
+        } else adamw_f32_host(w + base[i], m + base[i], v + base[i], g[i], seg_len[i], coef, &a, wout[i]);
+        free(w16);
+    }
+    const char *what = poison ? "non-finite norm" : wbf16 ? "bf16 weights" : "fp32 weights";
+    snprintf(name, sizeof name, "opt_adamw master (%s)", what);
+    poison ? cmp_bits(name, dw, w0, total) : cmp(name, dw, w, total, 1e-6);
+    snprintf(name, sizeof name, "opt_adamw m (%s)", what);
+    poison ? cmp_bits(name, dm, m0, total) : cmp(name, dm, m, total, 1e-6);
+    snprintf(name, sizeof name, "opt_adamw v (%s)", what);
+    poison ? cmp_bits(name, dv, v0, total) : cmp(name, dv, v, total, 1e-6);
+    for (int i = 0; i < NSEG; i++) {
+        float *zeros = calloc(seg_len[i] + 1, sizeof(float));
+        snprintf(name, sizeof name, "opt_adamw gradient %d consumed (%s)", i, what);
+        cmp_bits(name, dg[i], zeros, seg_len[i]);
+        if (!poison && wbf16) {   // at most one bf16 step from the host's rounding of a master 1e-6 apart
+            uint16_t *h16 = malloc(2 * (seg_len[i] + 1));
+            cu_memcpy(h16, dwout[i], 2 * seg_len[i]);
+            long off = 0;
+            for (long j = 0; j < seg_len[i]; j++) off += fabsf(bf16_to_f32(h16[j]) - wout[i][j]) > fabsf(wout[i][j]) / 128;
+            snprintf(name, sizeof name, "opt_adamw bf16 weights %d (within a bf16 step)", i);
+            report(name, (double)off, 0);
+            free(h16);
+        } else if (!poison) {
+            snprintf(name, sizeof name, "opt_adamw fp32 weights %d = master", i);
+            cmp(name, dwout[i], wout[i], seg_len[i], 1e-6);
+        }
+        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(wout[i]); free(zeros);
+    }
+    cu_opt_free(plan);
+    cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dsq);
+    free(w); free(m); free(v); free(w0); free(m0); free(v0);
 }
 
 int main(void) {
@@ -556,14 +604,16 @@ int main(void) {
     test_crossentropy(0, 128, 100);   // one shard with 28 padding columns
     test_crossentropy(64, 64, 100);   // a last shard: 36 real columns, targets below it
     test_crossentropy(0, 64, 100);    // a first shard without padding, targets past it
-    test_residual_scale();
+    test_residual();
     test_conversions();
     test_reductions();
     test_adamw();
+    test_opt_step(0, 0);
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
     test_bf16_matmul();
     test_bf16_norm_embed();
-    test_adamw_mixed();
+    test_opt_step(1, 0);
+    test_opt_step(1, 1);
     cu_set_bf16(0);
     printf("test_cuda_kernels: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
