@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path of ted on the CPU, under the CUDA emulation of tests/cuda_emu (no GPU needed):
 #  - the op tests test_cuda_kernels / test_cuda_moe, built against the emulation, pass (under
-#    each of three schedules of the threads of a block);
+#    each of three schedules of the threads of a block, and with the blocks of every launch in
+#    reverse and in random order); two bf16 training runs, one with each block order, agree
+#    bit for bit;
 #  - the emulated cuBLAS takes bf16 GEMMs (the products of the bf16 values, C rounded to its
 #    type), refuses what the library refuses (bf16 A with fp32 B; the grouped GEMM's bf16 A and
 #    B with fp32 C), and stops a run that gives fp32 operands to a FAST_* compute type (emu_probe);
@@ -56,6 +58,14 @@ for sched in roundrobin low high; do
     else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
   done
 done
+# and with the blocks of every launch in reverse and in random order: the MoE plan (capacity scan,
+# rows) and the optimizer's norm are the CPU's whatever order the blocks run in
+for order in reverse random; do
+  for t in test_cuda_kernels_emu test_cuda_moe_emu; do
+    if TED_EMU_BLOCK_ORDER=$order "$bin/$t" >"$TED_TMP/$t-$order.out" 2>&1; then ok "$t (blocks in $order order)"
+    else bad "$t (blocks in $order order):"; grep -v " ok$" "$TED_TMP/$t-$order.out" | tail -15; fi
+  done
+done
 
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 16
        --seq-len 16 --micro-batch 4 --num-experts 4 --top-k 2 --moe-every 1 --min-capacity 1 --steps 5
@@ -89,6 +99,10 @@ for cf in 1.0 0; do
   run emu-$cf "$TED_EMU" train "${model[@]}" --capacity-factor $cf --device cuda
   check "fp32 emulated gpu = cpu (capacity factor $cf)" "$TED_TMP/cpu-$cf.jsonl" "$TED_TMP/emu-$cf.jsonl" 1e-6
 done
+# two runs of the GPU path agree bit for bit, whatever order the blocks of its kernels run in
+TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
+check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
 # shapes that are not whole warps: d 48, T 40 (loops of several rounds per lane), 6 experts
 odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
 run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "cuda/cuda_ops.h"
 #include "moe/dispatcher.h"
+#include "moe/moe_cuda.h"
 #include "moe/experts.h"
 #include "nn/ops.h"
 #include "moe/router.h"
@@ -85,13 +86,13 @@ static void check_int(const char *what, const int *gpu_dev, const int *cpu, long
 
 static void checkn(const char *op, const char *name, const char *field, const float *gpu_dev, const float *cpu,
                    long n, double tol) {
-    char what[96];
+    char what[224];
     snprintf(what, sizeof what, "%s %s %s", op, name, field);
     check(what, gpu_dev, cpu, n, tol);
 }
 static void checkn_int(const char *op, const char *name, const char *field, const int *gpu_dev, const int *cpu,
                        long n) {
-    char what[96];
+    char what[224];
     snprintf(what, sizeof what, "%s %s %s", op, name, field);
     check_int(what, gpu_dev, cpu, n);
 }
@@ -199,6 +200,69 @@ static void test_router(const char *name, long N, RouterCfg c, float bias0, int 
     cu_free(d_kept); cu_free(d_dgate); cu_free(d_dlogits);
     free(logits); free(probs); free(lse); free(gate); free(fcount); free(choice); free(slot); free(kept);
     free(dgate); free(dlogits);
+}
+
+// The MoE plan on the device (router capacity, kept, f_e, the plan's rows and expert counts, the
+// statistics that come back with them) against router_forward + dispatch_plan on the host, on
+// logits given by `kind`: random; ties everywhere; every token's first choice one expert;
+// experts no token chooses. Bit for bit, but the summed statistics (1e-9).
+static float *plan_logits(const char *kind, long N, int E) {
+    float *x = frandom(N * E, 2.0f);
+    for (long t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) {
+            if (!strcmp(kind, "ties")) x[t * E + e] = e < 3 ? 0.5f : -1.0f;   // three equal best: the lower indices win
+            if (!strcmp(kind, "one expert") && e == E - 1) x[t * E + e] = 20.0f;
+            if (!strcmp(kind, "empty experts") && e >= E / 2) x[t * E + e] = -30.0f;
+        }
+    return x;
+}
+
+static void test_plan(const char *kind, long N, RouterCfg c, int padded, int multiple) {
+    int E = c.E, k = c.k, G = router_ngroups(N, c.group_tokens);
+    long NE = N * E, Nk = N * k, GE = (long)G * E;
+    char name[64];
+    snprintf(name, sizeof name, "%s%s, cf %g, x%d", kind, padded ? " padded" : "", c.capacity_factor, multiple);
+    float *logits = plan_logits(kind, N, E), *probs = xmalloc(sizeof(float) * NE), *lse = xmalloc(sizeof(float) * N);
+    float *gate = xmalloc(sizeof(float) * Nk), *fcount = xmalloc(sizeof(float) * GE);
+    int *choice = xmalloc(sizeof(int) * Nk), *slot = xmalloc(sizeof(int) * Nk), *kept = xmalloc(sizeof(int) * GE);
+    int *row = xmalloc(sizeof(int) * Nk);
+    long *rows = xmalloc(sizeof(long) * E), *grows = xmalloc(sizeof(long) * E), *start = xmalloc(sizeof(long) * GE);
+    RouterStats st = {0}, gst = {0};
+    memcpy(probs, logits, sizeof(float) * NE);
+    router_forward(probs, lse, choice, gate, slot, fcount, kept, N, &c, &st);
+    dispatch_plan(row, rows, start, choice, slot, kept, N, k, &c, padded, multiple);
+    float *d_probs = dev_copy(logits, sizeof(float) * NE), *d_lse = cu_malloc(sizeof(float) * N);
+    float *d_gate = cu_malloc(sizeof(float) * Nk), *d_fcount = cu_malloc(sizeof(float) * GE);
+    int *d_choice = cu_malloc(sizeof(int) * Nk), *d_slot = cu_malloc(sizeof(int) * Nk), *d_kept = cu_malloc(sizeof(int) * GE);
+    int *d_row = cu_malloc(sizeof(int) * Nk);
+    RouterCfg g = c;   // the layer's way: the statistics wait on the device for the plan's one readback
+    g.summary = cu_malloc(sizeof(double) * ROUTER_SUMMARY(E));
+    g.summary_host = xmalloc(sizeof(double) * ROUTER_SUMMARY(E));
+    cu_router_forward(d_probs, d_lse, d_choice, d_gate, d_slot, d_fcount, d_kept, N, &g, &gst);
+    cu_dispatch_plan(d_row, grows, NULL, d_choice, d_slot, d_kept, N, k, &g, padded, multiple);
+    checkn_int("plan", name, "choice", d_choice, choice, Nk);
+    checkn_int("plan", name, "slot", d_slot, slot, Nk);
+    checkn_int("plan", name, "kept", d_kept, kept, GE);
+    checkn("plan", name, "fcount", d_fcount, fcount, GE, 0);
+    checkn_int("plan", name, "row", d_row, row, Nk);
+    long bad = 0, kept_sum[64] = {0};
+    char what[128];
+    for (int e = 0; e < E; e++) bad += grows[e] != rows[e];
+    snprintf(what, sizeof what, "plan %s exp_rows", name);
+    expect(bad == 0, what);
+    const double *h = g.summary_host;   // back with the plan: statistics and the step's loads
+    for (long q = 0; q < GE; q++) kept_sum[q % E] += kept[q];
+    for (int e = 0; e < E; e++) bad += h[RS_KEPT + e] != kept_sum[e];
+    gst.aux_sum += h[RS_AUX]; gst.z_sum += h[RS_Z]; gst.dropped += (long)h[RS_DROPPED];
+    snprintf(what, sizeof what, "plan %s summary", name);
+    expect(bad == 0 && fabs(gst.aux_sum - st.aux_sum) <= 1e-9 * fabs(st.aux_sum) &&
+               fabs(gst.z_sum - st.z_sum) <= 1e-9 * fabs(st.z_sum) && gst.dropped == st.dropped &&
+               gst.choices == st.choices && gst.groups == st.groups,
+           what);
+    cu_free(d_probs); cu_free(d_lse); cu_free(d_gate); cu_free(d_fcount); cu_free(d_choice); cu_free(d_slot);
+    cu_free(d_kept); cu_free(d_row); cu_free(g.summary);
+    free(g.summary_host); free(logits); free(probs); free(lse); free(gate); free(fcount); free(choice); free(slot);
+    free(kept); free(row); free(rows); free(grows); free(start);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -312,6 +376,13 @@ int main(void) {
     test_router("capacity", 30, RCFG(4, 2, 1.0f, 0, 8), 1.0f, 1);
     test_router("dropless", 30, RCFG(4, 2, 0.0f, 0, 8), 1.0f, 0);
     test_router("top-1", 30, RCFG(5, 1, 1.25f, 2, 10), 0.5f, 1);
+    const char *kinds[] = {"random", "ties", "one expert", "empty experts"};
+    for (int i = 0; i < 4; i++) {   // 300 tokens: groups of 64, the last one of 44; blocks of more than one tile
+        test_plan(kinds[i], 300, RCFG(8, 2, 1.0f, 0, 64), 1, 1);    // capacity: padded (an all-to-all), DTD's x2
+        test_plan(kinds[i], 300, RCFG(8, 2, 1.0f, 0, 64), 0, 2);
+        test_plan(kinds[i], 300, RCFG(8, 2, 0.0f, 0, 64), 0, 1);    // dropless
+    }
+    test_plan("random", 37, RCFG(5, 1, 1.25f, 2, 10), 1, 1);        // top-1, min_capacity
     test_dispatcher();
     long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
     long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path

@@ -62,31 +62,79 @@ static __global__ void router_topk_kernel(float *probs, float *lse, int *choice,
     for (int j = 0; j < k; j++) gate[t * k + j] = k == 1 ? p[ch[0]] : p[ch[j]] / sum;
 }
 
-// One thread per (group g, expert e): walks the group's choices in the CPU's order (choice j
-// outer, token t inner) and hands out e's slots; counts f_e and the drops; sums P_e = Σ_t p_e
-// in token order (double, as router.c). The aux loss itself is put together on the host.
+// One block per (group g, expert e): the group's choices in the CPU's order (choice rank j
+// outer, token t inner) are scanned for e; the i-th of them takes slot i while i < C, else it
+// is dropped (slot -1). Every choice has one expert: one block writes its slot. kept, f_e =
+// count/(k·S) as router.c (f_e += 1.0f per choice, then /= k·S), the drops, and P_e = Σ_t p_e
+// (double, a fixed order). A deterministic scan: no atomics, any block order.
 static __global__ void router_capacity_kernel(int *slot, float *fcount, int *kept, double *psum, int *ndrop,
                                               const int *choice, const float *probs, long N, int E, int k, int gt,
                                               int G, int C_full, int C_last) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long)G * E) return;
-    int g = (int)(i / E), e = (int)(i % E);
-    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
+    __shared__ int wsum[32];
+    __shared__ double sh[32];
+    long i = blockIdx.x;   // (g, e)
+    int g = (int)(i / E), e = (int)(i % E), lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt, total = k * S, base = 0;   // base: e's choices so far
     int C = g == G - 1 ? C_last : C_full;
-    int used = 0, cnt = 0, drop = 0;
-    for (int j = 0; j < k; j++)
-        for (long t = t0; t < t0 + S; t++) {
-            if (choice[t * k + j] != e) continue;
-            cnt++;
-            if (used < C) slot[t * k + j] = used++;
-            else { slot[t * k + j] = -1; drop++; }
-        }
-    fcount[i] = (float)cnt / (float)(k * S);   // router.c: f_e += 1.0f per choice, then /= k·S
-    kept[i] = used;
-    ndrop[i] = drop;
+    for (long q0 = 0; q0 < total; q0 += blockDim.x) {   // block-uniform: a tile of choices
+        long q = q0 + threadIdx.x, t = t0 + (q < total ? q % S : 0);
+        int j = (int)(q / S), mine = q < total && choice[t * k + j] == e;
+        unsigned b = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) wsum[w] = __popc(b);
+        __syncthreads();
+        long before = base + __popc(b & ((1u << lane) - 1u)), tile = 0;
+        for (int u = 0; u < nw; u++) { before += u < w ? wsum[u] : 0; tile += wsum[u]; }
+        if (mine) slot[t * k + j] = before < C ? (int)before : -1;
+        base += tile;
+        __syncthreads();   // before the next tile rewrites wsum
+    }
     double P = 0;
-    for (long t = t0; t < t0 + S; t++) P += probs[t * E + e];
-    psum[i] = P;
+    for (long t = t0 + threadIdx.x; t < t0 + S; t += blockDim.x) P += probs[t * E + e];
+    P = block_sum(P, sh);
+    if (threadIdx.x == 0) {
+        int used = base < C ? (int)base : C;
+        fcount[i] = (float)base / (float)(k * S);
+        kept[i] = used;
+        ndrop[i] = (int)base - used;
+        psum[i] = P;
+    }
+}
+
+// One forward's statistics (router.h, ROUTER_SUMMARY): out = [Σ_g E·Σ_e f_e·P_e/S (router.c's
+// l_aux), Σ lse², the drops, then per expert the kept rows and the choices before dropping
+// (f_e·k·S) summed over the groups in order (the step's loads, gating.c)]. One block.
+static __global__ void router_summary_kernel(double *out, const float *fcount, const int *kept, const double *psum,
+                                             const int *ndrop, const float *lse, long N, int E, int k, int gt, int G) {
+    __shared__ double sh[32];
+    double aux = 0, z = 0, drop = 0;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        long S = N - (long)g * gt < gt ? N - (long)g * gt : gt;
+        double a = 0;
+        for (int e = 0; e < E; e++) { a += fcount[(long)g * E + e] * (psum[(long)g * E + e] / S); drop += ndrop[(long)g * E + e]; }
+        aux += E * a;
+    }
+    for (long t = threadIdx.x; t < N; t += blockDim.x) z += (double)lse[t] * lse[t];
+    aux = block_sum(aux, sh);
+    z = block_sum(z, sh);
+    drop = block_sum(drop, sh);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double kc = 0, ld = 0;
+        for (int g = 0; g < G; g++) {
+            long S = N - (long)g * gt < gt ? N - (long)g * gt : gt;
+            kc += kept[(long)g * E + e];
+            ld += (double)fcount[(long)g * E + e] * k * S;
+        }
+        out[RS_KEPT + e] = kc;
+        out[RS_KEPT + E + e] = ld;
+    }
+    if (threadIdx.x == 0) { out[RS_AUX] = aux; out[RS_Z] = z; out[RS_DROPPED] = drop; }
+}
+
+// a device double summary of E experts for the callers that give none (the op tests)
+static double *own_summary(int E) {
+    static void *buf;
+    static size_t cap;
+    return (double *)grow(&buf, &cap, sizeof(double) * ROUTER_SUMMARY(E));
 }
 
 extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
@@ -96,39 +144,23 @@ extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *
     router_topk_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(probs, lse, choice, gate, N, E, k);
     CU_LAUNCH_CHECK();
     int G = router_ngroups(N, gt);
-    long S_last = N - (long)(G - 1) * gt;
+    long S_last = N - (long)(G - 1) * gt, GE = (long)G * E;
     int C_full = router_capacity(c, gt), C_last = router_capacity(c, S_last);
-    long GE = (long)G * E;
     static void *d_psum, *d_ndrop;
     static size_t cap_psum, cap_ndrop;
     double *psum = (double *)grow(&d_psum, &cap_psum, sizeof(double) * GE);
     int *ndrop = (int *)grow(&d_ndrop, &cap_ndrop, sizeof(int) * GE);
-    router_capacity_kernel<<<blocks_for(GE, 128), 128, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice,
-                                                                          probs, N, E, k, gt, G, C_full, C_last);
+    router_capacity_kernel<<<(unsigned)GE, THREADS, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice, probs, N,
+                                                                      E, k, gt, G, C_full, C_last);
     CU_LAUNCH_CHECK();
-    // statistics on the host, in router.c's order
-    static void *h_buf;
-    static size_t h_cap;
-    size_t bytes = sizeof(double) * GE + sizeof(float) * GE + sizeof(int) * GE + sizeof(float) * N;
-    char *hb = (char *)grow_host(&h_buf, &h_cap, bytes);
-    double *hP = (double *)hb;
-    float *hf = (float *)(hP + GE);
-    int *hd = (int *)(hf + GE);
-    float *hl = (float *)(hd + GE);
-    cu_memcpy(hP, psum, sizeof(double) * GE);
-    cu_memcpy(hf, fcount, sizeof(float) * GE);
-    cu_memcpy(hd, ndrop, sizeof(int) * GE);
-    cu_memcpy(hl, lse, sizeof(float) * N);
-    for (int g = 0; g < G; g++) {
-        long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
-        double aux = 0;
-        for (int e = 0; e < E; e++) {
-            aux += hf[(long)g * E + e] * (hP[(long)g * E + e] / S);
-            st->dropped += hd[(long)g * E + e];
-        }
-        st->aux_sum += E * aux;
-    }
-    router_stats_batch(st, hl, N, G, k);
+    double *sum = c->summary ? c->summary : own_summary(E);
+    router_summary_kernel<<<1, THREADS, 0, cu_stream()>>>(sum, fcount, kept, psum, ndrop, lse, N, E, k, gt, G);
+    CU_LAUNCH_CHECK();
+    st->groups += G; st->tokens += N; st->choices += N * k;
+    if (c->summary) return;   // the rest comes back with the dispatch plan's counts
+    double h[3];
+    cu_memcpy(h, sum, sizeof h);
+    st->aux_sum += h[RS_AUX]; st->z_sum += h[RS_Z]; st->dropped += (long)h[RS_DROPPED];
 }
 
 // One thread per token, as router_backward's loop body.
@@ -154,6 +186,65 @@ extern "C" void cu_router_backward(float *dlogits, const float *dgate, const flo
 
 // =======================================================================================
 // dispatcher (dispatcher.c)
+
+// dispatch_plan's rows: expert e's rows (its groups' capacity, padded, or kept rows, rounded up to
+// `multiple`) into rows[e] (a double of the summary), then the first row start[g][e] of each
+// (group, expert), experts in order and each one's groups in order. One block; thread e walks
+// its own groups.
+static __global__ void plan_rows_kernel(long *start, double *rows, const int *kept, int E, int G, int padded,
+                                        long C_full, long C_last, int multiple) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        long r = 0;
+        for (int g = 0; g < G; g++) r += padded ? (g == G - 1 ? C_last : C_full) : kept[(long)g * E + e];
+        rows[e] = (double)((r + multiple - 1) / multiple * multiple);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        long r = 0;
+        for (int u = 0; u < e; u++) r += (long)rows[u];
+        for (int g = 0; g < G; g++) {
+            start[(long)g * E + e] = r;
+            r += padded ? (g == G - 1 ? C_last : C_full) : kept[(long)g * E + e];
+        }
+    }
+}
+
+// row[t,j] = start[group of t][choice] + slot, −1 for a dropped choice: one thread per (t, j)
+static __global__ void plan_row_kernel(int *row, const long *start, const int *choice, const int *slot, long N, int k,
+                                       int E, int gt) {
+    for (long q = (long)blockIdx.x * blockDim.x + threadIdx.x; q < N * k; q += (long)gridDim.x * blockDim.x) {
+        int s = slot[q];
+        row[q] = s < 0 ? -1 : (int)(start[(q / k / gt) * E + choice[q]] + s);
+    }
+}
+
+// The plan on the device; the host reads back once: exp_rows, with the router's summary when
+// the run keeps one (c->summary: gating.c adds its statistics). start is the host's [G,E] on the
+// CPU; here the plan keeps its own on the device.
+extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot,
+                                 const int *kept, long N, int k, const RouterCfg *c, int padded, int multiple) {
+    (void)start;
+    int E = c->E, gt = c->group_tokens, G = router_ngroups(N, gt);
+    long S_last = N - (long)(G - 1) * gt;
+    int cap = padded && c->capacity_factor > 0;
+    static void *d_start;
+    static size_t cap_start;
+    long *ds = (long *)grow(&d_start, &cap_start, sizeof(long) * ((long)G * E > 0 ? (long)G * E : 1));
+    double *sum = c->summary ? c->summary : own_summary(E);
+    plan_rows_kernel<<<1, THREADS, 0, cu_stream()>>>(ds, sum + RS_ROWS(E), kept, E, G, cap, router_capacity(c, gt),
+                                                    router_capacity(c, S_last), multiple);
+    CU_LAUNCH_CHECK();
+    if (N * k > 0) {
+        plan_row_kernel<<<blocks_for(N * k, THREADS), THREADS, 0, cu_stream()>>>(row, ds, choice, slot, N, k, E, gt);
+        CU_LAUNCH_CHECK();
+    }
+    static void *h_buf;
+    static size_t h_cap;
+    double *h = c->summary_host ? c->summary_host : (double *)grow_host(&h_buf, &h_cap, sizeof(double) * ROUTER_SUMMARY(E));
+    if (c->summary) cu_memcpy(h, sum, sizeof(double) * ROUTER_SUMMARY(E));   // the block's one readback
+    else cu_memcpy(h + RS_ROWS(E), sum + RS_ROWS(E), sizeof(double) * E);
+    for (int e = 0; e < E; e++) exp_rows[e] = (long)h[RS_ROWS(E) + e];
+}
 
 // xin[row[t,j], c] = x[t, c]: one thread per (t, j, c)
 static __global__ void dispatch_forward_kernel(float *xin, const float *x, const int *row, long N, int k, int d) {

@@ -30,12 +30,14 @@ void tensorlog_count(TensorLog *t, const Model *M) {
     long N = (long)M->B * M->Tc;
     int G = router_ngroups(N, M->moe.rcfg.group_tokens), E = M->E;
     double *tok = t->sum + t->nslots;
+    int *host = ted_alloc(sizeof(int) * G * E, MEM_TEMP);   // a GPU run's counts, read through a host copy
     for (int l = 0; l < M->L; l++) {
         if (!M->bp[l].moe) continue;
-        const int *kept = buf_to_host(M->moe.h_kept, M->ba[l].moe.kept, sizeof(int) * G * E);
+        const int *kept = buf_to_host(host, M->ba[l].moe.kept, sizeof(int) * G * E);
         for (int g = 0; g < G; g++)
             for (int e = 0; e < E; e++) tok[(long)l * E + e] += kept[(long)g * E + e];
     }
+    ted_free(host);
 }
 
 void tensorlog_debug_scale(const Model *M, const Config *c) {

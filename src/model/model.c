@@ -366,11 +366,6 @@ static void layout_acts(Model *M, Bump *a, Bump *h) {
             M->ch_bytes[i] = a->off - before;
         }
     M->full_logits = TAKE(h, float, N * M->V);
-    if (any_moe) {   // host copies of the router's choices for the dispatch plan (GPU runs)
-        int G = router_ngroups(N, M->m.group_size * M->T);
-        M->moe.h_choice = TAKE(h, int, N * M->k); M->moe.h_slot = TAKE(h, int, N * M->k);
-        M->moe.h_row = TAKE(h, int, N * M->k); M->moe.h_kept = TAKE(h, int, (long)G * M->E);
-    }
 }
 
 // Makes view `slot` of local chunk i the one the model works on.

@@ -34,6 +34,10 @@ void gating_init(MoeLayer *L, int nmoe, const int *layer, const int *bias, long 
     r->out = ted_alloc(sizeof(RouteBlockLog) * na, MEM_TEMP);
     r->acc_step = -1;
     if (!nmoe) return;
+    if (ted_device == DEV_CUDA) {   // a forward's statistics wait on the device for the plan's readback
+        L->summary = ted_alloc_buf(sizeof(double) * ROUTER_SUMMARY(E), MEM_ACTIVATIONS);
+        L->summary_host = ted_alloc(sizeof(double) * ROUTER_SUMMARY(E), MEM_ACTIVATIONS);
+    }
     if (L->m->router == ROUTER_SWITCH && L->m->jitter_eps > 0) {
         r->xr = ted_alloc_buf(sizeof(float) * N * d, MEM_ACTIVATIONS);
         r->dxr = ted_alloc_buf(sizeof(float) * N * d, MEM_ACTIVATIONS);
@@ -64,6 +68,8 @@ void gating_free(MoeLayer *L) {
         for (int i = 0; i < r->nmoe; i++) { ted_free_buf(r->noise[i]); ted_free_buf(r->hval[i]); }
     ted_free(r->noise); ted_free(r->hval); ted_free_buf(r->dnoise);
     ted_free_buf(r->xr); ted_free_buf(r->dxr);
+    ted_free_buf(L->summary); ted_free(L->summary_host);
+    L->summary = L->summary_host = NULL;
     ted_free(r->layer); ted_free(r->bias); ted_free(r->kept); ted_free(r->out); ted_free(r->all_layer); ted_free(r->at);
     ted_free(r);
     L->log = NULL;
@@ -97,30 +103,32 @@ static void set_cfg(MoeLayer *L, const MoeWeights *w) {
     c->noise = L->log->noise ? L->log->noise[i] : NULL;
     c->hval = L->log->hval ? L->log->hval[i] : NULL;
     c->dnoise = L->log->dnoise;
+    c->summary = L->summary; c->summary_host = L->summary_host;
 }
 
-// This forward's loads into the step's sums (a new step starts them again)
-static void accumulate(MoeLayer *L, const MoeWeights *w, const MoeActs *x, long N, const RouterStats *st0,
-                       const RouterStats *st1) {
+// The step's sums of block `layer`'s loads (a new step starts them again): its index among them
+static int loads_of(MoeLayer *L, int layer) {
     RouteLog *r = L->log;
     if (r->acc_step != L->rng_step) {
         memset(r->kept, 0, sizeof(double) * r->nmoe * (2 * L->E + 2));
         r->acc_step = L->rng_step;
     }
-    int i = moe_index(L, w->layer), E = L->E, k = L->rcfg.k, G = router_ngroups(N, L->rcfg.group_tokens);
-    // on a GPU run the router's counts are device buffers: read through host copies
-    int *hk = ted_alloc(sizeof(int) * G * E, MEM_TEMP);
-    float *hf = ted_alloc(sizeof(float) * G * E, MEM_TEMP);
-    const int *kept = buf_to_host(hk, x->kept, sizeof(int) * G * E);
-    const float *fcount = buf_to_host(hf, x->fcount, sizeof(float) * G * E);
+    return moe_index(L, layer);
+}
+
+// This forward's loads into the step's sums: per expert the kept rows and the choices before
+// dropping (from the router's counts kept, fcount [G,E], the groups in order), the drops, the choices.
+static void accumulate(MoeLayer *L, const MoeWeights *w, const MoeActs *x, long N, const RouterStats *st0,
+                       const RouterStats *st1) {
+    RouteLog *r = L->log;
+    int i = loads_of(L, w->layer), E = L->E, k = L->rcfg.k, G = router_ngroups(N, L->rcfg.group_tokens);
     for (long g = 0; g < G; g++) {
         long t0 = g * L->rcfg.group_tokens, S = N - t0 < L->rcfg.group_tokens ? N - t0 : L->rcfg.group_tokens;
         for (int e = 0; e < E; e++) {
-            r->kept[i * E + e] += kept[g * E + e];
-            r->load[i * E + e] += (double)fcount[g * E + e] * k * S;
+            r->kept[i * E + e] += x->kept[g * E + e];
+            r->load[i * E + e] += (double)x->fcount[g * E + e] * k * S;
         }
     }
-    ted_free(hk); ted_free(hf);
     r->drops[2 * i] += (double)(st1->dropped - st0->dropped);
     r->drops[2 * i + 1] += (double)(st1->choices - st0->choices);
 }
@@ -146,7 +154,20 @@ void gating_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float *l
     gate_forward(L, x->probs, in, w->router, N);      // router logits, fp32
     if (w->noise) gate_forward(L, L->rcfg.noise, ln2, w->noise, N);
     router_forward(x->probs, x->lse, x->choice, x->gate, x->slot, x->fcount, x->kept, N, &L->rcfg, st);
-    if (!recompute && L->rng_step >= 0) accumulate(L, w, x, N, &before, st);
+    if (!recompute && L->rng_step >= 0 && ted_device == DEV_CPU) accumulate(L, w, x, N, &before, st);
+}
+
+void gating_summary(MoeLayer *L, const MoeWeights *w, long N, int recompute) {
+    if (ted_device != DEV_CUDA || recompute) return;
+    const double *h = L->summary_host;
+    int E = L->E;
+    L->stats->aux_sum += h[RS_AUX]; L->stats->z_sum += h[RS_Z]; L->stats->dropped += (long)h[RS_DROPPED];
+    if (L->rng_step < 0) return;
+    RouteLog *r = L->log;
+    int i = loads_of(L, w->layer);
+    for (int e = 0; e < E; e++) { r->kept[i * E + e] += h[RS_KEPT + e]; r->load[i * E + e] += h[RS_LOAD(E) + e]; }
+    r->drops[2 * i] += h[RS_DROPPED];
+    r->drops[2 * i + 1] += (double)N * L->rcfg.k;
 }
 
 void gating_backward(MoeLayer *L, const MoeWeights *w, const MoeActs *x, const float *ln2, float *dln, long N,

@@ -40,6 +40,9 @@ double gating_act_bytes(const ModelConfig *m, int nmoe, long N);
 // Router logits and routing of a block on ln2 (N tokens) into x. recompute: activation
 // checkpointing's second pass (no statistics).
 void gating_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float *ln2, long N, int recompute);
+// A GPU run, after the block's dispatch plan: the router's statistics (into L->stats) and the
+// step's loads, which came back from the device with the plan's expert counts (router.h).
+void gating_summary(MoeLayer *L, const MoeWeights *w, long N, int recompute);
 // dlogits, then the router weights' gradients and dln += the router's input gradient.
 void gating_backward(MoeLayer *L, const MoeWeights *w, const MoeActs *x, const float *ln2, float *dln, long N,
                      float lm_scale, float aux_scale, float z_scale);

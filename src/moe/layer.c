@@ -142,15 +142,11 @@ static void moe_chunked_recompute(MoeLayer *L, MoeActs *x, Exchange *ex, const E
 // forward and backward
 
 // The dispatch plan: fixed E·C-slot buffers only when an all-to-all carries them; one EP rank
-// keeps just the kept rows. Made on the host (a GPU run copies the choices down and the rows up).
+// keeps just the kept rows. On a GPU it is made on the device, and the host reads back the
+// expert counts (with the router's statistics) once: the block's one synchronisation.
 static void plan(MoeLayer *L, MoeActs *x, long N) {
-    int k = L->k, ep1 = L->ep->size == 1;
-    long Nk = N * k, GE = (long)router_ngroups(N, L->rcfg.group_tokens) * L->E;
-    int *row = ted_device == DEV_CPU ? x->row : L->h_row;
-    dispatch_plan(row, x->exp_rows, x->start, buf_to_host(L->h_choice, x->choice, sizeof(int) * Nk),
-                  buf_to_host(L->h_slot, x->slot, sizeof(int) * Nk), buf_to_host(L->h_kept, x->kept, sizeof(int) * GE),
-                  N, k, &L->rcfg, !ep1, L->dtd ? L->tp->size : 1);
-    buf_copy(x->row, row, sizeof(int) * Nk);
+    dispatch_plan(x->row, x->exp_rows, x->start, x->choice, x->slot, x->kept, N, L->k, &L->rcfg, L->ep->size > 1,
+                  L->dtd ? L->tp->size : 1);
 }
 
 // MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
@@ -162,6 +158,7 @@ void moe_layer_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float
     if (w->shared.El) shared_forward(L, w, x, ln2, N, recompute);   // into L->tmp, summed over TP
     gating_forward(L, w, x, ln2, N, recompute);  // router logits (fp32) and choices
     plan(L, x, N);
+    gating_summary(L, w, N, recompute);          // a GPU's statistics, back with the plan
     if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
         Exchange ex = moe_exchange_done(L, x);
         if (moe_overlap_on(L)) moe_chunked_recompute(L, x, &ex, &w->experts);

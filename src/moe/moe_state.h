@@ -50,7 +50,7 @@ typedef struct MoeLayer {
     long rng_step, seq0;
     int T;
     unsigned long long seed;
-    int *h_choice, *h_slot, *h_row, *h_kept;   // host copies for the dispatch plan (GPU runs)
+    double *summary, *summary_host;     // a GPU run: one forward's router statistics and plan counts (router.h)
     RouterStats *stats;                 // the model's statistics, added to by every first pass
     struct RouteLog *log;               // per block: the step's loads, the bias, the log (gating.h)
     Registry *reg;                      // the balancing bias's tensor and its 16-bit storage

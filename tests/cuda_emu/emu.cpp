@@ -326,6 +326,36 @@ static void run_block(void) {
     }
 }
 
+// ---- the order of a launch's blocks (TED_EMU_BLOCK_ORDER) ------------------------------
+// forward (the default), reverse, or random (a fixed pseudo-random permutation per launch): a
+// kernel whose result depends on the order of its blocks (a race between blocks, an atomic
+// sum) gives other numbers under another order.
+enum BlockOrder { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
+static BlockOrder block_order_from_env(void) {
+    const char *s = getenv("TED_EMU_BLOCK_ORDER");
+    if (!s || !*s || !strcmp(s, "forward")) return ORDER_FORWARD;
+    if (!strcmp(s, "reverse")) return ORDER_REVERSE;
+    if (!strcmp(s, "random")) return ORDER_RANDOM;
+    fprintf(stderr, "emu: TED_EMU_BLOCK_ORDER=%s: expected forward, reverse or random\n", s);
+    exit(2);
+}
+static const BlockOrder block_order = block_order_from_env();
+
+// the blocks of a grid of n in the order to run them
+static void block_sequence(std::vector<unsigned long> &seq, unsigned long n) {
+    seq.resize(n);
+    for (unsigned long i = 0; i < n; i++) seq[i] = block_order == ORDER_REVERSE ? n - 1 - i : i;
+    if (block_order != ORDER_RANDOM) return;
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)stats.launches;
+    for (unsigned long i = n; i > 1; i--) {   // Fisher–Yates with a splitmix-style generator
+        s += 0x9E3779B97F4A7C15ull;
+        uint64_t z = (s ^ (s >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        unsigned long j = (unsigned long)((z ^ (z >> 31)) % i);
+        std::swap(seq[i - 1], seq[j]);
+    }
+}
+
 static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k) {
     stats.launches++;
     R.kernel = name;
@@ -341,12 +371,12 @@ static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k
         R.slot[0].resize(R.nt);
         R.slot[1].resize(R.nt);
     }
-    for (unsigned z = 0; z < g.z; z++)
-        for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) {
-                blockIdx = uint3{x, y, z};
-                run_block();
-            }
+    static std::vector<unsigned long> seq;
+    block_sequence(seq, (unsigned long)g.x * g.y * g.z);
+    for (unsigned long i : seq) {
+        blockIdx = uint3{(unsigned)(i % g.x), (unsigned)(i / g.x % g.y), (unsigned)(i / ((unsigned long)g.x * g.y))};
+        run_block();
+    }
 }
 
 // =======================================================================================
