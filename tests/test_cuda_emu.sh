@@ -103,6 +103,24 @@ done
 TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
 TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
+# TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
+# step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
+# plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8)
+TED_GPU_PROF=1 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
+if l=$(/usr/bin/python3 - "$TED_TMP/emu-prof.out" 2>&1 <<'PY'
+import json, sys
+lines = [json.loads(l)["gpu_prof"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof"')]
+assert len(lines) == 1, f"{len(lines)} gpu_prof lines"
+p = lines[0]
+kinds = ["other", "gemm", "attention", "norm_elementwise", "cast", "moe", "optimizer", "loss", "copy", "comm", "idle"]
+assert list(p["ms_per_step"]) == kinds + ["total"], list(p["ms_per_step"])
+assert p["steps"] == 4 and p["first_step_left_out"], p
+assert p["launches_per_step"]["optimizer"] == 3, p["launches_per_step"]
+assert p["launches_per_step"]["gemm"] > 0 and p["launches_per_step"]["moe"] > 0, p["launches_per_step"]
+assert p["host_syncs_per_step"] <= 2 * (2 + 1) + 2, p["host_syncs_per_step"]
+print(f"{p['launches_per_step']['total']:.0f} launches, {p['host_syncs_per_step']:.0f} host waits a step")
+PY
+); then ok "TED_GPU_PROF=1: $l"; else bad "TED_GPU_PROF=1: $l"; fi
 # shapes that are not whole warps: d 48, T 40 (loops of several rounds per lane), 6 experts
 odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
 run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0

@@ -21,12 +21,27 @@ const char *cu_device_name(void);
 double cu_peak_flops(void);                // datasheet dense bf16 peak in FLOP/s; 0 if unknown
 void *cu_malloc(size_t bytes);             // NULL when the device is out of memory
 void cu_free(void *p);
-// any direction; returns when done, except device to device (ordered in the stream)
+// any direction; returns when the host may use its side: a copy to the host when done, one from
+// pageable host memory at once (staged), device to device ordered in the stream
 void cu_memcpy(void *dst, const void *src, size_t bytes);
 void cu_memset0(void *p, size_t bytes);
 void cu_sync(void);
 int cu_is_device_ptr(const void *p);
 void *cu_stream_ptr(void);                 // the stream, as a cudaStream_t (for NCCL calls from C)
+void cu_stream_sync(void);                 // the host waits for the stream (every wait goes through here)
+
+// TED_GPU_PROF=1 (src/cuda/profile.cu; docs/gpus.md): the stream's time per training step by
+// kind of work, with the kernel launches, cuBLAS calls and copies of each kind and the host's
+// waits, as one JSON line per rank on stderr at exit. Each op names its kind: enter returns the
+// kind to leave back to. A step ends where the optimizer steps (zero.c).
+enum { PROF_OTHER, PROF_GEMM, PROF_ATTENTION, PROF_ELEMENTWISE, PROF_CAST, PROF_MOE, PROF_OPTIMIZER, PROF_LOSS,
+       PROF_COPY, PROF_COMM, PROF_IDLE, PROF_N };
+void cu_prof_init(int rank);               // on when TED_GPU_PROF is set (cu_init calls it)
+int cu_prof_enter(int kind);
+void cu_prof_leave(int prev);
+void cu_prof_launch(int n);                // n launches of the current op's kind
+void cu_prof_count(int kind, int n);       // n launches of the given kind
+void cu_prof_step(void);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,7 @@ static __global__ void causal_softmax_backward_kernel(float *g, const float *att
 static unsigned row_blocks(long rows) { return (unsigned)((rows + WARPS - 1) / WARPS); }
 
 extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;
     long TT = (long)T * T, rows = (long)B * H * T;
     if (rows == 0) return;
@@ -72,6 +73,7 @@ extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, i
 
 extern "C" void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B,
                                       int T, int H, int hd, float *scratch) {
+    PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;
     long TT = (long)T * T, rows = (long)B * H * T;
     if (rows == 0) return;

@@ -35,7 +35,14 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
 // CU_CHECK(cudaCall) / CUBLAS_CHECK(cublasCall): one line naming the call and the error, then exit 1
 #define CU_CHECK(x) cu_check_((x), #x, __FILE__, __LINE__)
 #define CUBLAS_CHECK(x) cu_check_blas_((int)(x), #x, __FILE__, __LINE__)
-#define CU_LAUNCH_CHECK() CU_CHECK(cudaGetLastError())
+#define CU_LAUNCH_CHECK() (CU_CHECK(cudaGetLastError()), cu_prof_launch(1))
+// the op's kind of work for TED_GPU_PROF (core/device.h), for the rest of the scope
+struct ProfScope {
+    int prev;
+    explicit ProfScope(int kind) : prev(cu_prof_enter(kind)) {}
+    ~ProfScope() { cu_prof_leave(prev); }
+};
+#define PROF(kind) ProfScope prof_scope_(kind)
 extern "C" {
 void cu_check_(cudaError_t e, const char *what, const char *file, int line);
 void cu_check_blas_(int status, const char *what, const char *file, int line);

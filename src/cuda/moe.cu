@@ -139,6 +139,7 @@ static double *own_summary(int E) {
 
 extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
                                   int *kept, long N, const RouterCfg *c, RouterStats *st) {
+    PROF(PROF_MOE);
     int E = c->E, k = c->k, gt = c->group_tokens;
     if (N <= 0) return;
     router_topk_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(probs, lse, choice, gate, N, E, k);
@@ -178,6 +179,7 @@ static __global__ void router_backward_kernel(float *dlogits, const float *dgate
 extern "C" void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
                                    const int *choice, const float *fcount, long N, const RouterCfg *c,
                                    float aux_scale, float z_scale) {
+    PROF(PROF_MOE);
     if (N <= 0) return;
     router_backward_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(
         dlogits, dgate, probs, lse, choice, fcount, N, c->E, c->k, c->group_tokens, aux_scale, z_scale);
@@ -223,6 +225,7 @@ static __global__ void plan_row_kernel(int *row, const long *start, const int *c
 // CPU; here the plan keeps its own on the device.
 extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot,
                                  const int *kept, long N, int k, const RouterCfg *c, int padded, int multiple) {
+    PROF(PROF_MOE);
     (void)start;
     int E = c->E, gt = c->group_tokens, G = router_ngroups(N, gt);
     long S_last = N - (long)(G - 1) * gt;
@@ -315,6 +318,7 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
 }
 
 extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long n = N * k * d;
     if (n <= 0) return;
     dispatch_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(xin, x, row, N, k, d);
@@ -322,6 +326,7 @@ extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, 
 }
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long n = N * d;
     if (n <= 0) return;
     dispatch_backward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(dx, dxin, row, N, k, d);
@@ -330,6 +335,7 @@ extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *ro
 
 extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
                                    int d) {
+    PROF(PROF_MOE);
     long n = N * d;
     if (n <= 0) return;
     combine_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(out, y, gate, row, N, k, d);
@@ -338,6 +344,7 @@ extern "C" void cu_combine_forward(float *out, const float *y, const float *gate
 
 extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
                                     const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long nk = N * k;
     if (nk <= 0) return;
     if (d > 0) {
@@ -407,7 +414,9 @@ static const long *upload_off(const long *off, int El) {
     static void *buf;
     static size_t cap;
     long *d = (long *)grow(&buf, &cap, sizeof(long) * (El + 1));
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(d, off, sizeof(long) * (El + 1), cudaMemcpyHostToDevice, cu_stream()));
+    cu_prof_launch(1);
     return d;
 }
 
@@ -443,6 +452,7 @@ static void point(const long *off, int El, const void *A, long a, int a_by_exper
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
                                    const float *bproj, float *h, float *hg, float *y, const float *xin,
                                    const long *off, int proj_bias) {
+    PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long r0 = off[0], R = off[El];
     tables(El);
@@ -463,6 +473,7 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
                                     const float *dy, const float *xin, const float *h, const float *hg,
                                     const long *off, int proj_bias) {
+    PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long R = off[El];
     tables(El);

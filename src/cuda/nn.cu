@@ -278,6 +278,7 @@ struct SumF { const float *x; __device__ double operator()(long i) const { retur
 
 extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe,
                                    int B, int T, int d) {
+    PROF(PROF_ELEMENTWISE);
     long n = (long)B * T * d;
     if (n <= 0) return;
     if (cu_bf16())
@@ -291,6 +292,7 @@ extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte,
 
 extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl,
                                     int B, int T, int d) {
+    PROF(PROF_ELEMENTWISE);
     long n = (long)B * T * d;
     if (n <= 0) return;
     if (dwpe) {
@@ -305,6 +307,7 @@ extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 
 extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                      const float *b, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
     if (cu_bf16())
         layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, bf16_of(w),
@@ -315,6 +318,7 @@ extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const
 
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
     if (cu_bf16())
         layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, bf16_of(w),
@@ -330,6 +334,7 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
 
 extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
                                   int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || OC <= 0) return;
     // as ops.c: the bias first (set, or added to out), then out (+)= inp·w
     if (bias) {
@@ -346,6 +351,7 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     const void *g = cu_operand(dout, N * OC, 0);
     if (dinp)   // dinp[N,C] (+)= dout[N,OC]·w[C,OC]ᵀ
@@ -359,12 +365,14 @@ extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const f
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
     gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, inp, n);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
     gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
     CU_LAUNCH_CHECK();
@@ -373,6 +381,7 @@ extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dou
 // nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
 extern "C" void cu_linear_forward(float *out, long ldo, const float *inp, long ldi, const float *w, long N, int C,
                                   int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || OC <= 0) return;
     const void *a = cu_operand(inp, (N - 1) * ldi + C, 0);
     cu_gemm_op(0, 1, (int)N, OC, C, 1.0f, a, (int)ldi, w, C, accumulate ? 1.0f : 0.0f, out, (int)ldo);
@@ -381,6 +390,7 @@ extern "C" void cu_linear_forward(float *out, long ldo, const float *inp, long l
 // dinp[N,C] (stride ldd) (+)= dout·w; dw[OC,C] += doutᵀ·inp (either may be NULL)
 extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp,
                                    long ldi, const float *w, long N, int C, int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     const void *g = cu_operand(dout, (N - 1) * ldo + OC, 0);
     if (dinp) cu_gemm_op(0, 0, (int)N, C, OC, 1.0f, g, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
@@ -406,6 +416,7 @@ static int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 :
 
 extern "C" void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0,
                                     int Vl, int V) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
     crossentropy_max_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(mx, tl, logits, targets, N, v0, Vl,
                                                                             real_cols(v0, Vl, V));
@@ -413,6 +424,7 @@ extern "C" void cu_crossentropy_max(float *mx, float *tl, const float *logits, c
 }
 
 extern "C" void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
     crossentropy_exp_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(sum, logits, mx, N, Vl,
                                                                             real_cols(v0, Vl, V));
@@ -421,12 +433,14 @@ extern "C" void cu_crossentropy_exp(float *sum, float *logits, const float *mx, 
 
 extern "C" void cu_crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum,
                                        const float *tl, long N, int Vl) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
     crossentropy_finish_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(losses, probs, mx, sum, tl, N, Vl);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale) {
+    PROF(PROF_LOSS);
     long n = N * Vl;
     if (n <= 0) return;
     crossentropy_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(probs, targets, N, v0, Vl,
@@ -435,34 +449,40 @@ extern "C" void cu_crossentropy_backward(float *probs, const int *targets, long 
 }
 
 extern "C" void cu_residual_forward(float *out, const float *a, const float *b, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
     residual_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, a, b, n);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_half_to_f32(float *dst, const uint16_t *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
     half_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
     f32_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_half_accumulate(uint16_t *dst, const float *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
     half_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" double cu_sum(const float *x, long n) {
+    PROF(PROF_LOSS);
     if (n <= 0) return 0.0;
     double *d = red_scratch() + kRedBlocks, h = 0;   // the result, after the partials
     reduce_sum(d, n, SumF{x});
     CU_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, cu_stream()));
-    CU_CHECK(cudaStreamSynchronize(cu_stream()));
+    cu_prof_count(PROF_COPY, 1);
+    cu_stream_sync();
     return h;
 }

@@ -147,6 +147,7 @@ extern "C" void cu_opt_free(void *plan) {
 }
 
 extern "C" void cu_opt_norm(void *plan, double *sq) {
+    PROF(PROF_OPTIMIZER);
     OptPlan *p = (OptPlan *)plan;
     if (p->nchunk) {
         opt_sumsq_kernel<<<p->nchunk < kOptBlocks ? p->nchunk : kOptBlocks, kThreads, 0, cu_stream()>>>(
@@ -158,6 +159,7 @@ extern "C" void cu_opt_norm(void *plan, double *sq) {
 }
 
 extern "C" void cu_opt_adamw(void *plan, float *master, float *m, float *v, const double *sumsq, const OptStep *h) {
+    PROF(PROF_OPTIMIZER);
     OptPlan *p = (OptPlan *)plan;
     if (!p->nchunk) return;
     int blocks = p->nchunk < kOptBlocks ? p->nchunk : kOptBlocks;
@@ -171,10 +173,12 @@ extern "C" void cu_opt_adamw(void *plan, float *master, float *m, float *v, cons
 }
 
 extern "C" void cu_sumsq_half(double *out, const uint16_t *x, long n, int half, float s) {
+    PROF(PROF_OPTIMIZER);
     reduce_sum(out, n, SumSqHalfF{x, half, s});
 }
 
 extern "C" void cu_upcast_scale(float *dst, const uint16_t *src, long n, int half, float s) {
+    PROF(PROF_OPTIMIZER);
     if (n <= 0) return;
     upcast_scale_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half, s);
     CU_LAUNCH_CHECK();
@@ -182,6 +186,7 @@ extern "C" void cu_upcast_scale(float *dst, const uint16_t *src, long n, int hal
 
 extern "C" void cu_adamw(float *w, float *m, float *v, const float *g, long n, float lr, float decay, float b1,
                          float b2, float eps, float bc1, float bc2) {
+    PROF(PROF_OPTIMIZER);
     if (n <= 0) return;
     adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(w, m, v, g, n, lr, decay, b1, b2, eps, bc1,
                                                                          bc2);

@@ -48,6 +48,7 @@ extern "C" void cu_init(int local_rank, int bf16) {
     CUBLAS_CHECK(cublasCreate(&blas));
     CUBLAS_CHECK(cublasSetStream(blas, stream));
     cu_set_bf16(bf16);
+    cu_prof_init(local_rank);
 }
 
 extern "C" void cu_set_bf16(int bf16) {
@@ -80,22 +81,35 @@ extern "C" void *cu_malloc(size_t bytes) {
 
 extern "C" void cu_free(void *p) {
     if (!p) return;
-    CU_CHECK(cudaStreamSynchronize(stream));
+    cu_stream_sync();
     CU_CHECK(cudaFree(p));
+}
+
+static int pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeHost;
 }
 
 extern "C" void cu_memcpy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-    // the host may read or reuse its side at once; device-to-device copies stay in the stream
-    if (!cu_is_device_ptr(dst) || !cu_is_device_ptr(src)) CU_CHECK(cudaStreamSynchronize(stream));
+    cu_prof_launch(1);
+    // the host may read or reuse its side at once: a copy to the host is waited for; one from
+    // pageable host memory is staged by the driver before cudaMemcpyAsync returns (no wait); one
+    // from pinned memory is read when the stream gets to it (wait); device to device: in the stream
+    if (!cu_is_device_ptr(dst) || pinned(src)) cu_stream_sync();
 }
 
 extern "C" void cu_memset0(void *p, size_t bytes) {
-    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    if (!bytes) return;
+    PROF(PROF_COPY);
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    cu_prof_launch(1);
 }
 
-extern "C" void cu_sync(void) { CU_CHECK(cudaStreamSynchronize(stream)); }
+extern "C" void cu_sync(void) { cu_stream_sync(); }
 
 extern "C" int cu_is_device_ptr(const void *p) {
     cudaPointerAttributes a;
@@ -132,6 +146,8 @@ const void *cu_operand(const float *x, long n, int slot) {
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
+    PROF(PROF_GEMM);
+    cu_prof_launch(1);
     CUBLAS_CHECK(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                               &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C, CUDA_R_32F, ldc, compute,
                               CUBLAS_GEMM_DEFAULT));
@@ -140,6 +156,8 @@ void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const 
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
+    PROF(PROF_GEMM);
+    cu_prof_launch(1);
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(), lda, sA,
                                             &beta, C, CUDA_R_32F, ldc, sC, batch, compute, CUBLAS_GEMM_DEFAULT));

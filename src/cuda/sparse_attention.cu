@@ -135,6 +135,7 @@ static __global__ void sparse_row_backward_kernel(float *dqkv, const float *dout
 
 extern "C" void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B,
                                             int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     Dims s = dims_of(L, T, H, hd);
     unsigned n = (unsigned)((long)B * H * s.nbq);
     if (n == 0) return;
@@ -144,6 +145,7 @@ extern "C" void cu_sparse_attention_forward(float *out, float *att, const float 
 
 extern "C" void cu_sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv,
                                              const SparseLayout *L, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     Dims s = dims_of(L, T, H, hd);
     unsigned n = (unsigned)((long)B * H * s.nbq);
     if (n == 0) return;

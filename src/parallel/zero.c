@@ -361,7 +361,7 @@ static void finish_stage2(Zero *z) {
     if (z->stage == 2) buf_zero(z->bucket, (z->reg->ghalf ? 2 : 4) * z->bucket_elems);
 }
 
-double zero_step(Zero *z, const Config *c, float lr) {
+static double step(Zero *z, const Config *c, float lr) {
     float unscale = 1.0f / z->loss_scale;
     long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
     plan_buffers(z, tile);
@@ -390,5 +390,13 @@ double zero_step(Zero *z, const Config *c, float lr) {
     // accumulates into zeros: nothing clears the gradients between steps or micro-batches.
     zero_unconsumed(z, z->skipped);
     finish_stage2(z);
+    return norm;
+}
+
+double zero_step(Zero *z, const Config *c, float lr) {
+    double norm = step(z, c, lr);
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) cu_prof_step();   // TED_GPU_PROF: a training step ends here
+#endif
     return norm;
 }

@@ -702,6 +702,40 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 cudaError_t cudaMemset(void *p, int v, size_t n) { LOCK; cudaMemsetAsync(p, v, n, 0); flush(); return cudaSuccess; }
 
 // =======================================================================================
+// CUDA events (what TED_GPU_PROF uses): an event records the stream's position; when the
+// stream reaches it, it takes the host's clock, so elapsed times are the emulation's own
+// (meaningless as GPU times, but the profiler's bookkeeping runs as on a GPU). An elapsed time
+// between events not yet reached is an error, as on a GPU (cudaErrorNotReady), and stops.
+
+struct CUevent_st { bool recorded, done; double ms; };
+
+static double now_ms_emu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{false, false, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { LOCK; flush(); delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    LOCK;
+    check_stream(s, "cudaEventRecord");
+    e->recorded = true;
+    e->done = false;
+    enqueue([e] { e->done = true; e->ms = now_ms_emu(); });
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { LOCK; flush(); return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e->done ? cudaSuccess : cudaErrorNotReady; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) die("cudaEventElapsedTime: an event that was never recorded");
+    if (!a->done || !b->done) die("cudaEventElapsedTime: an event the stream has not reached (cudaErrorNotReady)");
+    *ms = (float)(b->ms - a->ms);
+    return cudaSuccess;
+}
+
+// =======================================================================================
 // cuBLAS: column-major reference GEMM (double accumulation) on the operand types the call
 // names, as the library's contract has them: the (A, B, C) type combinations and compute
 // types of the cuBLAS documentation that ted can use, and nothing else. fp32 operands are
