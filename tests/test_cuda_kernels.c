@@ -515,6 +515,30 @@ enum { NSEG = 4 };
 static const long seg_len[NSEG] = {1037, 0, 70001, 5};   // 70001: two chunks of the kernels
 static const int seg_decay[NSEG] = {1, 0, 1, 0}, seg_counted[NSEG] = {1, 1, 1, 0};
 
+// segment i after the step: its gradient zero, its weights the host's (bf16: within a bf16 step
+// of the host's rounding of a master 1e-6 apart)
+static void check_segment(int i, int wbf16, int poison, const char *what, const float *dg, const void *dwout,
+                          const float *wout) {
+    char name[96];
+    float *zeros = calloc(seg_len[i] + 1, sizeof(float));
+    snprintf(name, sizeof name, "opt_adamw gradient %d consumed (%s)", i, what);
+    cmp_bits(name, dg, zeros, seg_len[i]);
+    free(zeros);
+    if (poison) return;
+    if (!wbf16) {
+        snprintf(name, sizeof name, "opt_adamw fp32 weights %d = master", i);
+        cmp(name, dwout, wout, seg_len[i], 1e-6);
+        return;
+    }
+    uint16_t *h16 = malloc(2 * (seg_len[i] + 1));
+    cu_memcpy(h16, dwout, 2 * seg_len[i]);
+    long off = 0;
+    for (long j = 0; j < seg_len[i]; j++) off += fabsf(bf16_to_f32(h16[j]) - wout[j]) > fabsf(wout[j]) / 128;
+    snprintf(name, sizeof name, "opt_adamw bf16 weights %d (within a bf16 step)", i);
+    report(name, (double)off, 0);
+    free(h16);
+}
+
 static void test_opt_step(int wbf16, int poison) {
     char name[96];
     long total = 0, base[NSEG];
@@ -565,22 +589,8 @@ static void test_opt_step(int wbf16, int poison) {
     snprintf(name, sizeof name, "opt_adamw v (%s)", what);
     poison ? cmp_bits(name, dv, v0, total) : cmp(name, dv, v, total, 1e-6);
     for (int i = 0; i < NSEG; i++) {
-        float *zeros = calloc(seg_len[i] + 1, sizeof(float));
-        snprintf(name, sizeof name, "opt_adamw gradient %d consumed (%s)", i, what);
-        cmp_bits(name, dg[i], zeros, seg_len[i]);
-        if (!poison && wbf16) {   // at most one bf16 step from the host's rounding of a master 1e-6 apart
-            uint16_t *h16 = malloc(2 * (seg_len[i] + 1));
-            cu_memcpy(h16, dwout[i], 2 * seg_len[i]);
-            long off = 0;
-            for (long j = 0; j < seg_len[i]; j++) off += fabsf(bf16_to_f32(h16[j]) - wout[i][j]) > fabsf(wout[i][j]) / 128;
-            snprintf(name, sizeof name, "opt_adamw bf16 weights %d (within a bf16 step)", i);
-            report(name, (double)off, 0);
-            free(h16);
-        } else if (!poison) {
-            snprintf(name, sizeof name, "opt_adamw fp32 weights %d = master", i);
-            cmp(name, dwout[i], wout[i], seg_len[i], 1e-6);
-        }
-        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(wout[i]); free(zeros);
+        check_segment(i, wbf16, poison, what, dg[i], dwout[i], wout[i]);
+        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(wout[i]);
     }
     cu_opt_free(plan);
     cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dsq);

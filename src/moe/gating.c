@@ -58,6 +58,7 @@ double gating_act_bytes(const ModelConfig *m, int nmoe, long N) {
     double f = sizeof(float), b = 0;
     if (m->router == ROUTER_SWITCH && m->jitter_eps > 0) b += 2 * f * N * m->n_embd;
     if (m->router == ROUTER_NOISY_TOPK) b += (2.0 * nmoe + 1) * f * N * (m->num_experts > 1 ? m->num_experts : 1);
+    if (ted_device == DEV_CUDA) b += 2.0 * sizeof(double) * ROUTER_SUMMARY(m->num_experts > 1 ? m->num_experts : 1);
     return b;
 }
 
