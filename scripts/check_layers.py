@@ -3,8 +3,8 @@
 
 src/ is cut into rooms, one folder each, in an order from the bottom up (ROOMS below). A file
 may include the headers of its own room and of the rooms below it, never of a room above it,
-and an include names the room ("moe/router.h"), or a header beside the file ("cuda_ops.h"). A module is one name in one room (its .c, .h
-and .cu together); the modules' includes must form no circle, inside a room or across rooms.
+and an include names the room ("moe/router.h"), or a header beside the file ("cuda_ops.h"). A module is one name in one room (its .c, .h,
+.cu and .cuh together); the modules' includes must form no circle, inside a room or across rooms.
 Prints one line per broken rule, naming the files, and exits 1; prints one summary line and
 exits 0 when the tree keeps every rule. Python 3, standard library only.
 """
@@ -15,7 +15,7 @@ import sys
 # bottom first: a room may include itself and what stands before it
 ROOMS = ["core", "config", "nn", "parallel", "moe", "model", "io", "perf", "run", "cli", "cuda"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-SOURCES = (".c", ".h", ".cu")
+SOURCES = (".c", ".h", ".cu", ".cuh")
 
 
 def read_tree(src):

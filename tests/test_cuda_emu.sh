@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # The GPU path of ted on the CPU, under the CUDA emulation of tests/cuda_emu (no GPU needed):
 #  - the op tests test_cuda_kernels / test_cuda_moe / test_cuda_fused, built against the
-#    emulation, pass (under each of three schedules of the threads of a block);
+#    emulation, pass (under each of three schedules of the threads of a block; the first two also
+#    with the blocks of every launch in reverse and in random order); two bf16 training runs,
+#    one with each block order, agree bit for bit;
+#  - the emulated cuBLAS takes bf16 GEMMs (the products of the bf16 values, C rounded to its
+#    type), refuses what the library refuses (bf16 A with fp32 B; the grouped GEMM's bf16 A and
+#    B with fp32 C), and stops a run that gives fp32 operands to a FAST_* compute type (emu_probe);
 #  - `ted_emu train --device cuda` (the real src/*.c and src/cuda/*.cu) gives per-step losses
-#    and gradient norms within 1e-4 of `ted train` on the CPU for a tiny MoE model (gradient
+#    and gradient norms within 1e-6 of `ted train` on the CPU for a tiny MoE model (gradient
 #    accumulation, a learning rate at which 5 steps move the weights measurably), in
 #    capacity and dropless mode, with shapes that are not whole warps, with activation
-#    checkpointing, and with --fp16 (against the CPU's --fp16 run); with --bf16 (bf16 GEMMs)
-#    within 2e-2 of the fp32 CPU run;
+#    checkpointing, and with --fp16 (against the CPU's --fp16 run, 1e-4);
+#  - --bf16 (bf16 weights and GEMM operands, fp32 gradients; every GEMM of the run on bf16
+#    operands): over 20 steps, loss and val_loss within 2 % of the fp32 CPU run in capacity and
+#    dropless mode, with activation checkpointing, with ZeRO 1 and 2 (2 ranks), and on 4 ranks
+#    (tp 2, ep 2) also with DTD + CAC;
 #  - 4 ranks (tp 2, ep 2; dp 2, so 2 sequences each), which share the one emulated device and
-#    so take comm.c's host-staged path, equal the one-rank CPU run within 1e-4, also with
-#    --dtd --cac; with --bf16 they are within 2e-2 of one emulated bf16 rank (bf16 weights:
-#    a rounding that flips makes runs drift apart, on the CPU as well);
+#    so take comm.c's host-staged path, equal the one-rank CPU run within 1e-6, also with
+#    --dtd --cac;
 #  - its step-5 weights and optimizer state equal the CPU's within 1e-4 (compare_weights); a
 #    run resumed from its step-3 checkpoint equals the unbroken emulated run within 1e-6, one
 #    resumed from the CPU's step-3 checkpoint the CPU run within 1e-4.
@@ -24,12 +31,33 @@ fi
 source tests/mpi_env.sh
 bin=$(dirname "$TED_EMU")
 
+# the emulated cuBLAS: bf16 GEMMs computed as the types say; refusals; FAST_* on fp32 stops the run
+probe() {   # probe MODE RC TEXT: emu_probe MODE exits RC and prints TEXT
+  local out rc=0
+  out=$("$bin/emu_probe" "$1" 2>&1) || rc=$?
+  if [ $rc -eq "$2" ] && grep -q "$3" <<<"$out"; then ok "emu_probe $1: exit $rc, \"$3\""
+  else bad "emu_probe $1: exit $rc (want $2), output: $(head -c 300 <<<"$out")"; fi
+}
+probe bf16 0 "the products of the bf16 values, C rounded to its type"
+probe fast16bf 134 "FAST_\*) on fp32 operands: the library may round them to TF32"
+probe fasttf32 134 "FAST_\*) on fp32 operands"
+probe mixed 3 "A CUDA_R_16BF, B CUDA_R_32F, C CUDA_R_32F with compute type 68 is not a combination"
+probe grouped 3 "cublasGemmGroupedBatchedEx: A CUDA_R_16BF, B CUDA_R_16BF, C CUDA_R_32F with compute type 68 is not"
+
 # the op tests, under each schedule of a block's threads (emu.cpp): round robin; the lowest
 # ready thread first; the highest first (the last two expose a missing __syncthreads)
 for sched in roundrobin low high; do
   for t in test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu; do
     if TED_EMU_SCHEDULE=$sched "$bin/$t" >"$TED_TMP/$t-$sched.out" 2>&1; then ok "$t ($sched)"
     else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
+  done
+done
+# and with the blocks of every launch in reverse and in random order: the MoE plan (capacity scan,
+# rows) and the optimizer's norm are the CPU's whatever order the blocks run in
+for order in reverse random; do
+  for t in test_cuda_kernels_emu test_cuda_moe_emu; do
+    if TED_EMU_BLOCK_ORDER=$order "$bin/$t" >"$TED_TMP/$t-$order.out" 2>&1; then ok "$t (blocks in $order order)"
+    else bad "$t (blocks in $order order):"; grep -v " ok$" "$TED_TMP/$t-$order.out" | tail -15; fi
   done
 done
 
@@ -63,31 +91,49 @@ for cf in 1.0 0; do
   save=(); [ $cf = 1.0 ] && save=(--save-every 3 --save "$TED_TMP/ck-cpu")
   run cpu-$cf "$TED" train "${model[@]}" --capacity-factor $cf "${save[@]}"
   run emu-$cf "$TED_EMU" train "${model[@]}" --capacity-factor $cf --device cuda
-  check "fp32 emulated gpu = cpu (capacity factor $cf)" "$TED_TMP/cpu-$cf.jsonl" "$TED_TMP/emu-$cf.jsonl" 1e-4
+  check "fp32 emulated gpu = cpu (capacity factor $cf)" "$TED_TMP/cpu-$cf.jsonl" "$TED_TMP/emu-$cf.jsonl" 1e-6
 done
+# two runs of the GPU path agree bit for bit, whatever order the blocks of its kernels run in
+TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
+check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
+# TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
+# step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
+# plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8)
+TED_GPU_PROF=1 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
+if l=$(/usr/bin/python3 - "$TED_TMP/emu-prof.out" 2>&1 <<'PY'
+import json, sys
+lines = [json.loads(l)["gpu_prof"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof"')]
+assert len(lines) == 1, f"{len(lines)} gpu_prof lines"
+p = lines[0]
+kinds = ["other", "gemm", "attention", "norm_elementwise", "cast", "moe", "optimizer", "loss", "copy", "comm", "idle"]
+assert list(p["ms_per_step"]) == kinds + ["total"], list(p["ms_per_step"])
+assert p["steps"] == 4 and p["first_step_left_out"], p
+assert p["launches_per_step"]["optimizer"] == 3, p["launches_per_step"]
+assert p["launches_per_step"]["gemm"] > 0 and p["launches_per_step"]["moe"] > 0, p["launches_per_step"]
+assert p["host_syncs_per_step"] <= 2 * (2 + 1) + 2, p["host_syncs_per_step"]
+print(f"{p['launches_per_step']['total']:.0f} launches, {p['host_syncs_per_step']:.0f} host waits a step")
+PY
+); then ok "TED_GPU_PROF=1: $l"; else bad "TED_GPU_PROF=1: $l"; fi
 # shapes that are not whole warps: d 48, T 40 (loops of several rounds per lane), 6 experts
 odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
 run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0
 run emu-odd "$TED_EMU" train "${model[@]}" "${odd[@]}" --capacity-factor 0 --device cuda
-check "fp32 emulated gpu = cpu (d 48, T 40, 6 experts, dropless)" "$TED_TMP/cpu-odd.jsonl" "$TED_TMP/emu-odd.jsonl" 1e-4
+check "fp32 emulated gpu = cpu (d 48, T 40, 6 experts, dropless)" "$TED_TMP/cpu-odd.jsonl" "$TED_TMP/emu-odd.jsonl" 1e-6
 run emu-ac "$TED_EMU" train "${model[@]}" --device cuda --activation-checkpointing
-check "fp32 emulated gpu with activation checkpointing = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-ac.jsonl" 1e-4
-run emu-bf16 "$TED_EMU" train "${model[@]}" --device cuda --bf16
-check "bf16 emulated gpu within 2e-2 of fp32 cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-bf16.jsonl" 2e-2
+check "fp32 emulated gpu with activation checkpointing = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-ac.jsonl" 1e-6
 run cpu-fp16 "$TED" train "${model[@]}" --fp16
 run emu-fp16 "$TED_EMU" train "${model[@]}" --device cuda --fp16
 check "fp16 emulated gpu = fp16 cpu" "$TED_TMP/cpu-fp16.jsonl" "$TED_TMP/emu-fp16.jsonl" 1e-4
 # 4 ranks: dp = 4 / tp = 2, so 2 sequences per rank make the one-rank global batch of 4
 four=("${MPIRUN[@]}" -np 4 "$TED_EMU" train "${model[@]}" --micro-batch 2 --device cuda --tp 2 --ep 2)
 run emu4 "${four[@]}"
-check "4 emulated ranks (tp 2, ep 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4.jsonl" 1e-4
+check "4 emulated ranks (tp 2, ep 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4.jsonl" 1e-6
 run emu4-opt "${four[@]}" --dtd --cac
-check "4 emulated ranks (tp 2, ep 2, --dtd --cac) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-opt.jsonl" 1e-4
-run emu4-bf16 "${four[@]}" --bf16
-check "bf16 4 emulated ranks (tp 2, ep 2) within 2e-2 of 1 emulated rank" "$TED_TMP/emu-bf16.jsonl" "$TED_TMP/emu4-bf16.jsonl" 2e-2
+check "4 emulated ranks (tp 2, ep 2, --dtd --cac) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-opt.jsonl" 1e-6
 # the pipeline on emulated GPUs: 2 stages of tp 2, messages staged through the host
 run emu4-pp "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${model[@]}" --device cuda --pp 2 --tp 2
-check "4 emulated ranks (pp 2, tp 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-pp.jsonl" 1e-4
+check "4 emulated ranks (pp 2, tp 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-pp.jsonl" 1e-6
 # checkpoints at step 3 (of a 5-step run: the schedule stays that of 5 steps) and 5: the
 # emulated GPU's weights and optimizer state equal the CPU's; resumed from step 3 (its own
 # checkpoint, or the CPU's), it continues as the unbroken run
@@ -116,4 +162,32 @@ run emu-resume "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/c
 resumed "emulated resume from step 3 = unbroken emulated run" "$TED_TMP/emu-1.0.jsonl" "$TED_TMP/emu-resume.jsonl" 1e-6
 run emu-resume-cpu "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck-cpu/step_00000003"
 resumed "emulated resume from the cpu's step-3 checkpoint = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-resume-cpu.jsonl" 1e-4
+
+# --bf16 over 20 steps against the fp32 CPU run: loss and val_loss within 2 % (bf16 weights: a
+# rounding that flips makes runs drift apart, so the norms are left out)
+long=("${model[@]}" --steps 20 --eval-every 10)
+run cpu20 "$TED" train "${long[@]}"
+run cpu20-0 "$TED" train "${long[@]}" --capacity-factor 0
+bf=("${long[@]}" --device cuda --bf16)
+check_bf16() {   # check_bf16 NAME REF OUT
+  local l
+  if l=$(compare_logs "$2" "$3" 2e-2 loss,val_loss 2>&1); then ok "$1: losses within $l"; else bad "$1: $l"; fi
+}
+TED_EMU_STATS=1 run b20 "$TED_EMU" train "${bf[@]}"
+check_bf16 "bf16 emulated gpu, 20 steps, within 2 % of fp32 cpu (capacity factor 1)" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20.jsonl"
+if grep -q "GEMMs (0 on fp32 operands)" "$TED_TMP/b20.out"; then ok "bf16 run: every GEMM on bf16 operands ($(grep -o "[0-9]* GEMMs" "$TED_TMP/b20.out"))"
+else bad "bf16 run: GEMMs on fp32 operands: $(grep "^emu:" "$TED_TMP/b20.out")"; fi
+run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
+check_bf16 "bf16 emulated gpu, dropless, within 2 % of fp32 cpu" "$TED_TMP/cpu20-0.jsonl" "$TED_TMP/b20-0.jsonl"
+run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
+check_bf16 "bf16 emulated gpu, activation checkpointing, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-ac.jsonl"
+for z in 1 2; do   # 2 ranks of dp (2 sequences each): the optimizer's shards and (2) buckets in fp32 gradients
+  run b20-z$z "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --zero-stage $z
+  check_bf16 "bf16 2 emulated ranks, ZeRO $z, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-z$z.jsonl"
+done
+run b20-4 "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2
+check_bf16 "bf16 4 emulated ranks (tp 2, ep 2) within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-4.jsonl"
+run b20-4opt "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2 --dtd --cac \
+  --activation-checkpointing
+check_bf16 "bf16 4 emulated ranks (tp 2, ep 2, --dtd --cac) within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-4opt.jsonl"
 summary

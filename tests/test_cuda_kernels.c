@@ -1,14 +1,19 @@
-// test_cuda_kernels.c — the CUDA kernels of kernels.cu against the CPU: each cu_X runs on the
+// test_cuda_kernels.c — the CUDA kernels of nn.cu and parallel.cu against the CPU: each cu_X runs on the
 // same random inputs as its CPU reference (ops.c, or a plain loop for the optimizer and
 // conversion helpers) and must agree: max|gpu − cpu| / (max|cpu| + 1e-6) within 1e-5 for fp32
 // element-wise ops, 1e-4 for the GEMM-based ones, bit for bit for the conversions and the
 // ops that do the CPU's very additions in its order (encoder, residual, scale), 1e-9 for
-// the double reductions. Shapes are deliberately not multiples of 32. Exits 77 (skipped)
-// without a GPU.
+// the double reductions. Shapes are deliberately not multiples of 32. Then the ops as a --bf16
+// run has them (cu_set_bf16): bf16 weights, bf16 GEMM operands with fp32 accumulation, against
+// the CPU ops on the same bf16-rounded values: within 1e-5 (the products are exact in fp32;
+// only the order of the additions differs), bit for bit for the embedding, and the mixed AdamW
+// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. Exits 77 (skipped) without a GPU.
 #include "core/alloc.h"
 #include "cuda/cuda_ops.h"
 #include "core/half.h"
+#include "nn/linear.h"
 #include "nn/ops.h"
+#include "parallel/adam.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,17 +274,13 @@ static void test_crossentropy(int v0, int Vl, int V) {
     free(logits); free(mx); free(tl); free(sum); free(losses);
 }
 
-static void test_residual_scale(void) {
+static void test_residual(void) {
     long n = 1037;
     float *a = rnd(n, 1, 0), *b = rnd(n, 1, 0), *out = malloc(sizeof(float) * n);
     float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dout_ = cu_malloc(sizeof(float) * n);
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
     cu_residual_forward(dout_, da, db, n);
     cmp_bits("residual_forward", dout_, out, n);
-    float s = 0.37f;
-    for (long i = 0; i < n; i++) a[i] *= s;
-    cu_scale(da, n, s);
-    cmp_bits("scale", da, a, n);
     cu_free(da); cu_free(db); cu_free(dout_);
     free(a); free(b); free(out);
 }
@@ -364,11 +365,6 @@ static void test_reductions(void) {
         float *x = rnd(n, 1, 0);
         float *dx = up(x, sizeof(float) * n);
         double ref = 0;
-        for (long i = 0; i < n; i++) ref += (double)x[i] * x[i];
-        cu_sumsq(dres, dx, n);
-        cu_memcpy(&res, dres, sizeof res);
-        snprintf(name, sizeof name, "sumsq n=%ld", n);
-        cmp_double(name, res, ref, 1e-9);
         // Σx on values in [0, 1) (no cancellation)
         for (long i = 0; i < n; i++) x[i] = 0.5f * x[i] + 0.5f;
         cu_memcpy(dx, x, sizeof(float) * n);
@@ -394,9 +390,9 @@ static void test_reductions(void) {
     // n = 0: the result is set to 0, not added to
     res = 5.0;
     cu_memcpy(dres, &res, sizeof res);
-    cu_sumsq(dres, NULL, 0);
+    cu_sumsq_half(dres, NULL, 0, 1, 1.0f);
     cu_memcpy(&res, dres, sizeof res);
-    report("sumsq n=0 sets 0", fabs(res), 0);
+    report("sumsq_half n=0 sets 0", fabs(res), 0);
     report("sum n=0", fabs(cu_sum(NULL, 0)), 0);
     cu_free(dres);
 }
@@ -423,6 +419,184 @@ static void test_adamw(void) {
     free(w); free(m); free(v); free(g);
 }
 
+// ---------------------------------------------------------------------------------------
+// a --bf16 run's ops
+
+// x[n] rounded to bf16 in place; returns a device copy of the bf16 values (as the ops take
+// bf16 weights: through a float pointer)
+static float *round_up_bf16(float *x, long n) {
+    uint16_t *h = malloc(2 * (n ? n : 1));
+    for (long i = 0; i < n; i++) { h[i] = bf16_from_f32(x[i]); x[i] = bf16_to_f32(h[i]); }
+    void *d = up(h, 2 * n);
+    free(h);
+    return d;
+}
+static float *rounded(const float *x, long n) {
+    float *r = copyf(x, n);
+    for (long i = 0; i < n; i++) r[i] = bf16_to_f32(bf16_from_f32(r[i]));
+    return r;
+}
+
+static void test_bf16_matmul(void) {
+    long N = 37;
+    int C = 48, OC = 70;
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0), *g = rnd(N * OC, 1, 0);
+    float *dx = up(x, sizeof(float) * N * C), *dw = round_up_bf16(w, (long)C * OC), *dbias = round_up_bf16(bias, OC);
+    float *dg = up(g, sizeof(float) * N * OC), *xr = rounded(x, N * C), *gr = rounded(g, N * OC);
+    float *out = rnd(N * OC, 1, 0), *dout_ = up(out, sizeof(float) * N * OC);
+    matmul_forward(out, xr, w, bias, N, C, OC, 1);   // the GEMM sees x in bf16
+    cu_matmul_forward(dout_, dx, dw, dbias, N, C, OC, 1);
+    cmp("bf16 matmul_forward (bias, accumulate)", dout_, out, N * OC, 1e-5);
+    float *gin = rnd(N * C, 1, 0), *gw = rnd((long)C * OC, 1, 0), *gb = rnd(OC, 1, 0);
+    float *dgin = up(gin, sizeof(float) * N * C), *dgw = up(gw, sizeof(float) * C * OC), *dgb = up(gb, sizeof(float) * OC);
+    matmul_backward(gin, gw, NULL, gr, xr, w, N, C, OC, 0);   // dinp and the fp32 dw (beta 1) on bf16 operands
+    matmul_backward(NULL, NULL, gb, g, x, w, N, C, OC, 0);    // the bias gradient sums the fp32 dout
+    cu_matmul_backward(dgin, dgw, dgb, dg, dx, dw, N, C, OC, 0);
+    cmp("bf16 matmul_backward dinp", dgin, gin, N * C, 1e-5);
+    cmp("bf16 matmul_backward dw (fp32, accumulated)", dgw, gw, (long)C * OC, 1e-5);
+    cmp("bf16 matmul_backward dbias", dgb, gb, OC, 1e-5);
+    // nn.Linear's layout, with row strides: the LM head
+    int ldi = C + 3;
+    float *xs = rnd(N * ldi, 1, 0), *o2 = rnd(N * OC, 1, 0), *dxs = up(xs, sizeof(float) * N * ldi);
+    float *xsr = rounded(xs, N * ldi), *do2 = up(o2, sizeof(float) * N * OC);
+    linear_forward(o2, OC, xsr, ldi, w, N, C, OC, 0);
+    cu_linear_forward(do2, OC, dxs, ldi, dw, N, C, OC, 0);
+    cmp("bf16 linear_forward (strided input)", do2, o2, N * OC, 1e-5);
+    float *gi2 = rnd(N * ldi, 1, 0), *dgi2 = up(gi2, sizeof(float) * N * ldi);
+    float *gw2 = rnd((long)OC * C, 1, 0), *dgw2 = up(gw2, sizeof(float) * OC * C);
+    linear_backward(gi2, ldi, gw2, gr, OC, xsr, ldi, w, N, C, OC, 1);
+    cu_linear_backward(dgi2, ldi, dgw2, dg, OC, dxs, ldi, dw, N, C, OC, 1);
+    cmp("bf16 linear_backward dinp (accumulate)", dgi2, gi2, N * ldi, 1e-5);
+    cmp("bf16 linear_backward dw", dgw2, gw2, (long)OC * C, 1e-5);
+    cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg); cu_free(dout_); cu_free(dgin); cu_free(dgw); cu_free(dgb);
+    cu_free(dxs); cu_free(do2); cu_free(dgi2); cu_free(dgw2);
+    free(x); free(w); free(bias); free(g); free(xr); free(gr); free(out); free(gin); free(gw); free(gb);
+    free(xs); free(o2); free(xsr); free(gi2); free(gw2);
+}
+
+static void test_bf16_norm_embed(void) {
+    long N = 37;
+    int d = 48, B = 1, T = 37, Vl = 20;
+    float *x = rnd(N * d, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0);
+    float *out = malloc(sizeof(float) * N * d), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *dx = up(x, sizeof(float) * N * d), *dw = round_up_bf16(w, d), *db = round_up_bf16(b, d);
+    float *dout_ = cu_malloc(sizeof(float) * N * d), *dmean = cu_malloc(sizeof(float) * N), *drstd = cu_malloc(sizeof(float) * N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, d);
+    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d);
+    cmp("bf16 layernorm_forward out", dout_, out, N * d, 1e-5);
+    float *g = rnd(N * d, 1, 0), *gin = rnd(N * d, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0);
+    float *dg = up(g, sizeof(float) * N * d), *dgin = up(gin, sizeof(float) * N * d);
+    float *dgw = up(gw, sizeof(float) * d), *dgb = up(gb, sizeof(float) * d);
+    cu_memcpy(dmean, mean, sizeof(float) * N);
+    cu_memcpy(drstd, rstd, sizeof(float) * N);
+    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d);
+    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d);
+    cmp("bf16 layernorm_backward dinp", dgin, gin, N * d, 1e-5);
+    cmp("bf16 layernorm_backward dw (fp32)", dgw, gw, d, 1e-5);
+    int *tok = malloc(sizeof(int) * N);
+    for (long i = 0; i < N; i++) tok[i] = (int)(next() % (uint64_t)(Vl + 5));
+    float *wte = rnd((long)Vl * d, 1, 0), *wpe = rnd((long)T * d, 1, 0);
+    int *dtok = up(tok, sizeof(int) * N);
+    float *dwte = round_up_bf16(wte, (long)Vl * d), *dwpe = round_up_bf16(wpe, (long)T * d);
+    encoder_forward(out, tok, wte, 0, Vl, wpe, B, T, d);
+    cu_encoder_forward(dout_, dtok, dwte, 0, Vl, dwpe, B, T, d);
+    cmp_bits("bf16 encoder_forward", dout_, out, N * d);
+    cu_free(dx); cu_free(dw); cu_free(db); cu_free(dout_); cu_free(dmean); cu_free(drstd); cu_free(dg); cu_free(dgin);
+    cu_free(dgw); cu_free(dgb); cu_free(dtok); cu_free(dwte); cu_free(dwpe);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(gin); free(gw); free(gb); free(tok);
+    free(wte); free(wpe);
+}
+
+// The optimizer's one-launch step (zero.c on a GPU with fp32 gradients) over a table of segments:
+// per-segment and counted sums of squares against the host's, AdamW with the device-side clipping
+// against adamw_mixed_host / adamw_f32_host with the host's coefficient, the gradients consumed,
+// and a non-finite norm leaving everything but the gradients as it was.
+enum { NSEG = 4 };
+static const long seg_len[NSEG] = {1037, 0, 70001, 5};   // 70001: two chunks of the kernels
+static const int seg_decay[NSEG] = {1, 0, 1, 0}, seg_counted[NSEG] = {1, 1, 1, 0};
+
+// segment i after the step: its gradient zero, its weights the host's (bf16: within a bf16 step
+// of the host's rounding of a master 1e-6 apart)
+static void check_segment(int i, int wbf16, int poison, const char *what, const float *dg, const void *dwout,
+                          const float *wout) {
+    char name[96];
+    float *zeros = calloc(seg_len[i] + 1, sizeof(float));
+    snprintf(name, sizeof name, "opt_adamw gradient %d consumed (%s)", i, what);
+    cmp_bits(name, dg, zeros, seg_len[i]);
+    free(zeros);
+    if (poison) return;
+    if (!wbf16) {
+        snprintf(name, sizeof name, "opt_adamw fp32 weights %d = master", i);
+        cmp(name, dwout, wout, seg_len[i], 1e-6);
+        return;
+    }
+    uint16_t *h16 = malloc(2 * (seg_len[i] + 1));
+    cu_memcpy(h16, dwout, 2 * seg_len[i]);
+    long off = 0;
+    for (long j = 0; j < seg_len[i]; j++) off += fabsf(bf16_to_f32(h16[j]) - wout[j]) > fabsf(wout[j]) / 128;
+    snprintf(name, sizeof name, "opt_adamw bf16 weights %d (within a bf16 step)", i);
+    report(name, (double)off, 0);
+    free(h16);
+}
+
+static void test_opt_step(int wbf16, int poison) {
+    char name[96];
+    long total = 0, base[NSEG];
+    for (int i = 0; i < NSEG; i++) { base[i] = total; total += seg_len[i]; }
+    float *w = rnd(total, 1, 0), *m = rnd(total, 0.01f, 0), *v = rnd(total, 0.0001f, 0.0001f);
+    float *dw = up(w, sizeof(float) * total), *dm = up(m, sizeof(float) * total), *dv = up(v, sizeof(float) * total);
+    float *g[NSEG], *dg[NSEG], *wout[NSEG], *dwout[NSEG];
+    OptSeg seg[NSEG];
+    double sq[NSEG + 1], ref_sq[NSEG + 1] = {0};
+    for (int i = 0; i < NSEG; i++) {
+        g[i] = rnd(seg_len[i], 0.3f, 0);
+        if (poison && i == 2) g[i][7] = NAN;
+        dg[i] = up(g[i], sizeof(float) * seg_len[i]);
+        wout[i] = malloc(sizeof(float) * (seg_len[i] + 1));
+        dwout[i] = cu_malloc((wbf16 ? 2 : 4) * (seg_len[i] + 1));
+        seg[i] = (OptSeg){dg[i], dwout[i], base[i], seg_len[i], seg_decay[i], seg_counted[i]};
+        for (long j = 0; j < seg_len[i]; j++) ref_sq[i] += (double)g[i][j] * g[i][j];
+        if (seg_counted[i]) ref_sq[NSEG] += ref_sq[i];
+    }
+    void *plan = cu_opt_plan(seg, NSEG, wbf16);
+    double *dsq = cu_malloc(sizeof(double) * (NSEG + 1));
+    cu_opt_norm(plan, dsq);
+    cu_memcpy(sq, dsq, sizeof sq);
+    for (int i = 0; i <= NSEG && !poison; i++) {
+        snprintf(name, sizeof name, "opt_norm %s", i < NSEG ? "segment" : "counted sum");
+        cmp_double(name, sq[i], ref_sq[i], 1e-12);
+    }
+    double norm = sqrt(ref_sq[NSEG]);
+    float lr = 3e-4f, clip = (float)(0.5 * norm), bc1 = 1.0f - powf(0.9f, 7), bc2 = 1.0f - powf(0.95f, 7);
+    float coef = (float)(clip / (norm + 1e-6));   // zero.c's: the norm is above clip
+    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * 0.1f, 0.9f, 0.95f, 1e-8f, clip};
+    cu_opt_adamw(plan, dw, dm, dv, dsq + NSEG, &h);
+    float *w0 = copyf(w, total), *m0 = copyf(m, total), *v0 = copyf(v, total);
+    for (int i = 0; i < NSEG && !poison; i++) {
+        AdamHyper a = {lr, seg_decay[i] ? h.decay : 1.0f, 0.9f, 0.95f, 1e-8f, bc1, bc2};
+        uint16_t *w16 = malloc(2 * (seg_len[i] + 1));
+        if (wbf16) {
+            adamw_mixed_host(w + base[i], m + base[i], v + base[i], g[i], seg_len[i], coef, &a, w16);
+            for (long j = 0; j < seg_len[i]; j++) wout[i][j] = bf16_to_f32(w16[j]);
+        } else adamw_f32_host(w + base[i], m + base[i], v + base[i], g[i], seg_len[i], coef, &a, wout[i]);
+        free(w16);
+    }
+    const char *what = poison ? "non-finite norm" : wbf16 ? "bf16 weights" : "fp32 weights";
+    snprintf(name, sizeof name, "opt_adamw master (%s)", what);
+    poison ? cmp_bits(name, dw, w0, total) : cmp(name, dw, w, total, 1e-6);
+    snprintf(name, sizeof name, "opt_adamw m (%s)", what);
+    poison ? cmp_bits(name, dm, m0, total) : cmp(name, dm, m, total, 1e-6);
+    snprintf(name, sizeof name, "opt_adamw v (%s)", what);
+    poison ? cmp_bits(name, dv, v0, total) : cmp(name, dv, v, total, 1e-6);
+    for (int i = 0; i < NSEG; i++) {
+        check_segment(i, wbf16, poison, what, dg[i], dwout[i], wout[i]);
+        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(wout[i]);
+    }
+    cu_opt_free(plan);
+    cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dsq);
+    free(w); free(m); free(v); free(w0); free(m0); free(v0);
+}
+
 int main(void) {
     if (cu_device_count() == 0) {
         printf("test_cuda_kernels: no CUDA device, skipped\n");
@@ -440,10 +614,17 @@ int main(void) {
     test_crossentropy(0, 128, 100);   // one shard with 28 padding columns
     test_crossentropy(64, 64, 100);   // a last shard: 36 real columns, targets below it
     test_crossentropy(0, 64, 100);    // a first shard without padding, targets past it
-    test_residual_scale();
+    test_residual();
     test_conversions();
     test_reductions();
     test_adamw();
+    test_opt_step(0, 0);
+    cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
+    test_bf16_matmul();
+    test_bf16_norm_embed();
+    test_opt_step(1, 0);
+    test_opt_step(1, 1);
+    cu_set_bf16(0);
     printf("test_cuda_kernels: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
 }

@@ -1,9 +1,15 @@
 // test_cuda_moe.c — the CUDA attention, router, dispatcher and experts (src/cuda/attention.cu,
 // src/cuda/moe.cu) against the CPU ops on the same random inputs: outputs within 1e-4 (GEMMs)
 // or 1e-5 (the rest) of the CPU's, relative to the largest CPU value; router choices, slots,
-// kept and the statistics' counts exactly. Exits 77 (skipped) without a GPU.
+// kept and the statistics' counts exactly. Then attention and the experts as a --bf16 run has
+// them (bf16 weights, bf16 GEMM operands, fp32 accumulation) against the CPU on bf16-rounded
+// inputs: what is computed from rounded operands alone (h, GELU(h)) within 1e-5, what a
+// rounded hidden state or gradient feeds (the probabilities, y, the backward) within 1e-2.
+// Exits 77 (skipped) without a GPU.
+#include "core/half.h"
 #include "cuda/cuda_ops.h"
 #include "moe/dispatcher.h"
+#include "moe/moe_cuda.h"
 #include "moe/experts.h"
 #include "nn/ops.h"
 #include "moe/router.h"
@@ -80,13 +86,13 @@ static void check_int(const char *what, const int *gpu_dev, const int *cpu, long
 
 static void checkn(const char *op, const char *name, const char *field, const float *gpu_dev, const float *cpu,
                    long n, double tol) {
-    char what[96];
+    char what[224];
     snprintf(what, sizeof what, "%s %s %s", op, name, field);
     check(what, gpu_dev, cpu, n, tol);
 }
 static void checkn_int(const char *op, const char *name, const char *field, const int *gpu_dev, const int *cpu,
                        long n) {
-    char what[96];
+    char what[224];
     snprintf(what, sizeof what, "%s %s %s", op, name, field);
     check_int(what, gpu_dev, cpu, n);
 }
@@ -96,32 +102,49 @@ static void expect(int cond, const char *what) {
     if (!cond) failures++;
 }
 
+// x[n] rounded to bf16 in place (bf16: else left as it is); a device copy in the run's weight type
+static void *weights_up(float *x, long n, int bf16) {
+    if (!bf16) return dev_copy(x, sizeof(float) * n);
+    uint16_t *h = xmalloc(2 * (size_t)n);
+    for (long i = 0; i < n; i++) { h[i] = bf16_from_f32(x[i]); x[i] = bf16_to_f32(h[i]); }
+    void *d = dev_copy(h, 2 * (size_t)n);
+    free(h);
+    return d;
+}
+static float *rounded_if(const float *x, long n, int bf16) {
+    float *r = xmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) r[i] = bf16 ? bf16_to_f32(bf16_from_f32(x[i])) : x[i];
+    return r;
+}
+
 // ---------------------------------------------------------------------------------------
 
 static void test_attention(int B, int T, int H, int hd) {
     int D = H * hd;
     char what[96];
     long N = (long)B * T, nq = N * 3 * D, na = (long)B * H * T * T, no = N * D;
+    int bf16 = cu_bf16();
+    double tol = bf16 ? 1e-2 : 1e-4;   // bf16: q, k, v, the probabilities and dout meet the GEMMs rounded
     float *qkv = frandom(nq, 1.5f), *dout = frandom(no, 1.0f);
     float *out = xmalloc(sizeof(float) * no), *att = xmalloc(sizeof(float) * na);
-    float *dqkv = xmalloc(sizeof(float) * nq);
+    float *dqkv = xmalloc(sizeof(float) * nq), *qr = rounded_if(qkv, nq, bf16);
     float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(T) * omp_get_max_threads());
-    attention_forward(out, att, qkv, B, T, H, hd);
-    attention_backward(dqkv, dout, att, qkv, out, B, T, H, hd, scratch);
+    attention_forward(out, att, qr, B, T, H, hd);
+    attention_backward(dqkv, dout, att, qr, out, B, T, H, hd, scratch);
 
     float *d_qkv = dev_copy(qkv, sizeof(float) * nq), *d_dout = dev_copy(dout, sizeof(float) * no);
     float *junk = frandom(nq > na ? nq : na, 100.0f);   // outputs start as garbage: all must be written
     float *d_out = dev_copy(junk, sizeof(float) * no), *d_att = dev_copy(junk, sizeof(float) * na);
     float *d_dqkv = dev_copy(junk, sizeof(float) * nq), *d_scratch = dev_copy(junk, sizeof(float) * na);
     cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
-    snprintf(what, sizeof what, "attention_forward T=%d att", T);  check(what, d_att, att, na, 1e-4);
-    snprintf(what, sizeof what, "attention_forward T=%d out", T);  check(what, d_out, out, no, 1e-4);
+    snprintf(what, sizeof what, "attention_forward T=%d att", T);  check(what, d_att, att, na, bf16 ? 1e-5 : 1e-4);
+    snprintf(what, sizeof what, "attention_forward T=%d out", T);  check(what, d_out, out, no, tol);
     // backward from the CPU's att, so that it is tested on its own
     cu_memcpy(d_att, att, sizeof(float) * na);
     cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, B, T, H, hd, d_scratch);
-    snprintf(what, sizeof what, "attention_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, 1e-4);
+    snprintf(what, sizeof what, "attention_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
     cu_free(d_qkv); cu_free(d_dout); cu_free(d_out); cu_free(d_att); cu_free(d_dqkv); cu_free(d_scratch);
-    free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk);
+    free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk); free(qr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -179,6 +202,69 @@ static void test_router(const char *name, long N, RouterCfg c, float bias0, int 
     free(dgate); free(dlogits);
 }
 
+// The MoE plan on the device (router capacity, kept, f_e, the plan's rows and expert counts, the
+// statistics that come back with them) against router_forward + dispatch_plan on the host, on
+// logits given by `kind`: random; ties everywhere; every token's first choice one expert;
+// experts no token chooses. Bit for bit, but the summed statistics (1e-9).
+static float *plan_logits(const char *kind, long N, int E) {
+    float *x = frandom(N * E, 2.0f);
+    for (long t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) {
+            if (!strcmp(kind, "ties")) x[t * E + e] = e < 3 ? 0.5f : -1.0f;   // three equal best: the lower indices win
+            if (!strcmp(kind, "one expert") && e == E - 1) x[t * E + e] = 20.0f;
+            if (!strcmp(kind, "empty experts") && e >= E / 2) x[t * E + e] = -30.0f;
+        }
+    return x;
+}
+
+static void test_plan(const char *kind, long N, RouterCfg c, int padded, int multiple) {
+    int E = c.E, k = c.k, G = router_ngroups(N, c.group_tokens);
+    long NE = N * E, Nk = N * k, GE = (long)G * E;
+    char name[64];
+    snprintf(name, sizeof name, "%s%s, cf %g, x%d", kind, padded ? " padded" : "", c.capacity_factor, multiple);
+    float *logits = plan_logits(kind, N, E), *probs = xmalloc(sizeof(float) * NE), *lse = xmalloc(sizeof(float) * N);
+    float *gate = xmalloc(sizeof(float) * Nk), *fcount = xmalloc(sizeof(float) * GE);
+    int *choice = xmalloc(sizeof(int) * Nk), *slot = xmalloc(sizeof(int) * Nk), *kept = xmalloc(sizeof(int) * GE);
+    int *row = xmalloc(sizeof(int) * Nk);
+    long *rows = xmalloc(sizeof(long) * E), *grows = xmalloc(sizeof(long) * E), *start = xmalloc(sizeof(long) * GE);
+    RouterStats st = {0}, gst = {0};
+    memcpy(probs, logits, sizeof(float) * NE);
+    router_forward(probs, lse, choice, gate, slot, fcount, kept, N, &c, &st);
+    dispatch_plan(row, rows, start, choice, slot, kept, N, k, &c, padded, multiple);
+    float *d_probs = dev_copy(logits, sizeof(float) * NE), *d_lse = cu_malloc(sizeof(float) * N);
+    float *d_gate = cu_malloc(sizeof(float) * Nk), *d_fcount = cu_malloc(sizeof(float) * GE);
+    int *d_choice = cu_malloc(sizeof(int) * Nk), *d_slot = cu_malloc(sizeof(int) * Nk), *d_kept = cu_malloc(sizeof(int) * GE);
+    int *d_row = cu_malloc(sizeof(int) * Nk);
+    RouterCfg g = c;   // the layer's way: the statistics wait on the device for the plan's one readback
+    g.summary = cu_malloc(sizeof(double) * ROUTER_SUMMARY(E));
+    g.summary_host = xmalloc(sizeof(double) * ROUTER_SUMMARY(E));
+    cu_router_forward(d_probs, d_lse, d_choice, d_gate, d_slot, d_fcount, d_kept, N, &g, &gst);
+    cu_dispatch_plan(d_row, grows, NULL, d_choice, d_slot, d_kept, N, k, &g, padded, multiple);
+    checkn_int("plan", name, "choice", d_choice, choice, Nk);
+    checkn_int("plan", name, "slot", d_slot, slot, Nk);
+    checkn_int("plan", name, "kept", d_kept, kept, GE);
+    checkn("plan", name, "fcount", d_fcount, fcount, GE, 0);
+    checkn_int("plan", name, "row", d_row, row, Nk);
+    long bad = 0, kept_sum[64] = {0};
+    char what[128];
+    for (int e = 0; e < E; e++) bad += grows[e] != rows[e];
+    snprintf(what, sizeof what, "plan %s exp_rows", name);
+    expect(bad == 0, what);
+    const double *h = g.summary_host;   // back with the plan: statistics and the step's loads
+    for (long q = 0; q < GE; q++) kept_sum[q % E] += kept[q];
+    for (int e = 0; e < E; e++) bad += h[RS_KEPT + e] != kept_sum[e];
+    gst.aux_sum += h[RS_AUX]; gst.z_sum += h[RS_Z]; gst.dropped += (long)h[RS_DROPPED];
+    snprintf(what, sizeof what, "plan %s summary", name);
+    expect(bad == 0 && fabs(gst.aux_sum - st.aux_sum) <= 1e-9 * fabs(st.aux_sum) &&
+               fabs(gst.z_sum - st.z_sum) <= 1e-9 * fabs(st.z_sum) && gst.dropped == st.dropped &&
+               gst.choices == st.choices && gst.groups == st.groups,
+           what);
+    cu_free(d_probs); cu_free(d_lse); cu_free(d_gate); cu_free(d_fcount); cu_free(d_choice); cu_free(d_slot);
+    cu_free(d_kept); cu_free(d_row); cu_free(g.summary);
+    free(g.summary_host); free(logits); free(probs); free(lse); free(gate); free(fcount); free(choice); free(slot);
+    free(kept); free(row); free(rows); free(grows); free(start);
+}
+
 // ---------------------------------------------------------------------------------------
 
 static void test_dispatcher(void) {
@@ -232,22 +318,23 @@ static void test_dispatcher(void) {
 // ---------------------------------------------------------------------------------------
 
 static void test_experts(const char *name, const long *off, int proj_bias) {
-    int El = 3, d = 16, f = 40;
+    int El = 3, d = 16, f = 40, bf16 = cu_bf16();
     long R = off[El];
+    double tol = bf16 ? 1e-2 : 1e-4, tol_h = bf16 ? 1e-5 : 1e-4;
     Experts x = {El, d, f, frandom((long)El * d * f, 0.3f), frandom((long)El * f, 0.3f),
                  frandom((long)El * f * d, 0.3f), frandom((long)El * d, 0.3f), frandom((long)El * d * f, 0.1f),
                  frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL};
     Experts g = x;   // device copies
-    g.wfc = dev_copy(x.wfc, sizeof(float) * El * d * f);     g.bfc = dev_copy(x.bfc, sizeof(float) * El * f);
-    g.wproj = dev_copy(x.wproj, sizeof(float) * El * f * d); g.bproj = dev_copy(x.bproj, sizeof(float) * El * d);
+    g.wfc = weights_up(x.wfc, (long)El * d * f, bf16);     g.bfc = weights_up(x.bfc, (long)El * f, bf16);
+    g.wproj = weights_up(x.wproj, (long)El * f * d, bf16); g.bproj = weights_up(x.bproj, (long)El * d, bf16);
     g.gwfc = dev_copy(x.gwfc, sizeof(float) * El * d * f);   g.gbfc = dev_copy(x.gbfc, sizeof(float) * El * f);
     g.gwproj = dev_copy(x.gwproj, sizeof(float) * El * f * d); g.gbproj = dev_copy(x.gbproj, sizeof(float) * El * d);
     float *xin = frandom(R * d, 1.0f), *dy = frandom(R * d, 1.0f);
     float *h = xmalloc(sizeof(float) * R * f), *hg = xmalloc(sizeof(float) * R * f);
-    float *y = xmalloc(sizeof(float) * R * d);
+    float *y = xmalloc(sizeof(float) * R * d), *xr = rounded_if(xin, R * d, bf16);
     float *dxin = xmalloc(sizeof(float) * R * d), *dhg = xmalloc(sizeof(float) * R * f);
-    experts_forward(&x, h, hg, y, xin, off, proj_bias);
-    experts_backward(&x, dxin, dhg, dy, xin, h, hg, off, proj_bias);
+    experts_forward(&x, h, hg, y, xr, off, proj_bias);   // a bf16 GEMM sees xin rounded
+    experts_backward(&x, dxin, dhg, dy, xr, h, hg, off, proj_bias);
 
     float *junk = frandom(R * f, 50.0f);   // outputs start as garbage: everything must be written
     float *d_xin = dev_copy(xin, sizeof(float) * R * d), *d_dy = dev_copy(dy, sizeof(float) * R * d);
@@ -255,25 +342,25 @@ static void test_experts(const char *name, const long *off, int proj_bias) {
     float *d_y = dev_copy(junk, sizeof(float) * R * d), *d_dxin = dev_copy(junk, sizeof(float) * R * d);
     float *d_dhg = dev_copy(junk, sizeof(float) * R * f);
     cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, off, proj_bias);
-    checkn("experts_forward", name, "h", d_h, h, R * f, 1e-4);
-    checkn("experts_forward", name, "hg", d_hg, hg, R * f, 1e-4);
-    checkn("experts_forward", name, "y", d_y, y, R * d, 1e-4);
+    checkn("experts_forward", name, "h", d_h, h, R * f, tol_h);
+    checkn("experts_forward", name, "hg", d_hg, hg, R * f, tol_h);
+    checkn("experts_forward", name, "y", d_y, y, R * d, tol);
     // backward from the CPU's h and hg
     cu_memcpy(d_h, h, sizeof(float) * R * f);
     cu_memcpy(d_hg, hg, sizeof(float) * R * f);
     cu_experts_backward(El, d, f, g.wfc, g.wproj, g.gwfc, g.gbfc, g.gwproj, g.gbproj, d_dxin, d_dhg, d_dy, d_xin, d_h,
                         d_hg, off, proj_bias);
-    checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, 1e-4);
-    checkn("experts_backward", name, "gwfc", g.gwfc, x.gwfc, (long)El * d * f, 1e-4);
-    checkn("experts_backward", name, "gbfc", g.gbfc, x.gbfc, (long)El * f, 1e-4);
-    checkn("experts_backward", name, "gwproj", g.gwproj, x.gwproj, (long)El * f * d, 1e-4);
-    checkn("experts_backward", name, "gbproj", g.gbproj, x.gbproj, (long)El * d, 1e-4);
+    checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, tol);
+    checkn("experts_backward", name, "gwfc", g.gwfc, x.gwfc, (long)El * d * f, tol);
+    checkn("experts_backward", name, "gbfc", g.gbfc, x.gbfc, (long)El * f, tol);
+    checkn("experts_backward", name, "gwproj", g.gwproj, x.gwproj, (long)El * f * d, tol);
+    checkn("experts_backward", name, "gbproj", g.gbproj, x.gbproj, (long)El * d, tol);
 
     cu_free(g.wfc); cu_free(g.bfc); cu_free(g.wproj); cu_free(g.bproj);
     cu_free(g.gwfc); cu_free(g.gbfc); cu_free(g.gwproj); cu_free(g.gbproj);
     cu_free(d_xin); cu_free(d_dy); cu_free(d_h); cu_free(d_hg); cu_free(d_y); cu_free(d_dxin); cu_free(d_dhg);
     free(x.wfc); free(x.bfc); free(x.wproj); free(x.bproj); free(x.gwfc); free(x.gbfc); free(x.gwproj); free(x.gbproj);
-    free(xin); free(dy); free(h); free(hg); free(y); free(dxin); free(dhg); free(junk);
+    free(xin); free(dy); free(h); free(hg); free(y); free(dxin); free(dhg); free(junk); free(xr);
 }
 
 int main(void) {
@@ -289,6 +376,13 @@ int main(void) {
     test_router("capacity", 30, RCFG(4, 2, 1.0f, 0, 8), 1.0f, 1);
     test_router("dropless", 30, RCFG(4, 2, 0.0f, 0, 8), 1.0f, 0);
     test_router("top-1", 30, RCFG(5, 1, 1.25f, 2, 10), 0.5f, 1);
+    const char *kinds[] = {"random", "ties", "one expert", "empty experts"};
+    for (int i = 0; i < 4; i++) {   // 300 tokens: groups of 64, the last one of 44; blocks of more than one tile
+        test_plan(kinds[i], 300, RCFG(8, 2, 1.0f, 0, 64), 1, 1);    // capacity: padded (an all-to-all), DTD's x2
+        test_plan(kinds[i], 300, RCFG(8, 2, 1.0f, 0, 64), 0, 2);
+        test_plan(kinds[i], 300, RCFG(8, 2, 0.0f, 0, 64), 0, 1);    // dropless
+    }
+    test_plan("random", 37, RCFG(5, 1, 1.25f, 2, 10), 1, 1);        // top-1, min_capacity
     test_dispatcher();
     long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
     long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path
@@ -297,6 +391,12 @@ int main(void) {
     test_experts("even", even, 1);
     long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
     test_experts("empty", none, 1);
+    cu_set_bf16(1);   // as a --bf16 run
+    printf("-- bf16 weights and GEMM operands\n");
+    test_attention(2, 7, 3, 8);
+    test_experts("bf16 uneven", uneven, 1);
+    test_experts("bf16 even", even, 1);
+    cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");
     return 0;

@@ -424,8 +424,8 @@ static int *routing_snapshot(Model *M, long N) {
     int *s = ted_alloc(sizeof(int) * 2 * N * M->k * M->L + 1, MEM_TEMP), n = 0;
     for (int l = 0; l < M->L; l++) {
         if (!M->bp[l].moe) continue;
-        memcpy(s + n, M->ba[l].choice, sizeof(int) * N * M->k); n += (int)(N * M->k);
-        memcpy(s + n, M->ba[l].slot, sizeof(int) * N * M->k); n += (int)(N * M->k);
+        memcpy(s + n, M->ba[l].moe.choice, sizeof(int) * N * M->k); n += (int)(N * M->k);
+        memcpy(s + n, M->ba[l].moe.slot, sizeof(int) * N * M->k); n += (int)(N * M->k);
     }
     return s;
 }

@@ -105,6 +105,8 @@ set(TED_TEST_LABELS
   test_cuda_emu_sparse=cuda,nn,gpu
   test_cuda_train=cuda,gpu,mpi
   test_zero_offload_emu=cuda,parallel,gpu
+  test_cuda_fused=cuda,nn,gpu
+  test_gpu_scripts=gpu,house
   test_layers=house
   test_doc_refs=house)
 foreach(entry ${TED_TEST_LABELS})

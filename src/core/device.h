@@ -8,20 +8,40 @@ extern "C" {   // implemented in CUDA C++ (src/cuda)
 #endif
 
 int cu_device_count(void);                 // 0 when there is no GPU or no driver
-// Selects GPU local_rank % count, creates the stream and the cuBLAS handle. bf16 != 0: the
-// GEMMs take their fp32 operands as bf16 with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF);
-// else plain fp32 (no TF32), so that fp32 runs match the CPU.
+// Selects GPU local_rank % count, creates the stream and the cuBLAS handle, and sets the run's
+// precision (cu_set_bf16).
 void cu_init(int local_rank, int bf16);
+// bf16 != 0 (a --bf16 run): the ops read their weights as bf16 (the registry's bf16 weights,
+// reg_op_weights) and every GEMM multiplies bf16 A and B with fp32 accumulation into fp32
+// (CUBLAS_COMPUTE_32F); fp32 activations are copied to bf16 at the GEMM. bf16 0: fp32 weights
+// and fp32 GEMMs (no TF32), so that fp32 runs match the CPU. The op tests switch between the two.
+void cu_set_bf16(int bf16);
+int cu_bf16(void);
 const char *cu_device_name(void);
 double cu_peak_flops(void);                // datasheet dense bf16 peak in FLOP/s; 0 if unknown
 void *cu_malloc(size_t bytes);             // NULL when the device is out of memory
 void cu_free(void *p);
-// any direction; returns when done, except device to device (ordered in the stream)
+// any direction; returns when the host may use its side: a copy to the host when done, one from
+// pageable host memory at once (staged), device to device ordered in the stream
 void cu_memcpy(void *dst, const void *src, size_t bytes);
 void cu_memset0(void *p, size_t bytes);
 void cu_sync(void);
 int cu_is_device_ptr(const void *p);
 void *cu_stream_ptr(void);                 // the stream, as a cudaStream_t (for NCCL calls from C)
+void cu_stream_sync(void);                 // the host waits for the stream (every wait goes through here)
+
+// TED_GPU_PROF=1 (src/cuda/profile.cu; docs/gpus.md): the stream's time per training step by
+// kind of work, with the kernel launches, cuBLAS calls and copies of each kind and the host's
+// waits, as one JSON line per rank on stderr at exit. Each op names its kind: enter returns the
+// kind to leave back to. A step ends where the optimizer steps (zero.c).
+enum { PROF_OTHER, PROF_GEMM, PROF_ATTENTION, PROF_ELEMENTWISE, PROF_CAST, PROF_MOE, PROF_OPTIMIZER, PROF_LOSS,
+       PROF_COPY, PROF_COMM, PROF_IDLE, PROF_N };
+void cu_prof_init(int rank);               // on when TED_GPU_PROF is set (cu_init calls it)
+int cu_prof_enter(int kind);
+void cu_prof_leave(int prev);
+void cu_prof_launch(int n);                // n launches of the current op's kind
+void cu_prof_count(int kind, int n);       // n launches of the given kind
+void cu_prof_step(void);
 
 #ifdef __cplusplus
 }

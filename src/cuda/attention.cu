@@ -3,31 +3,16 @@
 // by step). Per batch index b, the H heads are one strided batched GEMM: the q, k, v of head h
 // are the columns [h·hd, (h+1)·hd) of the q, k, v thirds of qkv (row stride 3·H·hd), so
 // consecutive heads are hd floats apart; att[b, h] is T·T floats after att[b, h−1].
-#include "cuda_ops.h"
+#include "common.cuh"
 #include <math.h>
 
-// Row-major strided batched GEMM, as cu_gemm (cblas_sgemm conventions) for `batch` problems:
-// C_i[M,N] = alpha·op(A_i)·op(B_i) + beta·C_i with A_i = A + i·sA (likewise B, C).
-// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
-static void gemm_sb(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
-                    const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
-    if (M == 0 || N == 0 || batch == 0) return;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(cu_blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F, ldb,
-                                            sB, A, CUDA_R_32F, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
-                                            cu_compute(), CUBLAS_GEMM_DEFAULT));
-}
+// The GEMMs run on operands of the run's type (cuda_ops.h): on a --bf16 run q, k, v, the
+// probabilities and the output gradient are copied to bf16 once per call (part 2 of the bf16
+// contract replaces this attention by a fused one on bf16 activations). The probabilities and
+// the softmax stay fp32.
 
 enum { WARPS = 4 };   // warps per block in the row kernels: one warp per row
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // In place over the scaled scores a[rows, T] (rows = B·H·T, row r is query t = r mod T):
 // softmax over the columns u ≤ t, probability 0 for u > t (as ops.c).
@@ -64,48 +49,55 @@ static __global__ void causal_softmax_backward_kernel(float *g, const float *att
 static unsigned row_blocks(long rows) { return (unsigned)((rows + WARPS - 1) / WARPS); }
 
 extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;
     long TT = (long)T * T, rows = (long)B * H * T;
     if (rows == 0) return;
     float scale = 1.0f / sqrtf((float)hd);
+    const void *x = cu_operand(qkv, (long)B * T * ld, 0);
     // att[b,h] = scale · q·kᵀ
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (long)b * T * ld, *k = q + D;
-        gemm_sb(0, 1, T, T, hd, scale, q, ld, hd, k, ld, hd, 0.0f, att + (long)b * H * TT, T, TT, H);
+        const void *q = cu_at(x, (long)b * T * ld), *k = cu_at(q, D);
+        cu_gemm_op_sb(0, 1, T, T, hd, scale, q, ld, hd, k, ld, hd, 0.0f, att + (long)b * H * TT, T, TT, H);
     }
     causal_softmax_kernel<<<row_blocks(rows), WARPS * 32, 0, cu_stream()>>>(att, rows, T);
     CU_LAUNCH_CHECK();
+    const void *p = cu_operand(att, (long)B * H * TT, 1);
     // out[b, :, h] = att[b,h]·v
     for (int b = 0; b < B; b++) {
-        const float *v = qkv + (long)b * T * ld + 2 * D;
-        gemm_sb(0, 0, T, hd, T, 1.0f, att + (long)b * H * TT, T, TT, v, ld, hd, 0.0f, out + (long)b * T * D, D, hd,
-                H);
+        const void *v = cu_at(x, (long)b * T * ld + 2 * D);
+        cu_gemm_op_sb(0, 0, T, hd, T, 1.0f, cu_at(p, (long)b * H * TT), T, TT, v, ld, hd, 0.0f, out + (long)b * T * D,
+                      D, hd, H);
     }
 }
 
 extern "C" void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B,
                                       int T, int H, int hd, float *scratch) {
+    PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;
     long TT = (long)T * T, rows = (long)B * H * T;
     if (rows == 0) return;
     float scale = 1.0f / sqrtf((float)hd);
+    const void *x = cu_operand(qkv, (long)B * T * ld, 0), *P = cu_operand(att, (long)B * H * TT, 1);
+    const void *G = cu_operand(dout, (long)B * T * D, 2);
     for (int b = 0; b < B; b++) {
-        const float *a = att + (long)b * H * TT, *dO = dout + (long)b * T * D;
-        const float *v = qkv + (long)b * T * ld + 2 * D;
+        const void *a = cu_at(P, (long)b * H * TT), *dO = cu_at(G, (long)b * T * D);
+        const void *v = cu_at(x, (long)b * T * ld + 2 * D);
         float *dv = dqkv + (long)b * T * ld + 2 * D, *dA = scratch + (long)b * H * TT;
         // dV = Aᵀ·dO ; dA = dO·Vᵀ
-        gemm_sb(1, 0, T, hd, T, 1.0f, a, T, TT, dO, D, hd, 0.0f, dv, ld, hd, H);
-        gemm_sb(0, 1, T, T, hd, 1.0f, dO, D, hd, v, ld, hd, 0.0f, dA, T, TT, H);
+        cu_gemm_op_sb(1, 0, T, hd, T, 1.0f, a, T, TT, dO, D, hd, 0.0f, dv, ld, hd, H);
+        cu_gemm_op_sb(0, 1, T, T, hd, 1.0f, dO, D, hd, v, ld, hd, 0.0f, dA, T, TT, H);
     }
     // dS = A ⊙ (dA − Σ A⊙dA) · 1/√hd
     causal_softmax_backward_kernel<<<row_blocks(rows), WARPS * 32, 0, cu_stream()>>>(scratch, att, rows, T, scale);
     CU_LAUNCH_CHECK();
+    const void *S = cu_operand(scratch, (long)B * H * TT, 1);   // P is read no more: its slot takes dS
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (long)b * T * ld, *k = q + D;
-        const float *dA = scratch + (long)b * H * TT;
+        const void *q = cu_at(x, (long)b * T * ld), *k = cu_at(q, D);
+        const void *dA = cu_at(S, (long)b * H * TT);
         float *dq = dqkv + (long)b * T * ld, *dk = dq + D;
         // dQ = dS·K ; dK = dSᵀ·Q
-        gemm_sb(0, 0, T, hd, T, 1.0f, dA, T, TT, k, ld, hd, 0.0f, dq, ld, hd, H);
-        gemm_sb(1, 0, T, hd, T, 1.0f, dA, T, TT, q, ld, hd, 0.0f, dk, ld, hd, H);
+        cu_gemm_op_sb(0, 0, T, hd, T, 1.0f, dA, T, TT, k, ld, hd, 0.0f, dq, ld, hd, H);
+        cu_gemm_op_sb(1, 0, T, hd, T, 1.0f, dA, T, TT, q, ld, hd, 0.0f, dk, ld, hd, H);
     }
 }

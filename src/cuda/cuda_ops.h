@@ -18,11 +18,31 @@
 #include <cublas_v2.h>
 cudaStream_t cu_stream(void);
 cublasHandle_t cu_blas(void);
-cublasComputeType_t cu_compute(void);
+// GEMM operands (runtime.cu). A run's GEMMs take operands of one type: fp32 on an fp32 run, bf16
+// on a --bf16 run (fp32 accumulation and fp32 C either way). Weights are in that type already
+// (a bf16 run's registry holds bf16 weights, reg_op_weights); an fp32 activation becomes an
+// operand through cu_operand, which on a bf16 run writes its bf16 copy into one of 4 scratch
+// slots (two operands of one GEMM take two slots). Part 2 of the bf16 contract keeps the
+// activations in bf16 and drops these copies.
+const void *cu_operand(const float *x, long n, int slot);   // x[n] as an operand: x, or its bf16 copy
+const void *cu_at(const void *p, long i);                   // element i of an operand
+// C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
+void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                int ldb, float beta, float *C, int ldc);
+// the same for batch problems at strides sA, sB (elements of the operand type) and sC (floats)
+void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
+                   const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);
 // CU_CHECK(cudaCall) / CUBLAS_CHECK(cublasCall): one line naming the call and the error, then exit 1
 #define CU_CHECK(x) cu_check_((x), #x, __FILE__, __LINE__)
 #define CUBLAS_CHECK(x) cu_check_blas_((int)(x), #x, __FILE__, __LINE__)
-#define CU_LAUNCH_CHECK() CU_CHECK(cudaGetLastError())
+#define CU_LAUNCH_CHECK() (CU_CHECK(cudaGetLastError()), cu_prof_launch(1))
+// the op's kind of work for TED_GPU_PROF (core/device.h), for the rest of the scope
+struct ProfScope {
+    int prev;
+    explicit ProfScope(int kind) : prev(cu_prof_enter(kind)) {}
+    ~ProfScope() { cu_prof_leave(prev); }
+};
+#define PROF(kind) ProfScope prof_scope_(kind)
 extern "C" {
 void cu_check_(cudaError_t e, const char *what, const char *file, int line);
 void cu_check_blas_(int status, const char *what, const char *file, int line);

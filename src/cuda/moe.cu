@@ -1,7 +1,7 @@
 // moe.cu — the MoE layer on the GPU: router (router.c), dispatcher (dispatcher.c) and experts
 // (experts.c), with the semantics of the CPU functions (see cuda_ops.h). Each kernel follows
 // its CPU loop; the comments name the loop it replaces.
-#include "cuda_ops.h"
+#include "common.cuh"
 #include "moe/router_token.h"
 #include <math.h>
 #include <stdio.h>
@@ -10,15 +10,7 @@
 
 enum { THREADS = 256, WARPS = 4 };
 
-static unsigned blocks_for(long n, int per_block) {
-    long b = (n + per_block - 1) / per_block;   // one thread per item (the loops also stride)
-    return (unsigned)(b > 0 ? b : 1);
-}
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+using cu::blocks_for;   // one thread per item (the loops also stride)
 
 // A device buffer that grows (never shrinks) to the largest size asked for so far (counted).
 static void *grow(void **buf, size_t *cap, size_t bytes) {
@@ -70,73 +62,106 @@ static __global__ void router_topk_kernel(float *probs, float *lse, int *choice,
     for (int j = 0; j < k; j++) gate[t * k + j] = k == 1 ? p[ch[0]] : p[ch[j]] / sum;
 }
 
-// One thread per (group g, expert e): walks the group's choices in the CPU's order (choice j
-// outer, token t inner) and hands out e's slots; counts f_e and the drops; sums P_e = Σ_t p_e
-// in token order (double, as router.c). The aux loss itself is put together on the host.
+// One block per (group g, expert e): the group's choices in the CPU's order (choice rank j
+// outer, token t inner) are scanned for e; the i-th of them takes slot i while i < C, else it
+// is dropped (slot -1). Every choice has one expert: one block writes its slot. kept, f_e =
+// count/(k·S) as router.c (f_e += 1.0f per choice, then /= k·S), the drops, and P_e = Σ_t p_e
+// (double, a fixed order). A deterministic scan: no atomics, any block order.
 static __global__ void router_capacity_kernel(int *slot, float *fcount, int *kept, double *psum, int *ndrop,
                                               const int *choice, const float *probs, long N, int E, int k, int gt,
                                               int G, int C_full, int C_last) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long)G * E) return;
-    int g = (int)(i / E), e = (int)(i % E);
-    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
+    __shared__ int wsum[32];
+    __shared__ double sh[32];
+    long i = blockIdx.x;   // (g, e)
+    int g = (int)(i / E), e = (int)(i % E), lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt, total = k * S, base = 0;   // base: e's choices so far
     int C = g == G - 1 ? C_last : C_full;
-    int used = 0, cnt = 0, drop = 0;
-    for (int j = 0; j < k; j++)
-        for (long t = t0; t < t0 + S; t++) {
-            if (choice[t * k + j] != e) continue;
-            cnt++;
-            if (used < C) slot[t * k + j] = used++;
-            else { slot[t * k + j] = -1; drop++; }
-        }
-    fcount[i] = (float)cnt / (float)(k * S);   // router.c: f_e += 1.0f per choice, then /= k·S
-    kept[i] = used;
-    ndrop[i] = drop;
+    for (long q0 = 0; q0 < total; q0 += blockDim.x) {   // block-uniform: a tile of choices
+        long q = q0 + threadIdx.x, t = t0 + (q < total ? q % S : 0);
+        int j = (int)(q / S), mine = q < total && choice[t * k + j] == e;
+        unsigned b = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) wsum[w] = __popc(b);
+        __syncthreads();
+        long before = base + __popc(b & ((1u << lane) - 1u)), tile = 0;
+        for (int u = 0; u < nw; u++) { before += u < w ? wsum[u] : 0; tile += wsum[u]; }
+        if (mine) slot[t * k + j] = before < C ? (int)before : -1;
+        base += tile;
+        __syncthreads();   // before the next tile rewrites wsum
+    }
     double P = 0;
-    for (long t = t0; t < t0 + S; t++) P += probs[t * E + e];
-    psum[i] = P;
+    for (long t = t0 + threadIdx.x; t < t0 + S; t += blockDim.x) P += probs[t * E + e];
+    P = block_sum(P, sh);
+    if (threadIdx.x == 0) {
+        int used = base < C ? (int)base : C;
+        fcount[i] = (float)base / (float)(k * S);
+        kept[i] = used;
+        ndrop[i] = (int)base - used;
+        psum[i] = P;
+    }
+}
+
+// One forward's statistics (router.h, ROUTER_SUMMARY): out = [Σ_g E·Σ_e f_e·P_e/S (router.c's
+// l_aux), Σ lse², the drops, then per expert the kept rows and the choices before dropping
+// (f_e·k·S) summed over the groups in order (the step's loads, gating.c)]. One block.
+static __global__ void router_summary_kernel(double *out, const float *fcount, const int *kept, const double *psum,
+                                             const int *ndrop, const float *lse, long N, int E, int k, int gt, int G) {
+    __shared__ double sh[32];
+    double aux = 0, z = 0, drop = 0;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        long S = N - (long)g * gt < gt ? N - (long)g * gt : gt;
+        double a = 0;
+        for (int e = 0; e < E; e++) { a += fcount[(long)g * E + e] * (psum[(long)g * E + e] / S); drop += ndrop[(long)g * E + e]; }
+        aux += E * a;
+    }
+    for (long t = threadIdx.x; t < N; t += blockDim.x) z += (double)lse[t] * lse[t];
+    aux = block_sum(aux, sh);
+    z = block_sum(z, sh);
+    drop = block_sum(drop, sh);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double kc = 0, ld = 0;
+        for (int g = 0; g < G; g++) {
+            long S = N - (long)g * gt < gt ? N - (long)g * gt : gt;
+            kc += kept[(long)g * E + e];
+            ld += (double)fcount[(long)g * E + e] * k * S;
+        }
+        out[RS_KEPT + e] = kc;
+        out[RS_KEPT + E + e] = ld;
+    }
+    if (threadIdx.x == 0) { out[RS_AUX] = aux; out[RS_Z] = z; out[RS_DROPPED] = drop; }
+}
+
+// a device double summary of E experts for the callers that give none (the op tests)
+static double *own_summary(int E) {
+    static void *buf;
+    static size_t cap;
+    return (double *)grow(&buf, &cap, sizeof(double) * ROUTER_SUMMARY(E));
 }
 
 extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
                                   int *kept, long N, const RouterCfg *c, RouterStats *st) {
+    PROF(PROF_MOE);
     int E = c->E, k = c->k, gt = c->group_tokens;
     if (N <= 0) return;
     router_topk_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(probs, lse, choice, gate, N, E, k);
     CU_LAUNCH_CHECK();
     int G = router_ngroups(N, gt);
-    long S_last = N - (long)(G - 1) * gt;
+    long S_last = N - (long)(G - 1) * gt, GE = (long)G * E;
     int C_full = router_capacity(c, gt), C_last = router_capacity(c, S_last);
-    long GE = (long)G * E;
     static void *d_psum, *d_ndrop;
     static size_t cap_psum, cap_ndrop;
     double *psum = (double *)grow(&d_psum, &cap_psum, sizeof(double) * GE);
     int *ndrop = (int *)grow(&d_ndrop, &cap_ndrop, sizeof(int) * GE);
-    router_capacity_kernel<<<blocks_for(GE, 128), 128, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice,
-                                                                          probs, N, E, k, gt, G, C_full, C_last);
+    router_capacity_kernel<<<(unsigned)GE, THREADS, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice, probs, N,
+                                                                      E, k, gt, G, C_full, C_last);
     CU_LAUNCH_CHECK();
-    // statistics on the host, in router.c's order
-    static void *h_buf;
-    static size_t h_cap;
-    size_t bytes = sizeof(double) * GE + sizeof(float) * GE + sizeof(int) * GE + sizeof(float) * N;
-    char *hb = (char *)grow_host(&h_buf, &h_cap, bytes);
-    double *hP = (double *)hb;
-    float *hf = (float *)(hP + GE);
-    int *hd = (int *)(hf + GE);
-    float *hl = (float *)(hd + GE);
-    cu_memcpy(hP, psum, sizeof(double) * GE);
-    cu_memcpy(hf, fcount, sizeof(float) * GE);
-    cu_memcpy(hd, ndrop, sizeof(int) * GE);
-    cu_memcpy(hl, lse, sizeof(float) * N);
-    for (int g = 0; g < G; g++) {
-        long t0 = (long)g * gt, S = N - t0 < gt ? N - t0 : gt;
-        double aux = 0;
-        for (int e = 0; e < E; e++) {
-            aux += hf[(long)g * E + e] * (hP[(long)g * E + e] / S);
-            st->dropped += hd[(long)g * E + e];
-        }
-        st->aux_sum += E * aux;
-    }
-    router_stats_batch(st, hl, N, G, k);
+    double *sum = c->summary ? c->summary : own_summary(E);
+    router_summary_kernel<<<1, THREADS, 0, cu_stream()>>>(sum, fcount, kept, psum, ndrop, lse, N, E, k, gt, G);
+    CU_LAUNCH_CHECK();
+    st->groups += G; st->tokens += N; st->choices += N * k;
+    if (c->summary) return;   // the rest comes back with the dispatch plan's counts
+    double h[3];
+    cu_memcpy(h, sum, sizeof h);
+    st->aux_sum += h[RS_AUX]; st->z_sum += h[RS_Z]; st->dropped += (long)h[RS_DROPPED];
 }
 
 // One thread per token, as router_backward's loop body.
@@ -154,6 +179,7 @@ static __global__ void router_backward_kernel(float *dlogits, const float *dgate
 extern "C" void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse,
                                    const int *choice, const float *fcount, long N, const RouterCfg *c,
                                    float aux_scale, float z_scale) {
+    PROF(PROF_MOE);
     if (N <= 0) return;
     router_backward_kernel<<<blocks_for(N, 128), 128, 0, cu_stream()>>>(
         dlogits, dgate, probs, lse, choice, fcount, N, c->E, c->k, c->group_tokens, aux_scale, z_scale);
@@ -162,6 +188,66 @@ extern "C" void cu_router_backward(float *dlogits, const float *dgate, const flo
 
 // =======================================================================================
 // dispatcher (dispatcher.c)
+
+// dispatch_plan's rows: expert e's rows (its groups' capacity, padded, or kept rows, rounded up to
+// `multiple`) into rows[e] (a double of the summary), then the first row start[g][e] of each
+// (group, expert), experts in order and each one's groups in order. One block; thread e walks
+// its own groups.
+static __global__ void plan_rows_kernel(long *start, double *rows, const int *kept, int E, int G, int padded,
+                                        long C_full, long C_last, int multiple) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        long r = 0;
+        for (int g = 0; g < G; g++) r += padded ? (g == G - 1 ? C_last : C_full) : kept[(long)g * E + e];
+        rows[e] = (double)((r + multiple - 1) / multiple * multiple);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        long r = 0;
+        for (int u = 0; u < e; u++) r += (long)rows[u];
+        for (int g = 0; g < G; g++) {
+            start[(long)g * E + e] = r;
+            r += padded ? (g == G - 1 ? C_last : C_full) : kept[(long)g * E + e];
+        }
+    }
+}
+
+// row[t,j] = start[group of t][choice] + slot, −1 for a dropped choice: one thread per (t, j)
+static __global__ void plan_row_kernel(int *row, const long *start, const int *choice, const int *slot, long N, int k,
+                                       int E, int gt) {
+    for (long q = (long)blockIdx.x * blockDim.x + threadIdx.x; q < N * k; q += (long)gridDim.x * blockDim.x) {
+        int s = slot[q];
+        row[q] = s < 0 ? -1 : (int)(start[(q / k / gt) * E + choice[q]] + s);
+    }
+}
+
+// The plan on the device; the host reads back once: exp_rows, with the router's summary when
+// the run keeps one (c->summary: gating.c adds its statistics). start is the host's [G,E] on the
+// CPU; here the plan keeps its own on the device.
+extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot,
+                                 const int *kept, long N, int k, const RouterCfg *c, int padded, int multiple) {
+    PROF(PROF_MOE);
+    (void)start;
+    int E = c->E, gt = c->group_tokens, G = router_ngroups(N, gt);
+    long S_last = N - (long)(G - 1) * gt;
+    int cap = padded && c->capacity_factor > 0;
+    static void *d_start;
+    static size_t cap_start;
+    long *ds = (long *)grow(&d_start, &cap_start, sizeof(long) * ((long)G * E > 0 ? (long)G * E : 1));
+    double *sum = c->summary ? c->summary : own_summary(E);
+    plan_rows_kernel<<<1, THREADS, 0, cu_stream()>>>(ds, sum + RS_ROWS(E), kept, E, G, cap, router_capacity(c, gt),
+                                                    router_capacity(c, S_last), multiple);
+    CU_LAUNCH_CHECK();
+    if (N * k > 0) {
+        plan_row_kernel<<<blocks_for(N * k, THREADS), THREADS, 0, cu_stream()>>>(row, ds, choice, slot, N, k, E, gt);
+        CU_LAUNCH_CHECK();
+    }
+    static void *h_buf;
+    static size_t h_cap;
+    double *h = c->summary_host ? c->summary_host : (double *)grow_host(&h_buf, &h_cap, sizeof(double) * ROUTER_SUMMARY(E));
+    if (c->summary) cu_memcpy(h, sum, sizeof(double) * ROUTER_SUMMARY(E));   // the block's one readback
+    else cu_memcpy(h + RS_ROWS(E), sum + RS_ROWS(E), sizeof(double) * E);
+    for (int e = 0; e < E; e++) exp_rows[e] = (long)h[RS_ROWS(E) + e];
+}
 
 // xin[row[t,j], c] = x[t, c]: one thread per (t, j, c)
 static __global__ void dispatch_forward_kernel(float *xin, const float *x, const int *row, long N, int k, int d) {
@@ -232,6 +318,7 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
 }
 
 extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long n = N * k * d;
     if (n <= 0) return;
     dispatch_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(xin, x, row, N, k, d);
@@ -239,6 +326,7 @@ extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, 
 }
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long n = N * d;
     if (n <= 0) return;
     dispatch_backward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(dx, dxin, row, N, k, d);
@@ -247,6 +335,7 @@ extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *ro
 
 extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
                                    int d) {
+    PROF(PROF_MOE);
     long n = N * d;
     if (n <= 0) return;
     combine_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, cu_stream()>>>(out, y, gate, row, N, k, d);
@@ -255,6 +344,7 @@ extern "C" void cu_combine_forward(float *out, const float *y, const float *gate
 
 extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
                                     const int *row, long N, int k, int d) {
+    PROF(PROF_MOE);
     long nk = N * k;
     if (nk <= 0) return;
     if (d > 0) {
@@ -268,9 +358,11 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 }
 
 // =======================================================================================
-// experts (experts.c): the GEMMs of all local experts are one grouped GEMM each; bias, bias
-// gradients and GELU (cu_gelu_forward / cu_gelu_backward, kernels.cu) are kernels over all
-// rows, a row's expert found from the offsets.
+// experts (experts.c): each GEMM of the local experts is one cuBLAS call per expert (one
+// strided batched call when the experts are equal: capacity mode), on operands of the run's
+// type (cuda_ops.h: bf16 on a --bf16 run, the activations copied once per pass); bias, bias
+// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all rows, a
+// row's expert found from the offsets.
 
 // the expert of row r: the largest e < El with off[e] <= r (an empty expert e has
 // off[e] == off[e+1], so e+1 qualifies too and wins). Needs off[0] <= r < off[El].
@@ -285,14 +377,25 @@ static __device__ __forceinline__ int expert_of(const long *off, int El, long r)
 }
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
-static __global__ void fill_bias_rows_kernel(float *out, const float *bias, const long *off, int El, long r0, long r1,
+template <class W>
+static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const long *off, int El, long r0, long r1,
                                              int n) {
     long total = (r1 - r0) * n;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         long r = r0 + i / n;
         int c = (int)(i % n);
-        out[r * n + c] = bias[(long)expert_of(off, El, r) * n + c];
+        out[r * n + c] = ldw(bias, (long)expert_of(off, El, r) * n + c);
     }
+}
+
+static void fill_bias_rows(float *out, const float *bias, const long *doff, int El, long r0, long r1, int n) {
+    if (r1 <= r0 || n <= 0) return;
+    unsigned g = blocks_for((r1 - r0) * n, THREADS);
+    if (cu_bf16())
+        fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, (const uint16_t *)(const void *)bias, doff, El, r0,
+                                                              r1, n);
+    else fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
+    CU_LAUNCH_CHECK();
 }
 
 // gb[e, c] += Σ_{r in expert e's rows, in order} g[r, c]: one thread per (e, c)
@@ -311,13 +414,15 @@ static const long *upload_off(const long *off, int El) {
     static void *buf;
     static size_t cap;
     long *d = (long *)grow(&buf, &cap, sizeof(long) * (El + 1));
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(d, off, sizeof(long) * (El + 1), cudaMemcpyHostToDevice, cu_stream()));
+    cu_prof_launch(1);
     return d;
 }
 
-// host tables of the grouped GEMMs: rows per local expert, the widths d and f, A, B, C
+// host tables of the per-expert GEMMs: rows per local expert, the widths d and f, A, B, C
 static int *g_M, *g_d, *g_f;
-static const float **g_A, **g_B;
+static const void **g_A, **g_B;
 static float **g_C;
 static void tables(int El) {
     static int cap;
@@ -326,41 +431,41 @@ static void tables(int El) {
     g_M = (int *)malloc(sizeof(int) * El);
     g_d = (int *)malloc(sizeof(int) * El);
     g_f = (int *)malloc(sizeof(int) * El);
-    g_A = (const float **)malloc(sizeof(float *) * El);
-    g_B = (const float **)malloc(sizeof(float *) * El);
+    g_A = (const void **)malloc(sizeof(void *) * El);
+    g_B = (const void **)malloc(sizeof(void *) * El);
     g_C = (float **)malloc(sizeof(float *) * El);
     if (!g_M || !g_d || !g_f || !g_A || !g_B || !g_C) { fprintf(stderr, "ted: out of host memory\n"); exit(1); }
     cap = El;
 }
 
+// The operands of expert e: X + off[e]·x (a row of the expert's tokens, x elements wide) or, with
+// X's by_expert flag, X + e·x (a weight, x elements per expert); A and B in the operand type, C floats.
+static void point(const long *off, int El, const void *A, long a, int a_by_expert, const void *B, long b,
+                  int b_by_expert, float *C, long c, int c_by_expert) {
+    for (int e = 0; e < El; e++) {
+        g_A[e] = cu_at(A, (a_by_expert ? e : off[e]) * a);
+        g_B[e] = cu_at(B, (b_by_expert ? e : off[e]) * b);
+        g_C[e] = C + (c_by_expert ? e : off[e]) * c;
+    }
+}
+
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
                                    const float *bproj, float *h, float *hg, float *y, const float *xin,
                                    const long *off, int proj_bias) {
+    PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long r0 = off[0], R = off[El];
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     // h = xin·wfc + bfc: the bias rows first, then the GEMM adds (beta 1), as matmul_forward
-    if (R > r0 && f > 0) {
-        fill_bias_rows_kernel<<<blocks_for((R - r0) * f, THREADS), THREADS, 0, cu_stream()>>>(h, bfc, doff, El, r0, R,
-                                                                                             f);
-        CU_LAUNCH_CHECK();
-    }
-    for (int e = 0; e < El; e++) {
-        g_A[e] = xin + off[e] * d; g_B[e] = wfc + (long)e * d * f; g_C[e] = h + off[e] * f;
-    }
+    fill_bias_rows(h, bfc, doff, El, r0, R, f);
+    point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 1.0f, g_C, f);
     cu_gelu_forward(hg, h, R * f);   // hg = GELU(h) over rows [0, off[El]), as experts.c
     // y = hg·wproj (+ bproj)
-    if (proj_bias && R > r0 && d > 0) {
-        fill_bias_rows_kernel<<<blocks_for((R - r0) * d, THREADS), THREADS, 0, cu_stream()>>>(y, bproj, doff, El, r0,
-                                                                                             R, d);
-        CU_LAUNCH_CHECK();
-    }
-    for (int e = 0; e < El; e++) {
-        g_A[e] = hg + off[e] * f; g_B[e] = wproj + (long)e * f * d; g_C[e] = y + off[e] * d;
-    }
+    if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
+    point(off, El, cu_operand(hg, R * f, 0), f, 0, wproj, (long)f * d, 1, y, d, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
 }
 
@@ -368,20 +473,18 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
                                     const float *dy, const float *xin, const float *h, const float *hg,
                                     const long *off, int proj_bias) {
+    PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long R = off[El];
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
+    const void *gy = cu_operand(dy, R * d, 0);
     // c_proj: dhg = dy·wprojᵀ (written)
-    for (int e = 0; e < El; e++) {
-        g_A[e] = dy + off[e] * d; g_B[e] = wproj + (long)e * f * d; g_C[e] = dhg + off[e] * f;
-    }
+    point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
     // gwproj += hgᵀ·dy
-    for (int e = 0; e < El; e++) {
-        g_A[e] = hg + off[e] * f; g_B[e] = dy + off[e] * d; g_C[e] = gwproj + (long)e * f * d;
-    }
+    point(off, El, cu_operand(hg, R * f, 1), f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
     // gbproj += Σ rows dy
     if (proj_bias && d > 0) {
@@ -389,15 +492,12 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
         CU_LAUNCH_CHECK();
     }
     cu_gelu_backward(dhg, h, dhg, R * f);   // in place over rows [0, off[El]), as experts.c
+    const void *gh = cu_operand(dhg, R * f, 0);
     // c_fc: dxin = dhg·wfcᵀ (written)
-    for (int e = 0; e < El; e++) {
-        g_A[e] = dhg + off[e] * f; g_B[e] = wfc + (long)e * d * f; g_C[e] = dxin + off[e] * d;
-    }
+    point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
-    for (int e = 0; e < El; e++) {
-        g_A[e] = xin + off[e] * d; g_B[e] = dhg + off[e] * f; g_C[e] = gwfc + (long)e * d * f;
-    }
+    point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
     // gbfc += Σ rows dhg
     if (f > 0) {

@@ -1,5 +1,8 @@
 // runtime.cu — the CUDA runtime of ted: one device per rank, one stream, one cuBLAS handle,
-// and the GEMMs every op builds on (see cuda_ops.h).
+// and the GEMMs every op builds on (see cuda_ops.h). A run's GEMMs are all of one type: fp32
+// (CUBLAS_COMPUTE_32F, pedantic: no TF32, so that fp32 runs match the CPU) or, on a --bf16 run,
+// bf16 A and B with fp32 accumulation and fp32 C (CUBLAS_COMPUTE_32F); never a FAST_* compute
+// type, which would let the library round fp32 operands as it likes (TF32).
 #include "cuda_ops.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,11 +10,9 @@
 
 static cudaStream_t stream;
 static cublasHandle_t blas;
-static cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+static const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+static int bf16_run;                   // the GEMMs take bf16 operands (cu_init, cu_set_bf16)
 static cudaDeviceProp prop;
-static void *ptr_buf;                  // device pointer arrays of the grouped GEMM
-static size_t ptr_cap;
-static void **ptr_host;                // pinned host copy of them
 
 extern "C" void cu_check_(cudaError_t e, const char *what, const char *file, int line) {
     if (e == cudaSuccess) return;
@@ -30,7 +31,6 @@ extern "C" void cu_check_blas_(int status, const char *what, const char *file, i
 cudaStream_t cu_stream(void) { return stream; }
 extern "C" void *cu_stream_ptr(void) { return (void *)stream; }
 cublasHandle_t cu_blas(void) { return blas; }
-cublasComputeType_t cu_compute(void) { return compute; }
 
 extern "C" int cu_device_count(void) {
     int n = 0;
@@ -47,11 +47,17 @@ extern "C" void cu_init(int local_rank, int bf16) {
     CU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&blas));
     CUBLAS_CHECK(cublasSetStream(blas, stream));
-    // fp32 runs must match the CPU: no TF32 behind our back
-    CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_PEDANTIC_MATH));
-    compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-    if (bf16) CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+    cu_set_bf16(bf16);
+    cu_prof_init(local_rank);
 }
+
+extern "C" void cu_set_bf16(int bf16) {
+    bf16_run = bf16 != 0;
+    // fp32 runs must match the CPU: no TF32 behind our back; bf16 operands take the tensor cores
+    CUBLAS_CHECK(cublasSetMathMode(blas, bf16_run ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
+}
+
+extern "C" int cu_bf16(void) { return bf16_run; }
 
 extern "C" const char *cu_device_name(void) { return prop.name; }
 
@@ -75,22 +81,35 @@ extern "C" void *cu_malloc(size_t bytes) {
 
 extern "C" void cu_free(void *p) {
     if (!p) return;
-    CU_CHECK(cudaStreamSynchronize(stream));
+    cu_stream_sync();
     CU_CHECK(cudaFree(p));
+}
+
+static int pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeHost;
 }
 
 extern "C" void cu_memcpy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-    // the host may read or reuse its side at once; device-to-device copies stay in the stream
-    if (!cu_is_device_ptr(dst) || !cu_is_device_ptr(src)) CU_CHECK(cudaStreamSynchronize(stream));
+    cu_prof_launch(1);
+    // the host may read or reuse its side at once: a copy to the host is waited for; one from
+    // pageable host memory is staged by the driver before cudaMemcpyAsync returns (no wait); one
+    // from pinned memory is read when the stream gets to it (wait); device to device: in the stream
+    if (!cu_is_device_ptr(dst) || pinned(src)) cu_stream_sync();
 }
 
 extern "C" void cu_memset0(void *p, size_t bytes) {
-    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    if (!bytes) return;
+    PROF(PROF_COPY);
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    cu_prof_launch(1);
 }
 
-extern "C" void cu_sync(void) { CU_CHECK(cudaStreamSynchronize(stream)); }
+extern "C" void cu_sync(void) { cu_stream_sync(); }
 
 extern "C" int cu_is_device_ptr(const void *p) {
     cudaPointerAttributes a;
@@ -98,83 +117,93 @@ extern "C" int cu_is_device_ptr(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+// ---- GEMM operands in the run's type --------------------------------------------------
+
+static cudaDataType op_type(void) { return bf16_run ? CUDA_R_16BF : CUDA_R_32F; }
+static size_t op_size(void) { return bf16_run ? 2 : 4; }
+
+const void *cu_at(const void *p, long i) { return (const char *)p + (long)op_size() * i; }
+
+// bf16 copies of fp32 activations, one buffer per slot, grown to the largest asked for (counted)
+enum { kSlots = 4 };
+static void *slot_buf[kSlots];
+static size_t slot_cap[kSlots];
+
+const void *cu_operand(const float *x, long n, int slot) {
+    if (!bf16_run || !x || n <= 0) return x;
+    if (slot < 0 || slot >= kSlots) { fprintf(stderr, "ted: GEMM operand slot %d out of range\n", slot); exit(1); }
+    size_t bytes = sizeof(uint16_t) * (size_t)n;
+    if (bytes > slot_cap[slot]) {
+        ted_free_buf(slot_buf[slot]);   // waits for the stream first
+        slot_buf[slot] = ted_alloc_dev(bytes, MEM_TEMP);
+        slot_cap[slot] = bytes;
+    }
+    cu_f32_to_half((uint16_t *)slot_buf[slot], x, n, 1);
+    return slot_buf[slot];
+}
+
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
-extern "C" void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                        const float *B, int ldb, float beta, float *C, int ldc) {
+void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
+    PROF(PROF_GEMM);
+    cu_prof_launch(1);
     CUBLAS_CHECK(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                              &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute,
+                              &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C, CUDA_R_32F, ldc, compute,
                               CUBLAS_GEMM_DEFAULT));
 }
 
-// Host tables of the grouped GEMM, grown to the largest group count seen (the local experts).
-static int tab_cap;
-static int *m_, *n_, *k_, *la_, *lb_, *lc_, *size_;
-static cublasOperation_t *ta_, *tb_;
-static float *alpha_, *beta_;
-static const void **pa_, **pb_;
-static void **pc_;
-static void grow_tables(int n) {
-    if (n <= tab_cap) return;
-    void **all[] = {(void **)&m_, (void **)&n_, (void **)&k_, (void **)&la_, (void **)&lb_, (void **)&lc_,
-                    (void **)&size_, (void **)&ta_, (void **)&tb_, (void **)&alpha_, (void **)&beta_, (void **)&pa_,
-                    (void **)&pb_, (void **)&pc_};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
-        free(*all[i]);
-        *all[i] = malloc(8 * (size_t)n);   // every element is at most 8 bytes
-        if (!*all[i]) { fprintf(stderr, "ted: out of host memory (grouped GEMM tables)\n"); exit(1); }
-    }
-    tab_cap = n;
+void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
+                   const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    PROF(PROF_GEMM);
+    cu_prof_launch(1);
+    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(), lda, sA,
+                                            &beta, C, CUDA_R_32F, ldc, sC, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
+// The extent of a row-major operand of `rows` rows of stride ld (its last row: `cols` elements)
+static long extent(long rows, long cols, long ld) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+
+// The GEMM of ops.c's gemm on fp32 buffers (a bf16 run: through bf16 copies of A and B).
+extern "C" void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    const void *a = cu_operand(A, extent(transA ? K : M, transA ? M : K, lda), 0);
+    const void *b = cu_operand(B, extent(transB ? N : K, transB ? K : N, ldb), 1);
+    cu_gemm_op(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+}
+
+// Groups with work as one strided batched GEMM when they are equal at equal strides (capacity
+// mode: every expert has E·C slots), else one GEMM each. Neither needs the host to wait: the
+// sizes are host numbers, the pointers are passed by value. (cuBLAS's grouped GEMM takes no
+// bf16 A and B with fp32 C, which the weight gradients need, and wants a device pointer table.)
 extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K,
-                                const float *const *A, int lda, const float *const *B, int ldb, float beta,
+                                const void *const *A, int lda, const void *const *B, int ldb, float beta,
                                 float *const *C, int ldc) {
-    grow_tables(n);
-    int g = 0;   // the groups with work; each holds one problem
+    int first = -1, count = 0, uniform = 1;
+    long long sa = 0, sb = 0, sc = 0;
     for (int i = 0; i < n; i++) {
         if (M[i] == 0 || N[i] == 0 || K[i] == 0) continue;
-        // column-major view, as in cu_gemm: B first
-        ta_[g] = transB ? CUBLAS_OP_T : CUBLAS_OP_N; tb_[g] = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-        m_[g] = N[i]; n_[g] = M[i]; k_[g] = K[i]; la_[g] = ldb; lb_[g] = lda; lc_[g] = ldc; size_[g] = 1;
-        alpha_[g] = 1.0f; beta_[g] = beta;
-        pa_[g] = B[i]; pb_[g] = A[i]; pc_[g] = C[i];
-        g++;
+        if (first < 0) first = i;
+        else {
+            long long da = (const char *)A[i] - (const char *)A[first];
+            long long db = (const char *)B[i] - (const char *)B[first], dc = (const char *)C[i] - (const char *)C[first];
+            if (count == 1) { sa = da; sb = db; sc = dc; }
+            uniform &= M[i] == M[first] && N[i] == N[first] && K[i] == K[first] && da == sa * count &&
+                       db == sb * count && dc == sc * count;
+        }
+        count++;
     }
-    if (!g) return;
-    // equal groups at equal strides (capacity mode: every expert has E·C slots) are one
-    // strided batched GEMM, which also runs the bf16 fast path
-    long long sa = g > 1 ? (const char *)pa_[1] - (const char *)pa_[0] : 0;
-    long long sb = g > 1 ? (const char *)pb_[1] - (const char *)pb_[0] : 0;
-    long long sc = g > 1 ? (const char *)pc_[1] - (const char *)pc_[0] : 0;
-    int uniform = 1;
-    for (int i = 1; i < g && uniform; i++)
-        uniform = m_[i] == m_[0] && n_[i] == n_[0] && k_[i] == k_[0] &&
-                  (const char *)pa_[i] - (const char *)pa_[i - 1] == sa &&
-                  (const char *)pb_[i] - (const char *)pb_[i - 1] == sb &&
-                  (const char *)pc_[i] - (const char *)pc_[i - 1] == sc;
-    if (uniform) {
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, ta_[0], tb_[0], m_[0], n_[0], k_[0], &alpha_[0], pa_[0],
-                                                CUDA_R_32F, la_[0], sa / 4, pb_[0], CUDA_R_32F, lb_[0], sb / 4,
-                                                &beta_[0], pc_[0], CUDA_R_32F, lc_[0], sc / 4, g, compute,
-                                                CUBLAS_GEMM_DEFAULT));
+    if (!count) return;
+    if (uniform && count > 1) {
+        long long es = (long long)op_size();
+        cu_gemm_op_sb(transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb,
+                      sb / es, beta, C[first], ldc, sc / (long long)sizeof(float), count);
         return;
     }
-    // grouped GEMM takes fp32 operands with fp32 or TF32 compute only
-    cublasComputeType_t gc = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32 : compute;
-    size_t need = 3 * (size_t)n * sizeof(void *);
-    if (need > ptr_cap) {   // grows once, to the number of local experts
-        if (ptr_buf) { ted_free_buf(ptr_buf); CU_CHECK(cudaFreeHost(ptr_host)); }
-        ptr_buf = ted_alloc_dev(need, MEM_TEMP);
-        CU_CHECK(cudaMallocHost((void **)&ptr_host, need));
-        ptr_cap = need;
-    }
-    CU_CHECK(cudaStreamSynchronize(stream));   // the pinned table may still be in flight from the last call
-    for (int i = 0; i < g; i++) { ptr_host[i] = (void *)pa_[i]; ptr_host[n + i] = (void *)pb_[i]; ptr_host[2 * n + i] = pc_[i]; }
-    const void **dA = (const void **)ptr_buf, **dB = dA + n;
-    void **dC = (void **)(dB + n);
-    CU_CHECK(cudaMemcpyAsync(ptr_buf, ptr_host, need, cudaMemcpyHostToDevice, stream));
-    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas, ta_, tb_, m_, n_, k_, alpha_, (const void *const *)dA, CUDA_R_32F,
-                                            la_, (const void *const *)dB, CUDA_R_32F, lb_, beta_, dC, CUDA_R_32F,
-                                            lc_, g, size_, gc));
+    for (int i = 0; i < n; i++)
+        if (M[i] && N[i] && K[i])
+            cu_gemm_op(transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, B[i], ldb, beta, C[i], ldc);
 }

@@ -4,7 +4,7 @@
 // blocks, ordered by key block (the diagonal one last). One thread block per row (the forward,
 // dS and dQ) or per key block (dV, dK); each thread computes whole dot products, so no two
 // threads write the same float and a row's sums run in a fixed order.
-#include "cuda_ops.h"
+#include "common.cuh"
 #include <math.h>
 
 enum { THREADS = 128, WARPS = THREADS / 32 };
@@ -21,14 +21,6 @@ static Dims dims_of(const SparseLayout *L, int T, int H, int hd) {
     return s;
 }
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 static __device__ __forceinline__ int rows_in(const Dims &s, int i) { int r = s.T - i * s.blk; return r < s.blk ? r : s.blk; }
 
 // the token of column c of row block i's strip (p0: the row's first entry); −1 past a partial block
@@ -143,6 +135,7 @@ static __global__ void sparse_row_backward_kernel(float *dqkv, const float *dout
 
 extern "C" void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B,
                                             int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     Dims s = dims_of(L, T, H, hd);
     unsigned n = (unsigned)((long)B * H * s.nbq);
     if (n == 0) return;
@@ -152,6 +145,7 @@ extern "C" void cu_sparse_attention_forward(float *out, float *att, const float 
 
 extern "C" void cu_sparse_attention_backward(float *dqkv, const float *dout, float *att, const float *qkv,
                                              const SparseLayout *L, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
     Dims s = dims_of(L, T, H, hd);
     unsigned n = (unsigned)((long)B * H * s.nbq);
     if (n == 0) return;

@@ -28,14 +28,16 @@ int tensorlog_init(TensorLog *t, const Model *M, const Config *c) {
 void tensorlog_count(TensorLog *t, const Model *M) {
     if (!t->sum || M->topo->tp_idx != 0) return;   // TP ranks hold the same tokens: count once
     long N = (long)M->B * M->Tc;
-    int G = router_ngroups(N, M->rcfg.group_tokens), E = M->E;
+    int G = router_ngroups(N, M->moe.rcfg.group_tokens), E = M->E;
     double *tok = t->sum + t->nslots;
+    int *host = ted_alloc(sizeof(int) * G * E, MEM_TEMP);   // a GPU run's counts, read through a host copy
     for (int l = 0; l < M->L; l++) {
         if (!M->bp[l].moe) continue;
-        const int *kept = buf_to_host(M->h_kept, M->ba[l].kept, sizeof(int) * G * E);
+        const int *kept = buf_to_host(host, M->ba[l].moe.kept, sizeof(int) * G * E);
         for (int g = 0; g < G; g++)
             for (int e = 0; e < E; e++) tok[(long)l * E + e] += kept[(long)g * E + e];
     }
+    ted_free(host);
 }
 
 void tensorlog_debug_scale(const Model *M, const Config *c) {

@@ -3,15 +3,15 @@
 #include "model/model.h"
 #include "core/alloc.h"
 #include "parallel/comm.h"
-#include "moe/dispatcher.h"
 #include "moe/chunked.h"
 #include "moe/experts.h"
 #include "core/half.h"
 #include "nn/ops.h"
-#include "model/routing.h"
+#include "nn/linear.h"
+#include "moe/layer.h"
+#include "moe/gating.h"
 #include "model/llama.h"
 #include "nn/rmsnorm.h"
-#include "nn/sigmoid_gate.h"
 #include "parallel/schedule.h"
 #include "nn/sparse_attention.h"
 #include "core/util.h"
@@ -54,7 +54,7 @@ static void add_block(Model *M, int l) {
     }
     b->router = reg_add(r, NAME("mlp.router.weight"), 2, d, E, -1, 1, TAG_DP, std, 0);
     b->noise = m->router == ROUTER_NOISY_TOPK ? reg_add(r, NAME("mlp.router.noise_weight"), 2, d, E, -1, 1, TAG_DP, 0, 0) : -1;
-    // not trained (zero gradient, no decay): routing.c steps it after each optimizer step
+    // not trained (zero gradient, no decay): moe/gating.c steps it after each optimizer step
     b->bias = m->bias_update_rate > 0 ? reg_add(r, NAME("mlp.router.expert_bias"), 1, E, 1, -1, 1, TAG_DP, 0, 0) : -1;
     // the local experts' tensors, each contiguous over the experts (one batched pass)
     char blk[64];
@@ -110,7 +110,7 @@ static void add_params(Model *M) {
 static void alloc_params(Model *M) {
     Registry *r = &M->reg;
     int d = M->d;
-    reg_alloc(r, cfg_precision(&M->cfg));
+    reg_alloc(r, r->half, r->ghalf);
     reg_host_view(r, 0);   // initialised on the host, then uploaded (a GPU run)
     reg_init_weights(r, M->cfg.seed);
     int vocab[2] = {M->wte, M->lmh};
@@ -127,11 +127,12 @@ static void alloc_params(Model *M) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 16-bit storage (--bf16 / --fp16): weights and gradients live in 16 bits; the CPU computes
-// in fp32. A stage's weights are up-cast into an fp32 buffer while it runs and its fp32
-// gradients are folded back into the 16-bit store after its backward. Stage 0 is the head
-// (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors are contiguous in
-// the registry. With fp32 storage the stages are the weights themselves and this does nothing.
+// 16-bit storage on the CPU (--bf16 / --fp16; fp16 on a GPU too): weights and gradients live
+// in 16 bits; the ops compute in fp32. A stage's weights are up-cast into an fp32 buffer while
+// it runs and its fp32 gradients are folded back into the 16-bit store after its backward.
+// Stage 0 is the head (wte, wpe, ln_f: used at both ends), stage l+1 is block l, whose tensors
+// are contiguous in the registry. With fp32 gradients (fp32 storage, or a GPU --bf16 run whose
+// ops read the bf16 weights themselves) there is nothing to stage and this does nothing.
 
 // The registry indices of stage s: idx[0..n) — the head's (up to five), or a block's contiguous range
 // (returned as first index with n; idx unused).
@@ -151,7 +152,7 @@ static int stage_params(const Model *M, int s, int idx[5], int *first) {
 // when `grads` (a backward follows).
 static void stage_in(Model *M, int s, int grads) {
     Registry *r = &M->reg;
-    if (!r->half) return;
+    if (!r->ghalf) return;
     int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     float *w = s ? M->stage_w : M->head_w, *g = s ? M->stage_g : M->head_g;
     for (int k = 0; k < n; k++) {
@@ -166,7 +167,7 @@ static void stage_in(Model *M, int s, int grads) {
 // Adds the stage's fp32 gradients into the 16-bit gradient store.
 static void stage_out(Model *M, int s) {
     Registry *r = &M->reg;
-    if (!r->half) return;
+    if (!r->ghalf) return;
     int idx[5] = {0}, first, n = stage_params(M, s, idx, &first);
     for (int k = 0; k < n; k++) {
         Param *p = &r->p[STAGE_PARAM(k)];
@@ -181,7 +182,7 @@ static long stage_numel(const Model *M, int s) {
     return t;
 }
 
-#define W(i) (M->reg.p[i].w)
+#define W(i) reg_op_weights(&M->reg, i)   // the weights the ops read (params.h)
 #define G(i) (M->reg.p[i].g)
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
@@ -192,6 +193,35 @@ static Experts experts_of(Model *M, const int first[4], int El, int f) {
     return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind};
 #undef WS
 #undef GS
+}
+
+// Block l's MoE tensors, as the MoE layer takes them.
+static MoeWeights moe_weights(Model *M, int l) {
+    const BlockParams *b = &M->bp[l];
+    MoeWeights w = {l, b->bias, W(b->router), b->noise >= 0 ? W(b->noise) : NULL, G(b->router),
+                    b->noise >= 0 ? G(b->noise) : NULL, b->shg >= 0 ? W(b->shg) : NULL, b->shg >= 0 ? G(b->shg) : NULL,
+                    experts_of(M, b->et, M->El, M->fel), {0}};
+    if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl);
+    return w;
+}
+
+// The MoE layer of the held MoE blocks: the router's log, the model's statistics and registry.
+static void moe_setup(Model *M) {
+    int n = 0, layer[M->L > 0 ? M->L : 1], bias[M->L > 0 ? M->L : 1];
+    for (int l = 0; l < M->L; l++)
+        if (M->bp[l].moe) { layer[n] = l; bias[n++] = M->bp[l].bias; }
+    gating_init(&M->moe, n, layer, bias, (long)M->Bmax * M->T, (Group *)&M->topo->g[GROUP_DP],
+                (Group *)&M->topo->g[GROUP_PP]);
+    M->rlog = M->moe.log;
+    M->moe.stats = &M->rstats;
+    M->moe.reg = &M->reg;
+}
+
+// The coming passes' training mode and randomness (the trainer's and the pipeline's), for the MoE layer.
+static void moe_pass(Model *M, int T) {
+    MoeLayer *e = &M->moe;
+    e->rng_step = M->rng_step; e->seq0 = M->seq0; e->T = T; e->uneven = M->uneven;
+    e->rcfg.group_tokens = M->m.group_size * T;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -245,10 +275,12 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     if (dense) { x->fch = TAKE(a, float, N * M->fl * M->ffn_mult); x->fchg = TAKE(a, float, N * M->fl); }
     if (moe) {
         int mult = M->kind->hidden_mult;
-        x->h = TAKE(a, float, M->Rr * M->fel * mult); x->hg = TAKE(a, float, M->Rr * M->fel);
-        if (M->fs) { x->sh_h = TAKE(a, float, N * M->fsl * mult); x->sh_hg = TAKE(a, float, N * M->fsl); }
-        if (M->fs && M->m.shared_expert_gate) x->sh_y = TAKE(a, float, N * d);
-        if (!cac) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+        MoeActs *e = &x->moe;
+        long Rs = M->moe.Rs, Rr = M->moe.Rr;
+        e->h = TAKE(a, float, Rr * M->fel * mult); e->hg = TAKE(a, float, Rr * M->fel);
+        if (M->fs) { e->sh_h = TAKE(a, float, N * M->fsl * mult); e->sh_hg = TAKE(a, float, N * M->fsl); }
+        if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);
+        if (!cac) { e->xexp = TAKE(a, float, Rr * d); e->ysend = TAKE(a, float, Rs * d); }
     }
 }
 
@@ -258,11 +290,12 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
     x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
     x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
     if (!moe) return;
-    x->probs = TAKE(a, float, N * E); x->lse = TAKE(a, float, N);
-    x->gate = TAKE(a, float, N * M->k); x->fcount = TAKE(a, float, (long)G * E);
-    x->choice = TAKE(a, int, N * M->k); x->slot = TAKE(a, int, N * M->k);
-    x->row = TAKE(a, int, N * M->k); x->kept = TAKE(a, int, (long)G * E);
-    x->start = TAKE(h, long, (long)G * E); x->exp_rows = TAKE(h, long, E);
+    MoeActs *e = &x->moe;
+    e->probs = TAKE(a, float, N * E); e->lse = TAKE(a, float, N);
+    e->gate = TAKE(a, float, N * M->k); e->fcount = TAKE(a, float, (long)G * E);
+    e->choice = TAKE(a, int, N * M->k); e->slot = TAKE(a, int, N * M->k);
+    e->row = TAKE(a, int, N * M->k); e->kept = TAKE(a, int, (long)G * E);
+    e->start = TAKE(h, long, (long)G * E); e->exp_rows = TAKE(h, long, E);
 }
 
 // The big activations of block l at the largest batch: what its 16-bit store must hold.
@@ -271,8 +304,8 @@ static long packed_floats(const Model *M, int l) {
     long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
     if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
-    n += (mult + 1) * (M->Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
-    return n + (M->cfg.cac ? 0 : M->Rr * d + M->Rs * d);
+    n += (mult + 1) * (M->moe.Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
+    return n + (M->cfg.cac ? 0 : M->moe.Rr * d + M->moe.Rs * d);
 }
 
 // The per-block activations of one view's block l: the compute buffers unless shared (`common`),
@@ -281,7 +314,7 @@ static long packed_floats(const Model *M, int l) {
 static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a, Bump *h, int l) {
     int d = M->d, ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac, moe = M->bp[l].moe;
     long N = (long)M->Bmax * M->T;
-    int pack = M->reg.half && !ckpt, shared = ckpt || pack;
+    int pack = M->reg.ghalf && !ckpt, shared = ckpt || pack;
     if (shared) *x = *common;
     else {
         memset(x, 0, sizeof *x);
@@ -292,10 +325,10 @@ static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a,
     x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
     if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
         x->ar_attn = TAKE(a, float, N * d);
-        if (moe) { x->xexp = TAKE(a, float, M->Rr * d); x->ysend = TAKE(a, float, M->Rs * d); }
+        if (moe) { x->moe.xexp = TAKE(a, float, M->moe.Rr * d); x->moe.ysend = TAKE(a, float, M->moe.Rs * d); }
         else x->ar_ffn = TAKE(a, float, N * d);
     }
-    if (moe) { x->scnt = TAKE(h, long, M->E); x->rcnt = TAKE(h, long, M->E); x->exp_off = TAKE(h, long, M->El + 1); }
+    if (moe) { x->moe.scnt = TAKE(h, long, M->E); x->moe.rcnt = TAKE(h, long, M->E); x->moe.exp_off = TAKE(h, long, M->El + 1); }
 }
 
 // One view of local chunk i: its blocks' inputs and activations, its output, the tokens, and
@@ -317,7 +350,7 @@ static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bu
 static void layout_acts(Model *M, Bump *a, Bump *h) {
     long N = (long)M->Bmax * M->T;
     int ckpt = M->cfg.activation_checkpointing, cac = ckpt && M->cfg.cac;
-    int pack = M->reg.half && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
+    int pack = M->reg.ghalf && !ckpt, shared = ckpt || pack, any_moe = 0, any_dense = 0;
     for (int l = 0; l < M->L; l++)
         if (M->bp[l].held) { any_moe |= M->bp[l].moe; any_dense |= !M->bp[l].moe; }
     BlockActs common;
@@ -333,11 +366,6 @@ static void layout_acts(Model *M, Bump *a, Bump *h) {
             M->ch_bytes[i] = a->off - before;
         }
     M->full_logits = TAKE(h, float, N * M->V);
-    if (any_moe) {   // host copies of the router's choices for the dispatch plan (GPU runs)
-        int G = router_ngroups(N, M->m.group_size * M->T);
-        M->h_choice = TAKE(h, int, N * M->k); M->h_slot = TAKE(h, int, N * M->k);
-        M->h_row = TAKE(h, int, N * M->k); M->h_kept = TAKE(h, int, (long)G * M->E);
-    }
 }
 
 // Makes view `slot` of local chunk i the one the model works on.
@@ -366,13 +394,13 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     t[k].p = x->ln2; t[k++].n = N * d;
     if (!M->bp[l].moe) { t[k].p = x->fch; t[k++].n = N * M->fl * M->ffn_mult; t[k].p = x->fchg; t[k++].n = N * M->fl; }
     else {
-        long Rr = x->exp_off[M->El], Rs = 0;
-        for (int e = 0; e < M->E; e++) Rs += x->exp_rows[e];
+        MoeActs *e = &x->moe;
+        Exchange ex = moe_exchange_done(&M->moe, e);
         int mult = M->kind->hidden_mult;
-        t[k].p = x->h; t[k++].n = Rr * M->fel * mult; t[k].p = x->hg; t[k++].n = Rr * M->fel;
-        if (M->fs) { t[k].p = x->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = x->sh_hg; t[k++].n = N * M->fsl; }
-        if (M->bp[l].shg >= 0) { t[k].p = x->sh_y; t[k++].n = N * d; }
-        if (!M->cfg.cac) { t[k].p = x->xexp; t[k++].n = Rr * d; t[k].p = x->ysend; t[k++].n = Rs * d; }
+        t[k].p = e->h; t[k++].n = ex.Rr * M->fel * mult; t[k].p = e->hg; t[k++].n = ex.Rr * M->fel;
+        if (M->fs) { t[k].p = e->sh_h; t[k++].n = N * M->fsl * mult; t[k].p = e->sh_hg; t[k++].n = N * M->fsl; }
+        if (M->bp[l].shg >= 0) { t[k].p = e->sh_y; t[k++].n = N * d; }
+        if (!M->cfg.cac) { t[k].p = e->xexp; t[k++].n = ex.Rr * d; t[k].p = e->ysend; t[k++].n = ex.Rs * d; }
     }
     uint16_t *s = x->store;
     for (int i = 0; i < k; i++) {
@@ -382,14 +410,12 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     }
 }
 
-static int overlap_on(const Model *M);
-
 static void layout_grads(Model *M, Bump *a) {
-    long N = (long)M->Bmax * M->T, R = M->Rs > M->Rr ? M->Rs : M->Rr;
+    long N = (long)M->Bmax * M->T, Rs = M->moe.Rs, Rr = M->moe.Rr, R = Rs > Rr ? Rs : Rr;
     long big = N * 3 * M->Hl * M->hd;
     if (N * M->fl * M->ffn_mult > big) big = N * M->fl * M->ffn_mult;
     long mult = M->kind->hidden_mult;
-    if (M->E > 1 && M->Rr * M->fel * mult > big) big = M->Rr * M->fel * mult;
+    if (M->E > 1 && Rr * M->fel * mult > big) big = Rr * M->fel * mult;
     if (M->E > 1 && N * M->fsl * mult > big) big = N * M->fsl * mult;
     M->dres = TAKE(a, float, N * M->d); M->dln = TAKE(a, float, N * M->d); M->tmp = TAKE(a, float, N * M->d);
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
@@ -406,10 +432,11 @@ static void layout_grads(Model *M, Bump *a) {
     }
     M->att_scratch = TAKE(a, float, att_rows * per_row + chunk);
     if (M->E > 1) {   // token side [Rs,d], expert side [Rr,d], the all-to-all scratch
-        M->tok_buf = TAKE(a, float, M->Rs * M->d); M->exp_buf = TAKE(a, float, M->Rr * M->d);
-        long scratch = overlap_on(M) ? chunked_scratch_rows(M->Rs, M->Rr) : 2 * R;
-        M->a2a_buf = TAKE(a, float, scratch * M->d);
-        M->dgate = TAKE(a, float, N * M->k); M->dlogits_r = TAKE(a, float, N * M->E);
+        MoeLayer *e = &M->moe;
+        e->tok_buf = TAKE(a, float, Rs * M->d); e->exp_buf = TAKE(a, float, Rr * M->d);
+        long scratch = moe_overlap_on(e) ? chunked_scratch_rows(Rs, Rr) : 2 * R;
+        e->a2a_buf = TAKE(a, float, scratch * M->d);
+        e->dgate = TAKE(a, float, N * M->k); e->dlogits_r = TAKE(a, float, N * M->E);
     }
 }
 
@@ -480,23 +507,8 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     M->E = m->num_experts > 1 ? m->num_experts : 1;
     M->El = M->E / topo->ep;
     M->k = m->num_experts > 1 ? (m->router == ROUTER_EXPERT_CHOICE ? M->E : m->top_k) : 1;   // choice columns
-    M->rcfg = RCFG(M->E, M->k, m->capacity_factor, m->min_capacity, m->group_size * T);
-    M->rcfg.kind = m->router; M->rcfg.use_rts = m->use_rts; M->rcfg.no_renorm = !m->topk_renorm;
-    M->rcfg.num_groups = m->num_groups; M->rcfg.topk_groups = m->topk_groups;
-    M->rcfg.importance_coef = m->importance_coef; M->rcfg.load_coef = m->load_coef;
     CHECK(!model_overlap_check(cfg, T), "moe.overlap_degree: refused");
-    // expert buffer rows: token side (this rank's choices), expert side (what its experts receive)
-    long N = (long)Bmax * T;
-    if (m->capacity_factor > 0) {
-        long per_expert = 0;
-        for (long t0 = 0; t0 < N; t0 += M->rcfg.group_tokens)
-            per_expert += router_capacity(&M->rcfg, N - t0 < M->rcfg.group_tokens ? N - t0 : M->rcfg.group_tokens);
-        per_expert = (per_expert + topo->tp - 1) / topo->tp * topo->tp;   // DTD splits it over TP
-        M->Rs = M->Rr = per_expert * M->E;      // E·C slots per group, every rank the same
-    } else {
-        M->Rs = N * M->k + (long)M->E * topo->tp;
-        M->Rr = M->Rs * topo->ep;               // at worst every rank's choices land here
-    }
+    moe_layer_init(&M->moe, &M->cfg, topo, (long)Bmax * T, T);   // the router and the expert-buffer rows
     M->bp = ted_alloc(sizeof(BlockParams) * M->L, MEM_TEMP);
     plan_chunks(M);
     if (cfg->sparse.mode != SPARSE_DENSE) {   // T rounded up to whole blocks (evaluation at any length)
@@ -507,6 +519,8 @@ static void build_meta(Model *M, const Config *cfg, const Topology *topo, int Bm
     }
     add_params(M);
     M->reg.half = cfg_precision(cfg);
+    // the GPU's bf16: the ops read the bf16 weights and accumulate fp32 gradients (no staging)
+    M->reg.ghalf = M->reg.half == PREC_BF16 && cfg->device == DEV_CUDA ? PREC_FP32 : M->reg.half;
 }
 
 // 16-bit storage: the fp32 working copies' elements, of the head and of the largest block.
@@ -519,8 +533,8 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     build_meta(M, cfg, topo, Bmax, T);
     alloc_params(M);
     if (M->llama) llama_build(M);
-    routing_init(M);
-    if (M->reg.half) {   // fp32 working copies: the head, and the largest block
+    moe_setup(M);
+    if (M->reg.ghalf) {   // fp32 working copies: the head, and the largest block
         long big, head;
         working_copies(M, &head, &big);
         M->head_w = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS); M->head_g = ted_alloc_buf(sizeof(float) * head, MEM_ACTIVATIONS);
@@ -539,6 +553,7 @@ void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, in
     M->grad_floats = g.off / sizeof(float);
     g.base = (char *)(M->grad = ted_alloc_buf(g.off, MEM_ACTIVATIONS)); g.off = 0;
     layout_grads(M, &g);
+    M->moe.tmp = M->tmp; M->moe.dbig = M->dbig;   // the layer's scratch (layout_grads set the rest)
     use_view(M, 0, 0);
 }
 
@@ -550,9 +565,11 @@ void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax,
         const Param *p = &M->reg.p[i];
         z->params[p->tag == TAG_EDP] += p->numel;
     }
-    double act = routing_act_bytes(M) + llama_act_bytes(M);
+    int nmoe = 0;
+    for (int l = 0; l < M->L; l++) nmoe += M->bp[l].moe;
+    double act = gating_act_bytes(&M->m, nmoe, (long)Bmax * T) + llama_act_bytes(M);
     for (int l = 0; M->sl && l < M->L; l++) act += sparse_layout_bytes(&M->sl[l], ted_device == DEV_CUDA);
-    if (M->reg.half) {
+    if (M->reg.ghalf) {
         long big, head;
         working_copies(M, &head, &big);
         act += 2.0 * sizeof(float) * (head + big);
@@ -573,7 +590,7 @@ void model_size(ModelSize *z, const Config *cfg, const Topology *topo, int Bmax,
 void model_size_free(ModelSize *z) { reg_free(&z->reg); }
 
 void model_free(Model *M) {
-    routing_free(M);
+    gating_free(&M->moe);
     reg_free(&M->reg);
     ted_free_buf(M->head_w); ted_free_buf(M->head_g); ted_free_buf(M->stage_w); ted_free_buf(M->stage_g);
     ted_free_buf(M->act); ted_free_buf(M->grad); ted_free(M->host_act);
@@ -595,147 +612,6 @@ void model_zero_grad(Model *M) {
 // forward
 
 static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
-
-static int dtd_on(const Model *M) { return M->cfg.dtd && M->topo->tp > 1; }   // tp 1: nothing to drop
-
-static Exchange exchange_of(Model *M, BlockActs *x) {
-    return (Exchange){(Group *)&M->topo->g[GROUP_EP], tp_group(M), dtd_on(M), M->E, M->El, x->scnt, x->rcnt,
-                      x->exp_off, 0, 0};
-}
-
-// The shared expert (docs/config.md, Routers and experts): an always-on FFN of the experts' kind, TP-split like a dense
-// FFN, optionally scaled by sigmoid(ln2·w) (shared_expert_gate); its TP-summed output is left in M->tmp (the first
-// pass only: a recompute needs h, hg, and with the gate the ungated output x->sh_y, which the gate's backward reads).
-static void shared_forward(Model *M, int l, long N, int recompute) {
-    BlockActs *x = &M->ba[l];
-    int g = M->bp[l].shg;
-    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
-    long off[2] = {0, N};
-    experts_forward(&s, x->sh_h, x->sh_hg, M->tmp, x->ln2, off, M->topo->tp_idx == 0);
-    if (recompute && g < 0) return;
-    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);
-    if (g < 0) return;
-    buf_copy(x->sh_y, M->tmp, sizeof(float) * N * M->d);
-    if (!recompute) sigmoid_gate_forward(M->tmp, x->ln2, W(g), N, M->d);
-}
-
-// With the gate: M->dgate = the gate logit's gradient, M->tmp = sigmoid·dres (the shared expert's
-// output gradient), the backward through the expert, then the gate's share of d(ln2) and its weight's gradient.
-static void shared_backward(Model *M, int l, long N) {
-    BlockActs *x = &M->ba[l];
-    int g = M->bp[l].shg;
-    Experts s = experts_of(M, M->bp[l].sh, 1, M->fsl);
-    long off[2] = {0, N};
-    if (g >= 0) {
-        rows_dot(M->dgate, M->dres, x->sh_y, N, M->d);
-        sigmoid_gate_backward_y(M->tmp, M->dgate, M->dres, x->ln2, W(g), N, M->d);
-    }
-    experts_backward(&s, M->tmp, M->dbig, g >= 0 ? M->tmp : M->dres, x->ln2, x->sh_h, x->sh_hg, off, 1);
-    comm_allreduce(tp_group(M), M->tmp, N * M->d, DT_F32);   // sum of the hidden shards
-    if (g >= 0) sigmoid_gate_backward_x(M->tmp, G(g), M->dgate, x->ln2, W(g), N, M->d);
-    residual_forward(M->dln, M->dln, M->tmp, N * M->d);
-}
-
-// moe.overlap_degree (docs/overlap.md): the exchange in chunks, overlapped with the experts, when
-// anything travels (one EP rank without DTD keeps the token and expert sides as one buffer).
-static int overlap_on(const Model *M) { return M->cfg.overlap_degree > 1 && !(M->topo->ep == 1 && !dtd_on(M)); }
-
-// The work on one chunk of the expert side: rows [r0, r0 + off[El]), expert offsets off.
-typedef void (*ChunkWork)(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *out);
-
-static void chunk_forward(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *y) {
-    long f = M->fel, mult = M->kind->hidden_mult, d = M->d;
-    experts_forward(e, x->h + r0 * f * mult, x->hg + r0 * f, y + r0 * d, x->xexp + r0 * d, off, M->topo->tp_idx == 0);
-}
-
-static void chunk_backward(Model *M, BlockActs *x, const Experts *e, long r0, const long *off, float *dexp) {
-    long f = M->fel, mult = M->kind->hidden_mult, d = M->d;
-    float *g = dexp + r0 * d;   // d y in, d xexp out
-    experts_backward(e, g, M->dbig, g, x->xexp + r0 * d, x->h + r0 * f * mult, x->hg + r0 * f, off, 1);
-}
-
-typedef struct { Model *M; BlockActs *x; const Experts *e; float *out; ChunkWork work; } ChunkCtx;
-static void chunk_work(void *ctx, long r0, const long *off) {
-    ChunkCtx *k = ctx;
-    k->work(k->M, k->x, k->e, r0, off, k->out);
-}
-
-// tok_in → experts (exp_in) → work → exp_out → tok_out in chunks, the exchange (with DTD the TP sum
-// of the expert outputs inside it) travelling behind other chunks' experts (moe/chunked.c). Without
-// DTD tok_out holds this TP rank's f shard: the caller sums it over TP once, on the token side.
-static void moe_chunked(Model *M, BlockActs *x, Exchange *ex, const Experts *e, const float *tok_in, float *exp_in,
-                        float *exp_out, float *tok_out, ChunkWork work) {
-    Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
-    c.thread = M->cfg.progress_thread;
-    ChunkCtx k = {M, x, e, exp_out, work};
-    chunked_run(&c, tok_in, exp_in, exp_out, tok_out, chunk_work, &k);
-}
-
-// CAC's recompute over the chunk-major expert side: the experts again, nothing travels.
-static void moe_chunked_recompute(Model *M, BlockActs *x, Exchange *ex, const Experts *e) {
-    Chunked c = chunked_make(ex, M->cfg.overlap_degree, M->d, M->a2a_buf);
-    long off[M->El + 1];
-    for (int i = 0; i < c.n; i++) {
-        long r0 = chunked_rows(&c, i, off);
-        chunk_forward(M, x, e, r0, off, M->exp_buf);
-    }
-}
-
-// The whole exchange of block l after its forward (the counts stay in its BlockActs).
-static Exchange exchange_done(Model *M, BlockActs *x) {
-    Exchange ex = exchange_of(M, x);
-    ex.Rs = 0; ex.Rr = x->exp_off[M->El];
-    for (int e = 0; e < M->E; e++) ex.Rs += x->exp_rows[e];
-    return ex;
-}
-
-// MoE FFN (design §4): router → dispatch → all-to-all (EP) → expert shards → all-reduce (TP)
-// → all-to-all back → combine. With one EP rank the token and expert sides are the same buffer.
-// A recompute (activation checkpointing) leaves the router statistics alone, and with CAC takes
-// the exchanged rows from the first pass instead of communicating again.
-static void moe_forward(Model *M, int l, long N, int recompute) {
-    BlockParams *b = &M->bp[l];
-    BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k, ep1 = M->topo->ep == 1, reuse = recompute && M->cfg.cac, dtd = dtd_on(M);
-    int alias = ep1 && !dtd;   // token side = expert side: nothing moves
-    if (b->sh[0] >= 0) shared_forward(M, l, N, recompute);   // into M->tmp, summed over TP
-    routing_forward(M, l, N, recompute, M->rcfg.generate);  // router logits (fp32) and choices
-    // fixed E·C-slot buffers only when an all-to-all carries them; one EP rank keeps just the kept rows.
-    // The plan is made on the host (a GPU run copies the choices down and the rows up).
-    long Nk = N * k, GE = (long)router_ngroups(N, M->rcfg.group_tokens) * M->E;
-    int *row = ted_device == DEV_CPU ? x->row : M->h_row;
-    dispatch_plan(row, x->exp_rows, x->start, buf_to_host(M->h_choice, x->choice, sizeof(int) * Nk),
-                  buf_to_host(M->h_slot, x->slot, sizeof(int) * Nk), buf_to_host(M->h_kept, x->kept, sizeof(int) * GE),
-                  N, k, &M->rcfg, !ep1, dtd ? M->topo->tp : 1);
-    buf_copy(x->row, row, sizeof(int) * Nk);
-    Experts e = experts_of(M, b->et, M->El, M->fel);
-    if (reuse) {   // the stashed expert input and output; h and hg are recomputed for the backward
-        Exchange ex = exchange_done(M, x);
-        if (overlap_on(M)) moe_chunked_recompute(M, x, &ex, &e);
-        else experts_forward(&e, x->h, x->hg, M->exp_buf, x->xexp, x->exp_off, 0);
-        return;
-    }
-    Exchange ex = exchange_of(M, x);
-    exchange_plan(&ex, x->exp_rows, M->rcfg.capacity_factor > 0 && !M->uneven);
-    float *tok = alias ? x->xexp : M->tok_buf;
-    if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
-    dispatch_forward(tok, x->ln2, x->row, N, k, d);
-    float *y = alias ? x->ysend : M->exp_buf;
-    if (overlap_on(M)) {
-        moe_chunked(M, x, &ex, &e, tok, x->xexp, y, x->ysend, chunk_forward);
-        if (!dtd) comm_allreduce(tp_group(M), x->ysend, ex.Rs * d, DT_F32);   // sum of the f shards, once
-    } else {
-        exchange_to_experts(&ex, tok, M->a2a_buf, x->xexp, d);
-        experts_forward(&e, x->h, x->hg, y, x->xexp, x->exp_off, M->topo->tp_idx == 0);
-        if (!dtd) comm_allreduce(tp_group(M), y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
-        exchange_to_tokens(&ex, y, M->a2a_buf, x->ysend, d);
-    }
-    if (recompute) return;
-    float *out = M->resid[l + 1];
-    buf_copy(out, x->mid, sizeof(float) * N * d);
-    combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
-    if (b->sh[0] >= 0) residual_forward(out, out, M->tmp, N * d);
-}
 
 // The end of a row-parallel layer: out = base + the TP sum of part. With CAC the summed part
 // is stashed in the first pass and read back in the recompute (no collective).
@@ -795,7 +671,11 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
     if (M->llama) llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
     else layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
-    if (b->moe) { moe_forward(M, l, N, recompute); return; }
+    if (b->moe) {
+        MoeWeights w = moe_weights(M, l);
+        moe_layer_forward(&M->moe, &w, &x->moe, x->ln2, x->mid, M->resid[l + 1], N, recompute);
+        return;
+    }
     if (!ffn_forward(M, l, N, recompute)) return;
     row_parallel_end(M, recompute ? M->tmp : M->resid[l + 1], x->mid, M->tmp, x->ar_ffn, N * d, recompute);
 }
@@ -821,7 +701,7 @@ static double head_forward(Model *M, long N, int has_targets) {
     int d = M->d;
     if (M->llama) llama_norm_forward(M, M->lnf, M->lnf_rstd, M->resid[M->L], M->lnfw, N);
     else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    gemm(0, 1, (int)N, M->Vl, d, 1.0f, M->lnf, d, W(M->lmh), d, 0.0f, M->logits, M->Vl);
+    linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
     if (!has_targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
@@ -856,8 +736,8 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     ActView *v = &M->views[M->ch_view[i] + slot];
     v->B = B; v->Tc = T;
     use_view(M, i, slot);
-    M->rcfg.group_tokens = M->m.group_size * T;
-    M->rcfg.generate = targets == NULL;
+    moe_pass(M, T);
+    M->moe.rcfg.generate = targets == NULL;
     if (first_chunk(M, i)) {
         buf_copy(M->tok, tokens, sizeof(int) * N);
         head_weights_needed(M);
@@ -887,30 +767,6 @@ double model_forward(Model *M, const int *tokens, const int *targets, int B, int
 // ---------------------------------------------------------------------------------------
 // backward
 
-static void moe_backward(Model *M, int l, long N, float lm_scale, float aux_scale, float z_scale) {
-    BlockParams *b = &M->bp[l];
-    BlockActs *x = &M->ba[l];
-    int d = M->d, k = M->k, dtd = dtd_on(M), alias = M->topo->ep == 1 && !dtd;
-    Exchange ex = exchange_done(M, x);
-    float *dtok = M->tok_buf, *dexp = alias ? M->tok_buf : M->exp_buf;
-    buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
-    combine_backward(dtok, M->dgate, M->dres, x->ysend, x->gate, x->row, N, k, d);
-    Experts e = experts_of(M, b->et, M->El, M->fel);
-    if (overlap_on(M)) moe_chunked(M, x, &ex, &e, dtok, dexp, dexp, dtok, chunk_backward);
-    else {
-        exchange_to_experts(&ex, dtok, M->a2a_buf, dexp, d);
-        // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
-        experts_backward(&e, dexp, M->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
-        if (!dtd) comm_allreduce(tp_group(M), dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
-        exchange_to_tokens(&ex, dexp, M->a2a_buf, dtok, d);
-    }
-    buf_zero(M->dln, sizeof(float) * N * d);
-    dispatch_backward(M->dln, dtok, x->row, N, k, d);
-    if (overlap_on(M) && !dtd) comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);   // the chunks' f shards, summed once
-    routing_backward(M, l, N, lm_scale, aux_scale, z_scale);
-    if (b->sh[0] >= 0) shared_backward(M, l, N);
-}
-
 // Tells the optimizer that the gradients of registry params [i0, i1) are complete for this
 // micro-batch (ZeRO-2 reduces them while the backward goes on; nothing otherwise).
 static void grads_ready(Model *M, int i0, int i1) {
@@ -924,9 +780,9 @@ static void head_backward(Model *M, long N, float lm_scale) {
     float *dlogits = M->logits;
     watchdog_block(-1, 0, NULL);
     crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    gemm(0, 0, (int)N, d, M->Vl, 1.0f, dlogits, M->Vl, W(M->lmh), d, 0.0f, M->dln, d);
+    linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
     comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    gemm(1, 0, M->Vl, d, (int)N, 1.0f, dlogits, M->Vl, M->lnf, d, 1.0f, G(M->lmh), d);
+    linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
     buf_zero(M->dres, sizeof(float) * N * d);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
     else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
@@ -970,8 +826,10 @@ static void block_backward(Model *M, int l, float lm_scale, float aux_scale, flo
     watchdog_block(l, b->moe, "backward");
     pack_block(M, l, B, T, 1);
     // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
-    if (b->moe) moe_backward(M, l, N, lm_scale, aux_scale, z_scale);
-    else {
+    if (b->moe) {
+        MoeWeights w = moe_weights(M, l);
+        moe_layer_backward(&M->moe, &w, &x->moe, x->ln2, M->dres, M->dln, N, lm_scale, aux_scale, z_scale);
+    } else {
         ffn_backward(M, l, N);
         comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
     }
@@ -992,6 +850,7 @@ void model_backward_chunk(Model *M, int i, int slot, float lm_scale, float aux_s
     watchdog_block(-1, 0, NULL);
     long N = (long)M->B * M->Tc;
     int head = first_chunk(M, i) || last_chunk(M, i);
+    moe_pass(M, M->Tc);
     if (head) stage_in(M, 0, 1);   // 16-bit storage: the head's fp32 gradients start from zero
     if (last_chunk(M, i)) head_backward(M, N, lm_scale);
     for (int l = M->ch_l1[i] - 1; l >= M->ch_l0[i]; l--) block_backward(M, l, lm_scale, aux_scale, z_scale);

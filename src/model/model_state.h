@@ -1,11 +1,11 @@
 // model_state.h — what a built model holds on one rank (the Model struct): its tensors in the
 // registry, the views of each block's activations, the pipeline chunks it runs, its scratch.
-// model.c builds and runs it; routing.c (the router's place in an MoE block) works on it too,
-// so the struct stands in a header of its own below both.
+// model.c builds and runs it; routing.c (the step's routing for the trainer) reads it too, so
+// the struct stands in a header of its own below both.
 #pragma once
 #include "config/config.h"
 #include "nn/params.h"
-#include "moe/router.h"
+#include "moe/moe_state.h"
 #include "nn/sparse_layout.h"
 #include "parallel/topology.h"
 
@@ -22,7 +22,13 @@ typedef struct {
     int et[4], sh[4];                                        // first local expert's / shared expert's tensors by slot (experts.h)
 } BlockParams;
 
-typedef struct {   // views into the activation buffer; [N,·] rows are tokens
+// Views into the activation buffer; [N,·] rows are tokens. All fp32, also on a GPU --bf16 run,
+// whose GEMMs read them through bf16 copies (cuda_ops.h: cu_operand). The second half of the GPU
+// bf16 contract (docs/gpus.md) makes ln1, qkv, atty, mid, ln2, fch, fchg and the MoE layer's
+// xexp, h, hg, ysend bf16, drops att (a flash attention keeps only its log-sum-exp), and turns
+// the backward scratch (dres, dln, datty, dqkv, dbig) and the logits bf16; LayerNorm's mean and
+// rstd, the router's probs, lse and gate stay fp32.
+typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;   // [N,d] [N] [N]
     float *qkv;                         // [N,3d/tp]
     float *att;                         // [B,H/tp,T,T]; sparse: [B][present blocks][blk][blk]
@@ -30,14 +36,7 @@ typedef struct {   // views into the activation buffer; [N,·] rows are tokens
     float *mid;                         // [N,d] residual after attention
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fchg;                  // dense [N,f/tp] (llama: fch [N,2f/tp] = gate | up)
-    float *probs, *lse, *gate, *fcount; // MoE router [N,E] [N] [N,k] [G,E]
-    int *choice, *slot, *row, *kept;    // [N,k] [N,k] [N,k] [G,E]
-    long *start, *exp_rows;             // [G,E] first token-side row per (group, expert); [E] rows per expert
-    long *scnt, *rcnt, *exp_off;        // the exchange plan (see dispatcher.h)
-    float *xexp, *h, *hg;               // expert side [Rr,d] [Rr,mult·fe/tp] [Rr,fe/tp]
-    float *sh_h, *sh_hg;                // shared expert [N,mult·fs/tp] [N,fs/tp]
-    float *sh_y;                        // shared_expert_gate: the shared expert's TP-summed output before the gate [N,d]
-    float *ysend;                       // expert outputs back on the token side [Rs,d]
+    MoeActs moe;                        // an MoE block's (moe/layer.h)
     float *ar_attn, *ar_ffn;            // CAC: outputs of the attention / dense-FFN all-reduces [N,d]
     uint16_t *store;                    // 16-bit storage: this block's big activations between forward and backward
 } BlockActs;
@@ -68,7 +67,8 @@ typedef struct {
     const struct ExpertKind *kind;
     long rng_step, seq0;        // training step of the coming forwards (-1: not training) and the global
                                 // index (in the step's batch) of their first sequence: router randomness
-    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (routing.h)
+    MoeLayer moe;               // the MoE layer of this rank's MoE blocks (moe/layer.h)
+    struct RouteLog *rlog;      // per MoE block: this step's expert loads, drops (moe/gating.h; moe.log)
     int Vp, Vl, v0;             // vocabulary padded to a multiple of 128·tp; this rank's rows [v0, v0+Vl)
     Registry reg;
     int wte, wpe, lnfw, lnfb;   // -1 when not on this pipeline stage (llama: no wpe, no lnfb)
@@ -89,16 +89,12 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
     float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
     float *full_logits;                                    // [N,V] after a forward without targets (host)
-    int *h_choice, *h_slot, *h_row, *h_kept;               // host copies for the dispatch plan (GPU runs)
     void *host_act;                                        // the host side of the activations: the above, the exchange plans
     // backward scratch
     float *grad; size_t grad_floats;
-    float *dres, *dln, *datty, *dqkv, *dbig, *dgate, *dlogits_r, *tmp, *att_scratch;
-    float *tok_buf, *exp_buf, *a2a_buf;   // MoE scratch: token side [Rs,d], expert side [Rr,d], all-to-all
-    long Rs, Rr;                // expert-buffer rows at most: token side, expert side
+    float *dres, *dln, *datty, *dqkv, *dbig, *tmp, *att_scratch;   // (the MoE layer's scratch is in moe)
     int uneven;                 // EP ranks may run different batch sizes (evaluation): counts travel
     float *head_w, *head_g, *stage_w, *stage_g;   // 16-bit storage: fp32 working copies (see model.c)
-    RouterCfg rcfg;
     SparseLayout *sl;           // [L] block-sparse attention layouts of this rank's heads (NULL: dense)
     RouterStats rstats;         // accumulated over forwards since the last reset
     int *tok, *tgt;             // the current micro-batch (copied)

@@ -164,10 +164,10 @@ void pipe_sum_tied(Pipeline *P) {
     Model *M = P->M;
     if (P->pp->size == 1 || M->wte < 0 || !M->m.tie_word_embeddings) return;   // one stage; a middle stage; untied
     Param *p = &M->reg.p[M->wte];
-    size_t es = M->reg.half ? 2 : 4, bytes = es * p->numel;
+    size_t es = M->reg.ghalf ? 2 : 4, bytes = es * p->numel;
     int peer = M->has_embed ? P->pp->size - 1 : 0, tag = tag_of(P, TAG_EVAL + 1, 0);
-    DType t = comm_dtype(M->reg.half);
-    void *g = M->reg.half ? (void *)p->g16 : (void *)p->g;
+    DType t = comm_dtype(M->reg.ghalf);
+    void *g = M->reg.ghalf ? (void *)p->g16 : (void *)p->g;
     char *mine = ted_alloc(bytes, MEM_COMM), *theirs = ted_alloc(bytes, MEM_COMM);
     buf_copy(mine, g, bytes);
     MPI_Request req;
@@ -175,9 +175,9 @@ void pipe_sum_tied(Pipeline *P) {
     comm_recv(P->pp, theirs, p->numel, t, peer, tag);
     comm_wait(&req);
     for (long j = 0; j < p->numel; j++) {   // the same sum on both stages: a + b = b + a in fp32
-        if (M->reg.half) {
+        if (M->reg.ghalf) {
             uint16_t *a = (uint16_t *)mine + j, b = ((uint16_t *)theirs)[j];
-            *a = half_from_f32(M->reg.half, half_to_f32(M->reg.half, *a) + half_to_f32(M->reg.half, b));
+            *a = half_from_f32(M->reg.ghalf, half_to_f32(M->reg.ghalf, *a) + half_to_f32(M->reg.ghalf, b));
         } else ((float *)mine)[j] += ((float *)theirs)[j];
     }
     buf_copy(g, mine, bytes);

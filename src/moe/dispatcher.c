@@ -8,6 +8,7 @@
 
 void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
                    long N, int k, const RouterCfg *c, int padded, int multiple) {
+    ON_GPU(cu_dispatch_plan(row, exp_rows, start, choice, slot, kept, N, k, c, padded, multiple));
     int E = c->E, G = router_ngroups(N, c->group_tokens);
     int capacity = padded && c->capacity_factor > 0;
     long r = 0;   // start[g][e]: first row of (group g, expert e)

@@ -10,7 +10,8 @@
 // padded (capacity mode with an all-to-all to feed): every (expert, group) has C_g rows whether
 // used or not — fixed-size buffers, unused rows zero. Otherwise only the kept rows. Fills
 // row[N,k], exp_rows[E] (rows per expert) and start[G,E] (first row of each (group, expert)).
-// Each expert's rows are rounded up to a multiple of `multiple` (tp under DTD, else 1).
+// Each expert's rows are rounded up to a multiple of `multiple` (tp under DTD, else 1). On a GPU
+// run row, choice, slot and kept are device buffers and exp_rows the host's (moe_cuda.h).
 void dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
                    long N, int k, const RouterCfg *c, int padded, int multiple);
 

@@ -2,10 +2,15 @@
 // arguments and semantics of their CPU functions (dispatcher.h, experts.h); the router's are
 // in router.h.
 #pragma once
+#include "moe/router.h"
 #ifdef __cplusplus
 extern "C" {   // implemented in CUDA C++ (src/cuda)
 #endif
 
+// row, choice, slot, kept on the device; exp_rows on the host (start is the CPU's and unused):
+// the only readback (with the router's summary when c->summary is set).
+void cu_dispatch_plan(int *row, long *exp_rows, long *start, const int *choice, const int *slot, const int *kept,
+                      long N, int k, const RouterCfg *c, int padded, int multiple);
 void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d);
 void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);
 void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d);

@@ -1,6 +1,6 @@
 // router.h — token-choice top-k routing with GShard local-group capacity (design §2), and the
 // routing family (docs/config.md, Routers and experts): noisy top-k, Switch (top-1; its jitter acts on the router input,
-// see routing.c), GShard's random second expert, random token selection, expert choice,
+// see gating.c), GShard's random second expert, random token selection, expert choice,
 // bias-balanced choosing and group-limited routing. Every router hands the dispatcher the same
 // (token, expert, gate, slot) choices: expert choice uses E choice columns per token, one per
 // expert, with slot −1 where the expert did not take the token.
@@ -29,6 +29,10 @@ typedef struct {
     float *dnoise;            // noisy_topk [N,E]: the backward writes d(x·W_noise)
     float *hval;              // noisy_topk [N,E]: the scores H the choice was made on
     float cv_scale;           // backward: the gradient scale of each group's noisy_topk losses
+    // a GPU run: this forward's statistics stay on the device in summary (ROUTER_SUMMARY(E) doubles)
+    // until dispatch_plan reads them back with its expert counts into summary_host (one copy per
+    // MoE block); NULL: the router reads them back itself (a synchronisation)
+    double *summary, *summary_host;
     // randomness: only when train; from (seed, step, layer, global sequence seq0 + t/T, position t%T)
     int train, generate, layer, T;
     unsigned long long seed;
@@ -48,6 +52,14 @@ typedef struct {
     long margins;        // tokens whose choice margin was taken (token-choice routers on the CPU)
     double min_margin;   // the smallest of those margins: the closest any choice came to a tie
 } RouterStats;
+
+// A GPU forward's summary (RouterCfg.summary): l_aux summed over the groups, Σ lse², the drops,
+// then per expert the kept rows [E], the choices before dropping [E] (the step's loads, gating.c)
+// and the dispatch plan's rows [E] (exp_rows).
+enum { RS_AUX, RS_Z, RS_DROPPED, RS_KEPT };
+#define ROUTER_SUMMARY(E) (RS_KEPT + 3 * (E))
+#define RS_LOAD(E) (RS_KEPT + (E))
+#define RS_ROWS(E) (RS_KEPT + 2 * (E))
 
 // Choice columns per token: E for expert choice, else k.
 static inline int router_columns(const RouterCfg *c) { return c->kind == ROUTER_EXPERT_CHOICE ? c->E : c->k; }
@@ -85,8 +97,10 @@ double router_uniform(const RouterCfg *c, int purpose, long t);
 float router_normal(const RouterCfg *c, long t, int e);
 // Switch's jitter of channel i of token t's router input: U(1−eps, 1+eps)
 float router_jitter(const RouterCfg *c, float eps, long t, int i);
-// The CUDA twins of router_forward / router_backward (src/cuda/moe.cu), on device buffers;
-// st is a host pointer (statistics are added on the host; this synchronises).
+// The CUDA twins of router_forward / router_backward (src/cuda/moe.cu), on device buffers; st
+// is a host pointer. The forward adds the counts (groups, tokens, choices) to st at once and
+// leaves aux, z and the drops in c->summary for the host to add when the plan brings them back;
+// without a summary it reads them back and adds them itself (this synchronises).
 void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount, int *kept,
                        long N, const RouterCfg *c, RouterStats *st);
 void cu_router_backward(float *dlogits, const float *dgate, const float *probs, const float *lse, const int *choice,

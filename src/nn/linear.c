@@ -1,16 +1,20 @@
 // linear.c — nn.Linear-layout matrix products through the one sgemm (see linear.h).
 #include "nn/linear.h"
+#include "core/backend.h"
 #include "nn/ops.h"
+#include "nn/ops_cuda.h"
 
 void linear_forward(float *out, long ldo, const float *inp, long ldi, const float *w, long N, int C, int OC,
                     int accumulate) {
     if (N == 0) return;
+    ON_GPU(cu_linear_forward(out, ldo, inp, ldi, w, N, C, OC, accumulate));
     gemm(0, 1, (int)N, OC, C, 1.0f, inp, (int)ldi, w, C, accumulate ? 1.0f : 0.0f, out, (int)ldo);
 }
 
 void linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp, long ldi,
                      const float *w, long N, int C, int OC, int accumulate) {
     if (N == 0) return;
+    ON_GPU(cu_linear_backward(dinp, ldd, dw, dout, ldo, inp, ldi, w, N, C, OC, accumulate));
     if (dinp) gemm(0, 0, (int)N, C, OC, 1.0f, dout, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
     if (dw) gemm(1, 0, OC, C, (int)N, 1.0f, dout, (int)ldo, inp, (int)ldi, 1.0f, dw, C);
 }

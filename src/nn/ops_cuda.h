@@ -1,4 +1,4 @@
-// ops_cuda.h — the CUDA twins of the ops of ops.h and sparse_attention.h (src/cuda/kernels.cu,
+// ops_cuda.h — the CUDA twins of the ops of ops.h, linear.h and sparse_attention.h (src/cuda/nn.cu,
 // attention.cu, sparse_attention.cu). Each cu_X has exactly the arguments and the semantics of
 // the CPU function X, on device buffers; X calls it first thing on a GPU run (backend.h). The
 // fused ops of flash_attention.cu and classifier.cu have no CPU function of their own: their
@@ -10,16 +10,18 @@
 extern "C" {   // implemented in CUDA C++ (src/cuda)
 #endif
 
-// Row-major GEMM as cblas_sgemm: C[M,N] = alpha·op(A)·op(B) + beta·C (fp32 storage).
+// Row-major GEMM as cblas_sgemm: C[M,N] = alpha·op(A)·op(B) + beta·C (fp32 storage; a --bf16 run
+// multiplies bf16 copies of A and B, see cuda_ops.h).
 void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
-// Row-major grouped GEMM, one cuBLAS call: for g < n, C_g[M_g,N_g] = op(A_g)·op(B_g) + beta·C_g,
-// with host arrays of the sizes. Groups with an empty size are skipped (their C_g untouched,
-// also with beta 0). Equal groups at equal strides run as one strided batched GEMM.
-void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const float *const *A,
-                     int lda, const float *const *B, int ldb, float beta, float *const *C, int ldc);
+// Row-major grouped GEMM: for g < n, C_g[M_g,N_g] = op(A_g)·op(B_g) + beta·C_g, with host arrays
+// of the sizes and of the pointers (operands in the run's GEMM type, cuda_ops.h). Groups with an
+// empty size are skipped (their C_g untouched, also with beta 0). Equal groups at equal strides
+// run as one strided batched GEMM, the others one GEMM each.
+void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const void *const *A,
+                     int lda, const void *const *B, int ldb, float beta, float *const *C, int ldc);
 
-// ---- element-wise, normalisation, embedding, loss (kernels.cu) ------------------------
+// ---- element-wise, normalisation, embedding, loss (nn.cu) ----------------------------
 void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
                         int T, int d);
 void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B,
@@ -32,6 +34,10 @@ void cu_matmul_forward(float *out, const float *inp, const float *w, const float
                        int accumulate);
 void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         long N, int C, int OC, int accumulate);
+void cu_linear_forward(float *out, long ldo, const float *inp, long ldi, const float *w, long N, int C, int OC,
+                       int accumulate);
+void cu_linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp, long ldi,
+                        const float *w, long N, int C, int OC, int accumulate);
 void cu_gelu_forward(float *out, const float *inp, long n);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
 void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias, long N,

@@ -51,25 +51,24 @@ int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split
 static void point(Registry *r, int device) {
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
-        if (r->half) {
-            p->w16 = (device ? r->w16 : r->host_w16) + p->off;
-            if (r->g16) p->g16 = r->g16 + p->off;   // external gradients keep their views
-        } else {
-            p->w = (device ? r->w : r->host_w) + p->off;
-            if (r->g) p->g = r->g + p->off;
-        }
+        if (r->half) p->w16 = (device ? r->w16 : r->host_w16) + p->off;
+        else p->w = (device ? r->w : r->host_w) + p->off;
+        if (r->g16) p->g16 = r->g16 + p->off;   // external gradients keep their views
+        if (r->g) p->g = r->g + p->off;
     }
 }
 
-void reg_alloc(Registry *r, Precision half) {
-    r->half = half;
-    size_t es = half ? sizeof(uint16_t) : sizeof(float);
+void reg_alloc(Registry *r, Precision half, Precision ghalf) {
+    r->half = half; r->ghalf = ghalf;
+    size_t es = half ? sizeof(uint16_t) : sizeof(float), gs = ghalf ? sizeof(uint16_t) : sizeof(float);
     void *w = ted_alloc_buf(es * r->total, MEM_PARAMS);
-    void *g = r->grads_external ? NULL : ted_alloc_buf(es * r->total, MEM_GRADS);
+    void *g = r->grads_external ? NULL : ted_alloc_buf(gs * r->total, MEM_GRADS);
     // a GPU run keeps a host copy of the weights for initialisation and checkpoints
     void *host = ted_device == DEV_CPU ? w : ted_alloc(es * r->total, MEM_MIRROR);
-    if (half) { r->w16 = w; r->g16 = g; r->host_w16 = host; }
-    else { r->w = w; r->g = g; r->host_w = host; }
+    if (half) { r->w16 = w; r->host_w16 = host; }
+    else { r->w = w; r->host_w = host; }
+    if (ghalf) r->g16 = g;
+    else r->g = g;
     point(r, 1);
 }
 

@@ -28,7 +28,8 @@ typedef struct {
     float init_std;     // N(0, std); std 0 → constant init_val
     float init_val;
     size_t off;         // offset in the flat buffers
-    float *w, *g;       // fp32 views: weights, gradients (16-bit storage: the staging buffers, see model.c)
+    float *w, *g;       // fp32 views: weights (16-bit storage: the staging buffer, see model.c), gradients
+                        // (16-bit gradients: the staging buffer)
     uint16_t *w16, *g16; // 16-bit storage (bf16 or fp16): views into the flat 16-bit buffers
 } Param;
 
@@ -37,11 +38,16 @@ typedef struct {
     int n, cap;
     long total;         // local elements over all params
     float *w, *g;       // flat fp32 buffers (MEM_PARAMS, MEM_GRADS), or NULL with 16-bit storage
-    uint16_t *w16, *g16; // flat 16-bit buffers when half != 0
+    uint16_t *w16, *g16; // flat 16-bit buffers when half != 0 (weights), ghalf != 0 (gradients)
     // On a GPU run the flat buffers are device memory and the weights have a host copy (the
     // same pointers on the CPU). Initialisation and checkpoints work on the host view.
     float *host_w; uint16_t *host_w16;
-    Precision half;     // storage: PREC_FP32, PREC_BF16 or PREC_FP16
+    Precision half;     // weight storage: PREC_FP32, PREC_BF16 or PREC_FP16
+    // gradient storage: PREC_FP32, else as half. A GPU --bf16 run keeps bf16 weights, which the ops
+    // read directly, and fp32 gradients, which they accumulate into (the GPU mixed-precision
+    // contract, docs/gpus.md); the CPU's 16-bit runs keep both in 16 bits and compute on fp32
+    // copies of a block at a time (model.c's staging).
+    Precision ghalf;
     int tp, tp_idx;     // the TP slice this registry holds
     // ZeRO stage 2: no flat gradient buffer is made (grads_external); the optimizer points the
     // gradient views into its buckets and the backward calls grads_ready(ctx, i0, i1) when the
@@ -59,9 +65,15 @@ void reg_init(Registry *r, int cap, int tp, int tp_idx);
 // Adds a tensor; returns its index. Shapes are full shapes; the local shape follows split_dim.
 int reg_add(Registry *r, const char *name, int ndim, long d0, long d1, int split_dim, int parts,
             SyncTag tag, float std, float val);
-// Allocates the flat buffers (fp32, or 16-bit when half is PREC_BF16 / PREC_FP16) and points
-// every Param into them.
-void reg_alloc(Registry *r, Precision half);
+// Allocates the flat buffers — weights fp32, or 16-bit when half is PREC_BF16 / PREC_FP16;
+// gradients likewise by ghalf (PREC_FP32 or half) — and points every Param into them.
+void reg_alloc(Registry *r, Precision half, Precision ghalf);
+// The weights of param i as the ops take them: the fp32 view, or with 16-bit weights and fp32
+// gradients (a GPU --bf16 run) the 16-bit weights themselves, handed through the ops' float
+// pointers: the GPU ops read every weight as bf16 on such a run (core/device.h, cu_init).
+static inline float *reg_op_weights(const Registry *r, int i) {
+    return r->half && !r->ghalf ? (float *)(void *)r->p[i].w16 : r->p[i].w;
+}
 // Host view: Param weight views point at the host copy (copy: after downloading the run's
 // weights into it). Device view: back to the run buffers (copy: after uploading the host copy).
 // On the CPU both copies are no-ops.

@@ -21,13 +21,8 @@ static inline float adam_elem(float w, float *m, float *v, float g, float step, 
 }
 
 #ifdef TED_CUDA
-// On a GPU the gradient is zeroed by a device memset once the kernels have read it.
-static void gpu_f32(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout) {
-    if (gscale != 1.0f) cu_scale(g, n, gscale);
-    cu_adamw(w, m, v, g, n, a->lr, a->decay, a->b1, a->b2, a->eps, a->bc1, a->bc2);
-    buf_zero(g, sizeof(float) * n);
-    if (wout) buf_copy(wout, w, sizeof(float) * n);
-}
+// 16-bit gradients on a GPU (fp16): up-cast and scaled through the tile, zeroed by a device memset
+// once the kernel has read them. (fp32 gradients on a GPU take zero.c's one-launch step.)
 static void gpu_half(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                      uint16_t *w16, int half, float *tile) {
     cu_upcast_scale(tile, g16, n, half, gscale);
@@ -37,15 +32,21 @@ static void gpu_half(float *w, float *m, float *v, uint16_t *g16, long n, float 
 }
 #endif
 
-void adamw_f32(float *w, float *m, float *v, float *g, long n, float gscale, const AdamHyper *a, float *wout) {
-    ON_GPU(gpu_f32(w, m, v, g, n, gscale, a, wout));
-    adamw_f32_host(w, m, v, g, n, gscale, a, wout);
-}
-
 void adamw_half(float *w, float *m, float *v, uint16_t *g16, long n, float gscale, const AdamHyper *a,
                 uint16_t *w16, int half, float *tile) {
     ON_GPU(gpu_half(w, m, v, g16, n, gscale, a, w16, half, tile));
     adamw_half_host(w, m, v, g16, n, gscale, a, w16, half);
+}
+
+void adamw_mixed_host(float *restrict w, float *restrict m, float *restrict v, float *restrict g, long n, float gscale,
+                      const AdamHyper *a, uint16_t *restrict w16) {
+    float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
+    #pragma omp parallel for simd schedule(static)
+    for (long j = 0; j < n; j++) {
+        w[j] = adam_elem(w[j], &m[j], &v[j], g[j] * gscale, step, sb2, a);
+        w16[j] = bf16_from_f32(w[j]);
+        g[j] = 0;
+    }
 }
 
 // Each loop reads the gradient and writes zero over it while its cache line is still in the

@@ -183,7 +183,15 @@ static void count(Tick t, CollKind c, Group *g, long long bytes) {
 #ifdef TED_CUDA
 #define GPU_PATH(p, nccl_call, coll, bytes, ...) \
     if (on_gpu(p)) { \
-        if (g->nccl) { Tick k_ = tick(coll, g, bytes); NCCL_CHECK(nccl_call); cu_sync(); count(k_, coll, g, bytes); } \
+        if (g->nccl) { \
+            Tick k_ = tick(coll, g, bytes); \
+            int prev_ = cu_prof_enter(PROF_COMM); \
+            NCCL_CHECK(nccl_call); \
+            cu_prof_launch(1); \
+            cu_sync(); \
+            cu_prof_leave(prev_); \
+            count(k_, coll, g, bytes); \
+        } \
         else __VA_ARGS__ \
         return; \
     }

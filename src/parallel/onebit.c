@@ -144,7 +144,7 @@ static void average_momenta(Zero *z) {
 
 // the local gradient, element j of tensor p, times s
 static inline float grad_at(const Registry *r, const Param *p, long j, float s) {
-    return (r->half ? half_to_f32(r->half, p->g16[j]) : p->g[j]) * s;
+    return (r->ghalf ? half_to_f32(r->ghalf, p->g16[j]) : p->g[j]) * s;
 }
 
 double onebit_norm(Zero *z, float unscale) {
@@ -175,7 +175,7 @@ void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
         #pragma omp parallel for schedule(static)
         for (long j = 0; j < p->numel; j++) {
             m[j] = b1 * m[j] + (1 - b1) * grad_at(r, p, j, s);
-            if (r->half) p->g16[j] = 0;
+            if (r->ghalf) p->g16[j] = 0;
             else p->g[j] = 0;
         }
     }

@@ -37,7 +37,9 @@ static void make_shards(Zero *z) {
 
 void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c, int gpu) {
     memset(s, 0, sizeof *s);
-    double es = precision_bytes(cfg_precision(c)), shard = 0;
+    // the GPU's bf16 keeps fp32 gradients (params.h: ghalf)
+    Precision prec = cfg_precision(c);
+    double es = precision_bytes(prec), gs = prec == PREC_FP16 || (prec == PREC_BF16 && !gpu) ? 2 : 4, shard = 0;
     int whole = 1;
     for (int i = 0; i < r->n; i++) {   // rank 0's shard (as make_shards): the first chunk of each tensor
         int n = c->zero_stage == 0 ? 1 : r->p[i].tag == TAG_EDP ? edp : dp;
@@ -45,7 +47,7 @@ void zero_size(ZeroSize *s, const Registry *r, int dp, int edp, const Config *c,
         whole &= n == 1;
     }
     s->params = es * r->total;
-    s->grads = es * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size, c->overlap_comm) + shard : r->total);
+    s->grads = gs * (c->zero_stage == 2 ? bucket_elems_of(r, dp, edp, c->reduce_bucket_size, c->overlap_comm) + shard : r->total);
     int in_place = es == 4 && !gpu && whole;   // masters_are_weights
     double opt = sizeof(float) * shard * (in_place ? 2 : 3) + (c->onebit ? onebit_optimizer_bytes(r, dp, edp) : 0);
     if (c->offload && gpu) s->host_optimizer = opt;
@@ -78,8 +80,8 @@ void zero_init(Zero *z, Registry *reg, const Topology *topo, const Config *c) {
         for (int i = 0; i < 3; i++) z->host[i] = ted_device == DEV_CPU ? z->dev[i] : ted_alloc(bytes, MEM_MIRROR);
     }
     zero_sync_master(z);
-    z->sq = ted_alloc_buf(sizeof(double) * reg->n, MEM_TEMP);
-    z->sq_host = ted_alloc(sizeof(double) * reg->n, MEM_TEMP);
+    z->sq = ted_alloc_buf(sizeof(double) * (reg->n + 1), MEM_TEMP);   // per tensor, and their norm's sum
+    z->sq_host = ted_alloc(sizeof(double) * (reg->n + 1), MEM_TEMP);
     z->loss_scale = scaler_init(&z->scaler, &c->scaler, reg->half == PREC_FP16);
     CHECK(z->stage < 2 || reg->grads_external, "ZeRO stage 2 needs a registry without a gradient buffer");
     if (z->stage == 2) bucket_plan(z, c->reduce_bucket_size, c->overlap_comm);
@@ -119,6 +121,9 @@ void zero_free(Zero *z) {
     if (z->stage != 2) { ted_free_buf(z->comm[0]); ted_free_buf(z->comm[1]); }
     ted_free(z->sh); ted_free_buf(z->tile);
     ted_free_buf(z->sq); ted_free(z->sq_host);
+#ifdef TED_CUDA
+    cu_opt_free(z->dplan);
+#endif
     if (z->stage == 2) bucket_free(z);
     if (z->onebit) { onebit_free(z->onebit); ted_free(z->onebit); }
     memset(z, 0, sizeof *z);
@@ -130,12 +135,12 @@ static void plan_buffers(Zero *z, long tile) {
     if (z->planned) return;
     z->planned = 1;
     // the up-cast tile (offloaded: the host stages its own tiles)
-    if (z->reg->half && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
+    if (z->reg->ghalf && !z->offload) z->tile = ted_alloc_buf(sizeof(float) * (tile > 0 ? tile : 1), MEM_TEMP);
     if (z->stage == 0 || z->ov) return;   // all-reduced in place, nothing gathered; overlap: its own regions
     // stage 2: the bucket buffer is free in the optimizer step and holds every tensor's padded
     // slot; recv holds the largest chunk. Both serve the gather (the bucket is zeroed after).
     if (z->stage == 2) { z->comm[0] = z->bucket; z->comm[1] = z->recv; return; }
-    size_t es = z->reg->half ? 2 : 4, big = 0, chunk = 0;
+    size_t es = z->reg->half && z->reg->ghalf ? 2 : 4, big = 0, chunk = 0;   // gradients and weights travel
     for (int i = 0; i < z->reg->n; i++) {
         const Shard *s = &z->sh[i];
         int size = zero_group(z, &z->reg->p[i])->size;
@@ -151,10 +156,10 @@ static void plan_buffers(Zero *z, long tile) {
 // the whole tensor on every rank; stage 2 did it during the backward). Each rank's loss
 // gradient is already scaled by 1/(tokens of the whole step), so the sum is the
 // single-process gradient.
-// (16-bit storage: the gradients travel in 16 bits, each addition done in fp32.)
+// (16-bit gradients travel in 16 bits, each addition done in fp32.)
 static void reduce_grad(Zero *z, Param *p, const Shard *s) {
     Group *g = zero_group(z, p);
-    int half = z->reg->half;
+    Precision half = z->reg->ghalf;
     DType t = comm_dtype(half);
     if (g->size == 1 || z->stage == 2) return;
     if (z->stage == 0) { comm_allreduce(g, half ? (void *)p->g16 : (void *)p->g, p->numel, t); return; }
@@ -216,52 +221,103 @@ static double sumsq_host(const void *x, long n, int half, float s) {
 static void *shard_grad(const Zero *z, int i) {
     const Registry *r = z->reg;
     const Shard *s = &z->sh[i];
-    if (z->stage == 2) return r->half ? (void *)((uint16_t *)z->gshard + s->base) : (void *)((float *)z->gshard + s->base);
-    return r->half ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
+    if (z->stage == 2) return r->ghalf ? (void *)((uint16_t *)z->gshard + s->base) : (void *)((float *)z->gshard + s->base);
+    return r->ghalf ? (void *)(r->p[i].g16 + s->off) : (void *)(r->p[i].g + s->off);
 }
+
+// Tensor i counts in the global norm on this rank: each parameter once, whatever the layout
+// (replicated over TP: on one TP rank; the tied wte: on the first pipeline stage; stage 0: on
+// the group's first rank).
+static int counted(const Zero *z, int i) {
+    const Param *p = &z->reg->p[i];
+    return z->sh[i].own && (p->split_dim >= 0 || z->topo->tp_idx == 0) && !p->tied_copy;
+}
+
+#ifdef TED_CUDA
+// A GPU run's fp32 gradients (fp32 and bf16 weights, not offloaded): the step is the segment
+// table's (adam_cuda.h), made at the first step: the norm summed on the device and over the
+// world (a device double), then AdamW over every shard in one launch, which clips and skips a
+// non-finite step itself. The host reads the norm once, after the launch, for the log.
+static int on_device(const Zero *z) { return ted_device == DEV_CUDA && !z->reg->ghalf && !z->offload && !z->onebit; }
+
+static void device_plan(Zero *z) {
+    Registry *r = z->reg;
+    OptSeg *seg = ted_alloc(sizeof(OptSeg) * (r->n ? r->n : 1), MEM_TEMP);
+    for (int i = 0; i < r->n; i++) {
+        const Param *p = &r->p[i];
+        const Shard *s = &z->sh[i];
+        void *w = r->half ? (void *)(p->w16 + s->off) : (void *)(p->w + s->off);
+        seg[i] = (OptSeg){shard_grad(z, i), w, s->base, s->len, p->decay, counted(z, i)};
+    }
+    z->dplan = cu_opt_plan(seg, r->n, r->half == PREC_BF16);
+    ted_free(seg);
+}
+#endif
 
 // z->sq[i] = the squared norm of tensor i's shard (16-bit: unscaled). On the CPU the threads share
 // out the tensors, one tensor to a thread: 2.4 ms instead of 15 for the bench model's 18 M.
 static void sumsq_all(Zero *z, float unscale) {
     const Registry *r = z->reg;
 #ifdef TED_CUDA
+    if (ted_device == DEV_CUDA && !r->ghalf) {   // fp32 gradients are unscaled (offloaded: the host steps)
+        if (!z->dplan) device_plan(z);
+        cu_opt_norm(z->dplan, z->sq);
+        return;
+    }
     if (ted_device == DEV_CUDA) {
-        for (int i = 0; i < r->n; i++) {
-            if (r->half) cu_sumsq_half(z->sq + i, shard_grad(z, i), z->sh[i].len, r->half, unscale);
-            else cu_sumsq(z->sq + i, shard_grad(z, i), z->sh[i].len);   // fp32 gradients are unscaled
-        }
+        for (int i = 0; i < r->n; i++) cu_sumsq_half(z->sq + i, shard_grad(z, i), z->sh[i].len, r->ghalf, unscale);
         return;
     }
 #endif
     #pragma omp parallel for schedule(dynamic)
-    for (int i = 0; i < r->n; i++) z->sq[i] = sumsq_host(shard_grad(z, i), z->sh[i].len, r->half, r->half ? unscale : 1.0f);
+    for (int i = 0; i < r->n; i++) z->sq[i] = sumsq_host(shard_grad(z, i), z->sh[i].len, r->ghalf, r->ghalf ? unscale : 1.0f);
 }
 
-// Reduces the gradients to their owners and returns the global norm (unscaled): each
-// parameter counted once, whatever the layout.
-static double reduce_and_norm(Zero *z, float unscale) {
+// The gradients summed to their owners (stage 2 did it in the backward's buckets).
+static void reduce_all(Zero *z) {
     Registry *r = z->reg;
     if (z->ov && z->stage == 2) { bucket_wait_all(z); z->ov->mb = 0; }
     else if (z->ov) overlap_reduce_wait(z);
     else for (int i = 0; i < r->n; i++) reduce_grad(z, &r->p[i], &z->sh[i]);
+}
+
+// Reduces the gradients to their owners and returns the global norm (unscaled).
+static double reduce_and_norm(Zero *z, float unscale) {
+    Registry *r = z->reg;
+    reduce_all(z);
     sumsq_all(z, unscale);
     const double *part = buf_to_host(z->sq_host, z->sq, sizeof(double) * r->n);
     double sq = 0;
-    for (int i = 0; i < r->n; i++) {
-        // a tensor replicated over TP has the same gradient on every TP rank: count it once
-        // replicated over TP: counted on one TP rank; the tied wte: on the first pipeline stage
-        if (z->sh[i].own && (r->p[i].split_dim >= 0 || z->topo->tp_idx == 0) && !r->p[i].tied_copy) sq += part[i];
-    }
+    for (int i = 0; i < r->n; i++) if (counted(z, i)) sq += part[i];
     comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], &sq, 1, DT_F64);
     return sqrt(sq);
 }
+
+#ifdef TED_CUDA
+static double device_step(Zero *z, const Config *c, float lr) {
+    Registry *r = z->reg;
+    if (!z->dplan) device_plan(z);
+    reduce_all(z);
+    cu_opt_norm(z->dplan, z->sq);   // z->sq[n]: this rank's counted sum of squares
+    comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], z->sq + r->n, 1, DT_F64);
+    z->t++;
+    float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
+    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay, c->beta1, c->beta2, c->eps, c->clip};
+    cu_opt_adamw(z->dplan, z->master, z->m, z->v, z->sq + r->n, &h);
+    for (int i = 0; i < r->n; i++) gather(z, i);
+    double sq;
+    buf_to_host(&sq, z->sq + r->n, sizeof sq);
+    if (!isfinite(sq)) z->t--;   // skipped: the kernel left the weights and moments as they were
+    return sqrt(sq);
+}
+#endif
 
 // AdamW on the shard of every tensor, the new weights written back (16-bit: rounded) and
 // gathered, the shard's gradients left zero in the same pass (adam.h). 16-bit gradients are
 // up-cast tile by tile into one fp32 buffer.
 static void update(Zero *z, const Config *c, float lr, float gscale, long tile) {
     Registry *r = z->reg;
-    int half = r->half;
+    int half = r->ghalf;   // 16-bit gradients (with 16-bit weights)
     z->t++;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
     for (int i = 0; i < r->n; i++) {
@@ -276,7 +332,7 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
                 adamw_half(z->master + at, z->m + at, z->v + at, (uint16_t *)shard_grad(z, i) + j0, n, gscale, &a,
                            p->w16 + s->off + j0, half, z->tile);
             else
-                adamw_f32(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
+                adamw_f32_host(z->master + at, z->m + at, z->v + at, (float *)shard_grad(z, i) + j0, n, gscale, &a,
                           z->in_place ? NULL : p->w + s->off + j0);
         }
         // every rank of the group gets the whole updated tensor
@@ -288,39 +344,60 @@ static void update(Zero *z, const Config *c, float lr, float gscale, long tile) 
 // them; at stage 1, each tensor's parts outside this rank's shard (the other ranks update those).
 static void zero_unconsumed(Zero *z, int all) {
     Registry *r = z->reg;
-    size_t es = r->half ? 2 : 4;
+    size_t es = r->ghalf ? 2 : 4;
     if (all && z->stage == 2) buf_zero(z->gshard, es * z->total);
-    else if (all) buf_zero(r->half ? (void *)r->g16 : (void *)r->g, es * r->total);
+    else if (all) buf_zero(r->ghalf ? (void *)r->g16 : (void *)r->g, es * r->total);
     if (all || z->stage != 1) return;
     for (int i = 0; i < r->n; i++) {
         const Shard *s = &z->sh[i];
         long numel = r->p[i].numel, end = s->off + s->len;
-        char *g = r->half ? (char *)r->p[i].g16 : (char *)r->p[i].g;
+        char *g = r->ghalf ? (char *)r->p[i].g16 : (char *)r->p[i].g;
         buf_zero(g, es * (s->off < numel ? s->off : numel));
         if (end < numel) buf_zero(g + es * end, es * (numel - end));
     }
 }
 
-double zero_step(Zero *z, const Config *c, float lr) {
+// stage 2: the bucket (it served the gather) starts the next step at zero
+static void finish_stage2(Zero *z) {
+    if (z->stage == 2) buf_zero(z->bucket, (z->reg->ghalf ? 2 : 4) * z->bucket_elems);
+}
+
+static double step(Zero *z, const Config *c, float lr) {
     float unscale = 1.0f / z->loss_scale;
     long tile = c->tile_size > 0 && c->tile_size < z->total ? c->tile_size : z->total;
     plan_buffers(z, tile);
     zero_params_wait(z, 0, z->reg->n);   // overlap: the last step's gathers (the forward waited for them)
     int compressed = onebit_active(z);   // 1-bit Adam after its warm-up
-    double norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
+    double norm;
+#ifdef TED_CUDA
+    int device = on_device(z);
+    if (device) norm = device_step(z, c, lr);
+    else
+#endif
+    norm = compressed ? onebit_norm(z, unscale) : reduce_and_norm(z, unscale);
     // fp16 overflow (an inf or nan anywhere makes the norm one): skip the step, lower the scale
     z->skipped = !isfinite(norm);
     z->loss_scale = scaler_update(&z->scaler, z->loss_scale, z->skipped);
+#ifdef TED_CUDA
+    if (device) { zero_unconsumed(z, z->skipped); finish_stage2(z); return norm; }
+#endif
     if (!z->skipped) {
         float coef = 1.0f;
         if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
         if (compressed) onebit_update(z, c, lr, unscale);
-        else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
+        else update(z, c, lr, z->reg->ghalf ? unscale * coef : coef, tile);
     }
     // the updates left the gradients they read at zero; the rest now. The next step's backward
     // accumulates into zeros: nothing clears the gradients between steps or micro-batches.
     zero_unconsumed(z, z->skipped);
-    // stage 2: the bucket (it served the gather) starts the next step at zero
-    if (z->stage == 2) buf_zero(z->bucket, (z->reg->half ? 2 : 4) * z->bucket_elems);
+    finish_stage2(z);
+    return norm;
+}
+
+double zero_step(Zero *z, const Config *c, float lr) {
+    double norm = step(z, c, lr);
+#ifdef TED_CUDA
+    if (ted_device == DEV_CUDA) cu_prof_step();   // TED_GPU_PROF: a training step ends here
+#endif
     return norm;
 }

@@ -31,7 +31,7 @@ void zero_sync_master(Zero *z);
 // (copy: uploaded first): checkpoints read and write the host view. No-ops on the CPU.
 void zero_host_view(Zero *z, int copy);
 void zero_device_view(Zero *z, int copy);
-// With 16-bit storage (reg->half) the shard's 16-bit gradients are up-cast to fp32 one tile of
+// With 16-bit gradients (reg->ghalf) the shard's gradients are up-cast to fp32 one tile of
 // c->tile_size elements at a time through one reused buffer (0: the whole shard at once).
 // Sums gradients over their DP groups (each rank's loss is normalised by the tokens of the
 // whole step), computes the global norm (each parameter counted once), clips, steps AdamW

@@ -6,8 +6,9 @@
 #include "nn/ops.h"
 #include <string.h>
 
-static size_t elem_size(const Zero *z) { return z->reg->half ? 2 : 4; }
-static char *grad_of(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->g16 : (char *)p->g; }
+// the gradients' storage (params.h: ghalf), which the buckets and the shard hold
+static size_t elem_size(const Zero *z) { return z->reg->ghalf ? 2 : 4; }
+static char *grad_of(const Zero *z, const Param *p) { return z->reg->ghalf ? (char *)p->g16 : (char *)p->g; }
 
 // A tensor's slot in a bucket: its size padded to a multiple of its group's size, so that the
 // reduce-scatter reads it in place (the padding stays zero).
@@ -29,7 +30,7 @@ static void size_comm(Zero *z) {
     long chunk = 1;
     for (int i = 0; i < z->reg->n; i++) if (z->sh[i].chunk > chunk) chunk = z->sh[i].chunk;
     z->recv = ted_alloc_buf(elem_size(z) * chunk, MEM_COMM);
-    if (z->reg->half) z->acc = ted_alloc_buf(sizeof(float) * chunk, MEM_COMM);
+    if (z->reg->ghalf) z->acc = ted_alloc_buf(sizeof(float) * chunk, MEM_COMM);
 }
 
 // Packs the blocks (lsz[l] slot elements each) into buckets of at least bucket_size: bucket 0 is
@@ -94,7 +95,7 @@ void bucket_plan(Zero *z, long bucket_size, int overlap) {
             at = z->deferred_elems + ((z->bk_of[i] - 1) & 1) * half + loff[p->layer];
             loff[p->layer] += slot(z, i);
         }
-        if (r->half) p->g16 = (uint16_t *)z->bucket + at;
+        if (r->ghalf) p->g16 = (uint16_t *)z->bucket + at;
         else p->g = (float *)z->bucket + at;
         z->bk_need[z->bk_of[i]]++;
     }
@@ -110,16 +111,16 @@ void bucket_free(Zero *z) {
     ted_free_buf(z->acc); ted_free(z->bk_of); ted_free(z->bk_need); ted_free(z->bk_ready);
 }
 
-static DType dtype_of(const Zero *z) { return comm_dtype(z->reg->half); }
+static DType dtype_of(const Zero *z) { return comm_dtype(z->reg->ghalf); }
 
 // This rank's reduced part of tensor i added into the shard's gradients, and its slot zeroed.
 static void add_part(Zero *z, int i, const void *part) {
     const Registry *r = z->reg;
     const Param *p = &r->p[i];
     const Shard *s = &z->sh[i];
-    if (r->half) {
-        convert_to_f32(z->acc, part, s->len, r->half);
-        accumulate_half((uint16_t *)z->gshard + s->base, z->acc, s->len, r->half);
+    if (r->ghalf) {
+        convert_to_f32(z->acc, part, s->len, r->ghalf);
+        accumulate_half((uint16_t *)z->gshard + s->base, z->acc, s->len, r->ghalf);
     } else {
         float *dst = (float *)z->gshard + s->base;
         residual_forward(dst, dst, part, s->len);

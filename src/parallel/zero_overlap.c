@@ -4,9 +4,11 @@
 #include "core/util.h"
 #include <string.h>
 
+// weights travel in their storage format, gradients in theirs (params.h: half, ghalf)
 static size_t esize(const Zero *z) { return z->reg->half ? 2 : 4; }
-static DType dtype(const Zero *z) { return comm_dtype(z->reg->half); }
-static char *grad(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->g16 : (char *)p->g; }
+static size_t gsize(const Zero *z) { return z->reg->ghalf ? 2 : 4; }
+static DType dtype(const Zero *z) { return comm_dtype(z->reg->ghalf); }
+static char *grad(const Zero *z, const Param *p) { return z->reg->ghalf ? (char *)p->g16 : (char *)p->g; }
 static char *weight(const Zero *z, const Param *p) { return z->reg->half ? (char *)p->w16 : (char *)p->w; }
 static int travels(const Zero *z, int i) { return zero_group(z, &z->reg->p[i])->size > 1; }
 // A block's tensor (layer >= 0): the ones whose reduction starts during the backward.
@@ -19,15 +21,15 @@ static void weights_hook(void *zero, int i0, int i1) { overlap_params_wait(zero,
 // chunk) and the staged gathers of tensors whose size is not chunk x group size.
 static void plan_regions(Zero *z, ZeroOverlap *o) {
     const Registry *r = z->reg;
-    size_t es = esize(z);
+    size_t es = esize(z), gs = gsize(z);
     long rb = 0, gb = 0;
     for (int i = 0; i < r->n; i++) {
         const Shard *s = &z->sh[i];
         long padded = s->chunk * zero_group(z, &r->p[i])->size;
         o->roff[i] = o->goff[i] = -1;
         if (!travels(z, i)) continue;
-        if (z->stage == 1) { o->roff[i] = rb; rb += es * (padded + s->chunk); }
-        if (z->stage == 2) { o->roff[i] = rb; rb += es * s->chunk; }
+        if (z->stage == 1) { o->roff[i] = rb; rb += gs * (padded + s->chunk); }
+        if (z->stage == 2) { o->roff[i] = rb; rb += gs * s->chunk; }
         if (z->stage > 0 && padded != r->p[i].numel) { o->goff[i] = gb; gb += es * (padded + s->chunk); }
     }
     o->rbuf = rb ? ted_alloc_buf(rb, MEM_COMM) : NULL;
@@ -74,7 +76,7 @@ static void reduce_start(Zero *z, int i) {
     Param *p = &z->reg->p[i];
     Group *g = zero_group(z, p);
     if (z->stage == 0) { comm_iallreduce(g, grad(z, p), p->numel, dtype(z), &o->red[i]); return; }
-    size_t es = esize(z);
+    size_t es = gsize(z);
     long padded = z->sh[i].chunk * g->size;
     char *send = o->rbuf + o->roff[i];
     buf_copy(send, grad(z, p), es * p->numel);
@@ -89,7 +91,7 @@ static void reduce_finish(Zero *z, int i) {
     if (z->stage != 1) return;
     const Param *p = &z->reg->p[i];
     const Shard *s = &z->sh[i];
-    size_t es = esize(z);
+    size_t es = gsize(z);
     long padded = s->chunk * zero_group(z, p)->size;
     buf_copy(grad(z, p) + es * s->off, o->rbuf + o->roff[i] + es * padded, es * s->len);
 }

@@ -24,7 +24,8 @@ typedef struct Zero {
     int planned;             // the buffers below are made (at the first step)
     void *comm[2];           // reduce-scatter / all-gather buffers, made at the first step
     float *tile;             // 16-bit storage: the fp32 up-cast tile, made at the first step
-    double *sq, *sq_host;    // per tensor: the squared norm of its shard (run's device, host copy)
+    double *sq, *sq_host;    // per tensor: the squared norm of its shard, then [n] their counted sum (run's device, host copy)
+    void *dplan;             // a GPU run's fp32 gradients: the one-launch step's segment table (adam_cuda.h)
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
     // fp16: loss scaling (loss_scale.h) — the loss gradient is multiplied by loss_scale; a step

@@ -193,10 +193,10 @@ static void step_of(Prediction *p, const Config *k, const Layout *y, const doubl
     }
 }
 
-// The optimizer's up-cast buffer (16-bit runs): fp32 for one tile, or with tiling off for every
+// The optimizer's up-cast buffer (16-bit gradients): fp32 for one tile, or with tiling off for every
 // element of the rank's optimizer shards (12 bytes of master, m and v each; offloaded: none here).
 static double opt_temp(const Config *c, const Layout *y, const MemPlan *mp) {
-    if (y->wbytes == 4) return 0;   // fp32 gradients are read in place
+    if (y->wbytes == 4 || (c->device == DEV_CUDA && !c->fp16)) return 0;   // fp32 gradients (a GPU's bf16) are read in place
     double shard = mp->optimizer / 12;
     return 4 * (c->tile_size > 0 && c->tile_size < shard ? (double)c->tile_size : shard);
 }

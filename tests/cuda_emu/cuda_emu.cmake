@@ -6,6 +6,7 @@
 #   test_cuda_moe_emu         tests/test_cuda_moe.c
 #   test_cuda_fused_emu       tests/test_cuda_fused.c
 #   flash_bench_emu           bench/flash_bench.c (the program itself, on small shapes)
+#   emu_probe                 tests/cuda_emu/emu_probe.cpp: what the emulated cuBLAS takes and refuses
 # tests/test_cuda_emu.sh runs them. Needs a C++17 compiler, Python 3 and the CUDA headers
 # (cuda_runtime.h, cublas_v2.h, nccl.h) — not a GPU, nvcc or the CUDA libraries.
 include(CheckLanguage)
@@ -25,7 +26,7 @@ message(STATUS "CUDA emulation (ted_emu): ON (headers in ${TED_EMU_CUDA_INCLUDE}
 set(emu_dir ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
 set(emu_gen ${CMAKE_BINARY_DIR}/cuda_emu)
 file(GLOB emu_cu ${CMAKE_SOURCE_DIR}/src/cuda/*.cu)
-file(GLOB emu_h ${CMAKE_SOURCE_DIR}/src/cuda/*.h)
+file(GLOB emu_h ${CMAKE_SOURCE_DIR}/src/cuda/*.h ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh)
 set(emu_out)
 foreach(f ${emu_cu})
   get_filename_component(n ${f} NAME_WE)
@@ -56,7 +57,9 @@ add_executable(test_cuda_kernels_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_kernels
 add_executable(test_cuda_moe_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_moe.c)
 add_executable(test_cuda_fused_emu ${CMAKE_SOURCE_DIR}/tests/test_cuda_fused.c)
 add_executable(flash_bench_emu ${CMAKE_SOURCE_DIR}/bench/flash_bench.c)
-foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu flash_bench_emu)
+add_executable(emu_probe ${emu_dir}/emu_probe.cpp)   # what the emulated cuBLAS takes and refuses
+set_source_files_properties(${emu_dir}/emu_probe.cpp PROPERTIES COMPILE_OPTIONS "-std=c++17;-Wall;-Wno-deprecated-declarations")
+foreach(t ted_emu test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu flash_bench_emu emu_probe)
   target_link_libraries(${t} tedcore_emu)
   # exported symbols: the emulation's backtraces name the functions
   set_target_properties(${t} PROPERTIES LINKER_LANGUAGE CXX ENABLE_EXPORTS ON)

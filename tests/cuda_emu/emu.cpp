@@ -9,7 +9,9 @@
 //    and at exit (out-of-bounds writes); freed memory is NaN-filled again;
 //  - kernel pointer arguments, copies, memsets and every GEMM operand lie inside device
 //    allocations; launch configurations are valid; warp operations see full warps;
-//  - GEMMs round their operands as the compute type allows (bf16, TF32, fp16).
+//  - GEMMs take the type combinations the library takes (fp32; bf16 or fp16 A and B with a C of
+//    their type or fp32), multiply exactly what the types hold, round C to its type, and stop
+//    the run on a FAST_* compute type with fp32 operands.
 // TED_EMU_STATS=1 prints counts at exit; TED_EMU_NOPROTECT=1 leaves device memory readable
 // (for debuggers).
 #include "emu.h"
@@ -35,7 +37,7 @@ uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
 static struct {
-    long launches, blocks, fiber_blocks, switches, gemms, copies;
+    long launches, blocks, fiber_blocks, switches, gemms, gemms_f32, copies;
     size_t dev_bytes, dev_peak;
 } stats;
 
@@ -340,6 +342,36 @@ static void run_block(void) {
     }
 }
 
+// ---- the order of a launch's blocks (TED_EMU_BLOCK_ORDER) ------------------------------
+// forward (the default), reverse, or random (a fixed pseudo-random permutation per launch): a
+// kernel whose result depends on the order of its blocks (a race between blocks, an atomic
+// sum) gives other numbers under another order.
+enum BlockOrder { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
+static BlockOrder block_order_from_env(void) {
+    const char *s = getenv("TED_EMU_BLOCK_ORDER");
+    if (!s || !*s || !strcmp(s, "forward")) return ORDER_FORWARD;
+    if (!strcmp(s, "reverse")) return ORDER_REVERSE;
+    if (!strcmp(s, "random")) return ORDER_RANDOM;
+    fprintf(stderr, "emu: TED_EMU_BLOCK_ORDER=%s: expected forward, reverse or random\n", s);
+    exit(2);
+}
+static const BlockOrder block_order = block_order_from_env();
+
+// the blocks of a grid of n in the order to run them
+static void block_sequence(std::vector<unsigned long> &seq, unsigned long n) {
+    seq.resize(n);
+    for (unsigned long i = 0; i < n; i++) seq[i] = block_order == ORDER_REVERSE ? n - 1 - i : i;
+    if (block_order != ORDER_RANDOM) return;
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)stats.launches;
+    for (unsigned long i = n; i > 1; i--) {   // Fisher–Yates with a splitmix-style generator
+        s += 0x9E3779B97F4A7C15ull;
+        uint64_t z = (s ^ (s >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        unsigned long j = (unsigned long)((z ^ (z >> 31)) % i);
+        std::swap(seq[i - 1], seq[j]);
+    }
+}
+
 static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k, const void *fn = NULL,
                        size_t shmem = 0) {
     stats.launches++;
@@ -359,12 +391,12 @@ static void run_launch(const char *name, bool sync, dim3 g, dim3 b, EmuKernel *k
         R.slot[1].resize(R.nt);
     }
     copies_launch(R.nt);
-    for (unsigned z = 0; z < g.z; z++)
-        for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) {
-                blockIdx = uint3{x, y, z};
-                run_block();
-            }
+    static std::vector<unsigned long> seq;
+    block_sequence(seq, (unsigned long)g.x * g.y * g.z);
+    for (unsigned long i : seq) {
+        blockIdx = uint3{(unsigned)(i % g.x), (unsigned)(i / g.x % g.y), (unsigned)(i / ((unsigned long)g.x * g.y))};
+        run_block();
+    }
 }
 
 // =======================================================================================
@@ -707,42 +739,117 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 cudaError_t cudaMemset(void *p, int v, size_t n) { LOCK; cudaMemsetAsync(p, v, n, 0); flush(); return cudaSuccess; }
 
 // =======================================================================================
-// cuBLAS: column-major reference GEMM (double accumulation) on operands rounded as the
-// compute type allows; every operand must lie in device memory
+// CUDA events (what TED_GPU_PROF uses): an event records the stream's position; when the
+// stream reaches it, it takes the host's clock, so elapsed times are the emulation's own
+// (meaningless as GPU times, but the profiler's bookkeeping runs as on a GPU). An elapsed time
+// between events not yet reached is an error, as on a GPU (cudaErrorNotReady), and stops.
+
+struct CUevent_st { bool recorded, done; double ms; };
+
+static double now_ms_emu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{false, false, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { LOCK; flush(); delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    LOCK;
+    check_stream(s, "cudaEventRecord");
+    e->recorded = true;
+    e->done = false;
+    enqueue([e] { e->done = true; e->ms = now_ms_emu(); });
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { LOCK; flush(); return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e->done ? cudaSuccess : cudaErrorNotReady; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) die("cudaEventElapsedTime: an event that was never recorded");
+    if (!a->done || !b->done) die("cudaEventElapsedTime: an event the stream has not reached (cudaErrorNotReady)");
+    *ms = (float)(b->ms - a->ms);
+    return cudaSuccess;
+}
+
+// =======================================================================================
+// cuBLAS: column-major reference GEMM (double accumulation) on the operand types the call
+// names, as the library's contract has them: the (A, B, C) type combinations and compute
+// types of the cuBLAS documentation that ted can use, and nothing else. fp32 operands are
+// multiplied exactly (CUBLAS_COMPUTE_32F or _PEDANTIC; TF32 only under the TF32 math mode);
+// bf16 and fp16 operands (CUBLAS_COMPUTE_32F) are exact by their type, and the result is
+// rounded to C's type. A FAST_* compute type on fp32 operands stops the run: it permits the
+// library to round the operands as it likes (cuBLAS picks TF32 for FAST_16BF on an H100), so
+// no emulation can say what the GPU computes. Every operand must lie in device memory.
 
 struct cublasContext { cublasMath_t math; cudaStream_t stream; };
-enum Rounding { EXACT, TF32, BF16, FP16 };
+enum Rounding { EXACT, TF32 };
 
-static float round_to(Rounding r, float x) {
-    if (r == EXACT || isnan(x)) return x;
-    if (r == FP16) return (float)(_Float16)x;
+static float round_tf32(float x) {
+    if (isnan(x)) return x;
     uint32_t u;
     memcpy(&u, &x, 4);
-    int drop = r == BF16 ? 16 : 13;   // mantissa bits dropped: bf16 keeps 7, TF32 keeps 10
-    u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1);   // to nearest even
-    u &= ~((1u << drop) - 1);
+    u += 0xfffu + ((u >> 13) & 1);   // to nearest even, 10 mantissa bits kept
+    u &= ~0x1fffu;
     memcpy(&x, &u, 4);
     return x;
 }
 
-// rounding for a compute type; false if the emulation does not support it
-static bool rounding_of(const cublasContext *h, cublasComputeType_t c, Rounding *r) {
-    switch (c) {
-        case CUBLAS_COMPUTE_32F: *r = (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH ? TF32 : EXACT; return true;
-        case CUBLAS_COMPUTE_32F_PEDANTIC: *r = EXACT; return true;
-        case CUBLAS_COMPUTE_32F_FAST_TF32: *r = TF32; return true;
-        case CUBLAS_COMPUTE_32F_FAST_16BF: *r = BF16; return true;
-        case CUBLAS_COMPUTE_32F_FAST_16F: *r = FP16; return true;
-        default: return false;
+static const char *type_name(cudaDataType t) {
+    switch (t) {
+        case CUDA_R_32F: return "CUDA_R_32F";
+        case CUDA_R_16BF: return "CUDA_R_16BF";
+        case CUDA_R_16F: return "CUDA_R_16F";
+        default: return "another type";
     }
+}
+static size_t type_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// element i of an operand of type t, as fp32
+static float load_as_f32(const void *p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (t == CUDA_R_16F) { _Float16 f; memcpy(&f, &h, 2); return (float)f; }
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// x rounded to nearest even into element i of a C of type t
+static void store_from_f32(void *p, cudaDataType t, size_t i, float x) {
+    if (t == CUDA_R_32F) { ((float *)p)[i] = x; return; }
+    if (t == CUDA_R_16F) { _Float16 h = (_Float16)x; memcpy((uint16_t *)p + i, &h, 2); return; }
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;   // NaN stays a NaN
+    else u += 0x7fffu + ((u >> 16) & 1u);
+    ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+}
+
+// The types and compute type of one call. grouped: cublasGemmGroupedBatchedEx, whose table has
+// 16-bit A and B with a C of the same type only. Returns false (the call answers
+// CUBLAS_STATUS_NOT_SUPPORTED, with one line saying why) for what the library refuses; stops
+// the run for a FAST_* compute type on fp32 operands.
+static bool types_of(const char *what, const cublasContext *h, cudaDataType a, cudaDataType b, cudaDataType c,
+                     cublasComputeType_t cmp, bool grouped, Rounding *r) {
+    bool fast = cmp == CUBLAS_COMPUTE_32F_FAST_16BF || cmp == CUBLAS_COMPUTE_32F_FAST_16F ||
+                cmp == CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (fast && a == CUDA_R_32F && b == CUDA_R_32F)
+        die("%s: compute type %d (FAST_*) on fp32 operands: the library may round them to TF32 (or anything it "
+            "allows); give bf16 operands with CUBLAS_COMPUTE_32F, or fp32 ones with CUBLAS_COMPUTE_32F", what, (int)cmp);
+    *r = (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH && a == CUDA_R_32F ? TF32 : EXACT;
+    bool f32 = a == CUDA_R_32F && b == CUDA_R_32F && c == CUDA_R_32F;
+    bool half = a == b && (a == CUDA_R_16BF || a == CUDA_R_16F) && (c == a || (!grouped && c == CUDA_R_32F));
+    bool ok = (cmp == CUBLAS_COMPUTE_32F || cmp == CUBLAS_COMPUTE_32F_PEDANTIC) && (f32 || half);
+    if (!ok)
+        fprintf(stderr, "emu: %s: A %s, B %s, C %s with compute type %d is not a combination the library takes\n", what,
+                type_name(a), type_name(b), type_name(c), (int)cmp);
+    return ok;
 }
 
 static void check_handle(cublasHandle_t h, const char *what) {
     if (!h) die("%s: NULL cuBLAS handle", what);
     check_stream(h->stream, what);
-}
-static void check_types(const char *what, cudaDataType a, cudaDataType b, cudaDataType c) {
-    if (a != CUDA_R_32F || b != CUDA_R_32F || c != CUDA_R_32F) die("%s: only fp32 operands are emulated", what);
 }
 static void check_host_scalar(const char *what, const void *p) {
     if (!p || is_dev(p)) die("%s: alpha/beta must be host pointers (CUBLAS_POINTER_MODE_HOST)", what);
@@ -753,6 +860,7 @@ struct Gemm {
     int m, n, k, lda, ldb, ldc;
     float alpha, beta;
     Rounding r;
+    cudaDataType at, bt, ct;
 };
 
 static void check_ld(const char *what, const Gemm &g) {
@@ -763,31 +871,36 @@ static void check_ld(const char *what, const Gemm &g) {
 }
 
 // C[m,n] = alpha·op(A)·op(B) + beta·C, column-major (runs in the stream)
-static void gemm_run(const char *what, const Gemm &g, const float *A, const float *B, float *C) {
+static void gemm_run(const char *what, const Gemm &g, const void *A, const void *B, void *C) {
     stats.gemms++;
+    stats.gemms_f32 += g.at == CUDA_R_32F;
     if (g.m == 0 || g.n == 0) return;
     // the extent each operand touches, as stored: op N is rows × cols with stride ld
     auto extent = [](bool n, int r, int c, int ld) { return ((size_t)(n ? c : r) - 1) * ld + (n ? r : c); };
     if (g.k > 0) {
-        check_span(A, 4 * extent(g.ta == CUBLAS_OP_N, g.m, g.k, g.lda), what);
-        check_span(B, 4 * extent(g.tb == CUBLAS_OP_N, g.k, g.n, g.ldb), what);
+        check_span(A, type_size(g.at) * extent(g.ta == CUBLAS_OP_N, g.m, g.k, g.lda), what);
+        check_span(B, type_size(g.bt) * extent(g.tb == CUBLAS_OP_N, g.k, g.n, g.ldb), what);
     }
-    check_span(C, 4 * extent(true, g.m, g.n, g.ldc), what);
+    check_span(C, type_size(g.ct) * extent(true, g.m, g.n, g.ldc), what);
+    auto rounded = [&](float x) { return g.r == TF32 ? round_tf32(x) : x; };
     // op(A) as rows of k, op(B)ᵀ as rows of k: the inner loop runs over contiguous memory
     std::vector<float> a((size_t)g.m * g.k), b((size_t)g.n * g.k);
     for (int i = 0; i < g.m; i++)
         for (int l = 0; l < g.k; l++)
-            a[(size_t)i * g.k + l] = round_to(g.r, g.ta == CUBLAS_OP_N ? A[i + (size_t)l * g.lda] : A[l + (size_t)i * g.lda]);
+            a[(size_t)i * g.k + l] =
+                rounded(load_as_f32(A, g.at, g.ta == CUBLAS_OP_N ? i + (size_t)l * g.lda : l + (size_t)i * g.lda));
     for (int j = 0; j < g.n; j++)
         for (int l = 0; l < g.k; l++)
-            b[(size_t)j * g.k + l] = round_to(g.r, g.tb == CUBLAS_OP_N ? B[l + (size_t)j * g.ldb] : B[j + (size_t)l * g.ldb]);
+            b[(size_t)j * g.k + l] =
+                rounded(load_as_f32(B, g.bt, g.tb == CUBLAS_OP_N ? l + (size_t)j * g.ldb : j + (size_t)l * g.ldb));
     for (int j = 0; j < g.n; j++)
         for (int i = 0; i < g.m; i++) {
             const float *x = &a[(size_t)i * g.k], *y = &b[(size_t)j * g.k];
             double s = 0;
             for (int l = 0; l < g.k; l++) s += (double)x[l] * y[l];
-            float *c = &C[i + (size_t)j * g.ldc];
-            *c = (float)(g.alpha * s + (g.beta == 0.0f ? 0.0 : (double)g.beta * *c));   // beta 0: C not read
+            size_t at = i + (size_t)j * g.ldc;
+            double c = g.beta == 0.0f ? 0.0 : (double)g.beta * load_as_f32(C, g.ct, at);   // beta 0: C not read
+            store_from_f32(C, g.ct, at, (float)(g.alpha * s + c));
         }
 }
 
@@ -814,13 +927,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     LOCK;
     const char *what = "cublasGemmEx";
     check_handle(h, what);
-    check_types(what, at, bt, ct);
     check_host_scalar(what, alpha);
     check_host_scalar(what, beta);
-    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT};
-    if (!rounding_of(h, cmp, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT, at, bt, ct};
+    if (!types_of(what, h, at, bt, ct, cmp, false, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
     check_ld(what, g);
-    enqueue([=] { gemm_run(what, g, (const float *)A, (const float *)B, (float *)C); });
+    enqueue([=] { gemm_run(what, g, A, B, C); });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -832,16 +944,16 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     LOCK;
     const char *what = "cublasGemmStridedBatchedEx";
     check_handle(h, what);
-    check_types(what, at, bt, ct);
     check_host_scalar(what, alpha);
     check_host_scalar(what, beta);
-    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT};
-    if (!rounding_of(h, cmp, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    Gemm g{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, EXACT, at, bt, ct};
+    if (!types_of(what, h, at, bt, ct, cmp, false, &g.r)) return CUBLAS_STATUS_NOT_SUPPORTED;
     check_ld(what, g);
     if (batch < 0) die("%s: batch %d", what, batch);
+    size_t ea = type_size(at), eb = type_size(bt), ec = type_size(ct);
     enqueue([=] {
         for (int i = 0; i < batch; i++)
-            gemm_run(what, g, (const float *)A + i * sa, (const float *)B + i * sb, (float *)C + i * sc);
+            gemm_run(what, g, (const char *)A + i * sa * ea, (const char *)B + i * sb * eb, (char *)C + i * sc * ec);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -855,12 +967,8 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     LOCK;
     const char *what = "cublasGemmGroupedBatchedEx";
     check_handle(h, what);
-    check_types(what, at, bt, ct);
-    // the grouped GEMM takes fp32 or TF32 compute for fp32 operands
-    if (cmp != CUBLAS_COMPUTE_32F && cmp != CUBLAS_COMPUTE_32F_PEDANTIC && cmp != CUBLAS_COMPUTE_32F_FAST_TF32) {
-        fprintf(stderr, "emu: %s: compute type %d is not supported for fp32 operands\n", what, (int)cmp);
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
+    Rounding r;
+    if (!types_of(what, h, at, bt, ct, cmp, true, &r)) return CUBLAS_STATUS_NOT_SUPPORTED;
     const void *host_arrays[] = {ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, size};
     for (const void *p : host_arrays)
         if (!p || is_dev(p)) die("%s: the per-group arrays must be host memory", what);
@@ -869,8 +977,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     std::vector<Gemm> probs;
     for (int gi = 0; gi < groups; gi++) {
         Gemm g{ta[gi], tb[gi], m[gi], n[gi], k[gi], lda[gi], ldb[gi], ldc[gi], ((const float *)alpha)[gi],
-               ((const float *)beta)[gi], EXACT};
-        rounding_of(h, cmp, &g.r);
+               ((const float *)beta)[gi], r, at, bt, ct};
         check_ld(what, g);
         if (size[gi] < 0) die("%s: group %d has size %d", what, gi, size[gi]);
         probs.insert(probs.end(), (size_t)size[gi], g);
@@ -880,8 +987,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     check_span(B, total * sizeof(void *), "cublasGemmGroupedBatchedEx B array");
     check_span(C, total * sizeof(void *), "cublasGemmGroupedBatchedEx C array");
     enqueue([=] {
-        for (size_t i = 0; i < total; i++)
-            gemm_run(what, probs[i], (const float *)A[i], (const float *)B[i], (float *)C[i]);
+        for (size_t i = 0; i < total; i++) gemm_run(what, probs[i], A[i], B[i], C[i]);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -1048,7 +1154,7 @@ static void at_exit(void) {
     }
     const char *v = getenv("TED_EMU_STATS");
     if (v && strcmp(v, "0"))
-        fprintf(stderr, "emu: %ld launches, %ld blocks (%ld as fibers, %ld switches), %ld GEMMs, %ld copies, "
-                "device peak %zu bytes\n", stats.launches, stats.blocks, stats.fiber_blocks, stats.switches,
-                stats.gemms, stats.copies, stats.dev_peak);
+        fprintf(stderr, "emu: %ld launches, %ld blocks (%ld as fibers, %ld switches), %ld GEMMs (%ld on fp32 operands), "
+                "%ld copies, device peak %zu bytes\n", stats.launches, stats.blocks, stats.fiber_blocks, stats.switches,
+                stats.gemms, stats.gemms_f32, stats.copies, stats.dev_peak);
 }

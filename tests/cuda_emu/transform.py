@@ -12,8 +12,10 @@ loop). A launch with dynamic shared memory (a shmem value other than 0) becomes
 so that the emulation checks the size against the kernel's attribute, and a kernel's
     extern __shared__ T name[];
 becomes `T *name = (T *)emu_dynamic_shared();` (declare it inside the kernel).
-For each X.h: OUTDIR/X.h with `#ifdef __CUDACC__` blocks switched on (the C++ side of the
-interface that the .cu files see). Line numbers are kept (#line), so that compiler messages
+For each X.cuh (device code the .cu files share): OUTDIR/X.cuh, its launches rewritten the same
+way; a kernel of a .cu that calls a __device__ function of a .cuh that synchronises counts as
+synchronising too. For each X.h: OUTDIR/X.h with `#ifdef __CUDACC__` blocks switched on (the
+C++ side of the interface that the .cu files see). Line numbers are kept (#line), so that compiler messages
 point into the original file. Python 3, standard library only.
 """
 import os
@@ -135,9 +137,11 @@ def sync_kernels(code):
 LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(<[^<>;(){}]*>)?\s*<<<")
 
 
-def transform_cu(src, path):
+def transform_cu(src, path, shared=""):
+    """src with its launches rewritten; shared: the (blanked) code of the .cuh files, whose
+    __device__ functions the kernels of src may call."""
     code = blank_comments_and_strings(src)
-    sync = sync_kernels(code)
+    sync = sync_kernels(code + "\n" + shared)
     out, pos = [], 0
     for m in LAUNCH.finditer(code):
         if m.start() < pos:
@@ -182,14 +186,19 @@ def main():
         raise SystemExit(__doc__)
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
+    shared = "\n".join(blank_comments_and_strings(open(p, encoding="utf-8").read())
+                       for p in sys.argv[2:] if p.endswith(".cuh"))
     for path in sys.argv[2:]:
         src = open(path, encoding="utf-8").read()
         base, ext = os.path.splitext(os.path.basename(path))
         line = f'#line 1 "{os.path.abspath(path)}"\n'
         if ext == ".cu":
             text = f'// generated from {path} by tests/cuda_emu/transform.py\n#include "emu.h"\n{line}'
-            text += transform_cu(src, path)
+            text += transform_cu(src, path, shared)
             out = os.path.join(outdir, base + ".cpp")
+        elif ext == ".cuh":
+            text = f"// generated from {path} by tests/cuda_emu/transform.py\n{line}" + transform_cu(src, path, shared)
+            out = os.path.join(outdir, base + ext)
         else:
             text = f"// generated from {path} by tests/cuda_emu/transform.py\n{line}" + transform_h(src)
             out = os.path.join(outdir, base + ext)

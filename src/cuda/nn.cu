@@ -1,104 +1,26 @@
-// kernels.cu — the element-wise, normalisation, embedding, loss and optimizer operations of
-// the CUDA backend (see cuda_ops.h): each cu_X reproduces the CPU function X of ops.c (or the
-// loop of zero.c / model.c it replaces) on device buffers, on cu_stream().
-//
-// Conventions: flat row-major buffers, shapes in the comments; long indices; grid-stride
-// loops, so any grid size is correct; every launch checked. Reductions are deterministic (a
-// fixed order for given sizes); no atomics.
-#include "cuda_ops.h"
-#include <cuda_fp16.h>
+// nn.cu — the CUDA twins of nn/ops.c and nn/linear.c (see cuda_ops.h): embedding,
+// normalisation, the dense layers' GEMM wrappers, GELU, the loss, element-wise operations and
+// the 16-bit conversions. Each cu_X reproduces the CPU function X on device buffers, on
+// cu_stream(); the shared device helpers are in common.cuh.
+#include "common.cuh"
 #include <math.h>
 
+using namespace cu;
+
 namespace {
-
-constexpr int kThreads = 256;            // threads per block of the 1-D kernels (8 warps)
-constexpr int kWarps = kThreads / 32;
-constexpr long kMaxBlocks = 32768;       // grid-stride loops cover the rest
-constexpr int kRedBlocks = 512;          // blocks of the first pass of the double reductions
-
-// blocks for a grid-stride loop over n items, `per` items per block
-int blocks_for(long n, long per) {
-    long b = (n + per - 1) / per;
-    return (int)(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
-#define GRID_STRIDE(i, n) \
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
-
-// ---- warp and block reductions ----------------------------------------------------------
-
-template <class T> __device__ T warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// the comparison of ops.c's max loops (a NaN never wins); inputs here are never NaN
-__device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = u > v ? u : v;
-    }
-    return v;
-}
-
-// Sum over the whole block (blockDim.x a multiple of 32, at most 1024), returned to every
-// thread; sh holds 32 T. All threads of the block must call it (it synchronises). The warp
-// totals are added in warp order by every thread: deterministic, no broadcast needed.
-template <class T> __device__ T block_sum(T v, T *sh) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();                     // sh may still be read from the previous call
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    T r = 0;
-    for (int k = 0; k < nw; k++) r += sh[k];
-    return r;
-}
-
-__device__ float block_max(float v, float *sh) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float r = sh[0];
-    for (int k = 1; k < nw; k++) r = sh[k] > r ? sh[k] : r;
-    return r;
-}
-
-// ---- 16-bit formats, bit for bit as half.h (kind 1 = bf16, 2 = fp16) --------------------
-
-__device__ float half_to_f32_d(int kind, uint16_t h) {
-    if (kind == 1) return __uint_as_float((unsigned)h << 16);
-    return __half2float(__ushort_as_half(h));
-}
-
-__device__ uint16_t half_from_f32_d(int kind, float f) {
-    if (kind == 1) {   // bf16: round to nearest even, NaN kept a NaN — half.h's integer recipe
-        unsigned u = __float_as_uint(f);
-        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return (uint16_t)(u >> 16);
-    }
-    return __half_as_ushort(__float2half_rn(f));   // fp16: round to nearest even (as _Float16)
-}
-
-// one warp per row i < N (all 32 lanes of a warp take the same rows: warp-uniform loop)
-#define WARP_ROWS(i, N)                                                              \
-    for (long i = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < (N); \
-         i += (long)gridDim.x * (blockDim.x >> 5))
 
 // ---- encoder --------------------------------------------------------------------------
 
 // out[N,d] = wte[tok - v0] (0 outside the shard [0, Vl)) + wpe[i % T] (0 if wpe is NULL)
-__global__ void encoder_forward_kernel(float *out, const int *tok, const float *wte, int v0, int Vl,
-                                       const float *wpe, int T, int d, long n) {
+template <class W>
+__global__ void encoder_forward_kernel(float *out, const int *tok, const W *wte, int v0, int Vl, const W *wpe, int T,
+                                       int d, long n) {
     GRID_STRIDE(idx, n) {
         long i = idx / d;
         int c = (int)(idx % d);
         int v = tok[i] - v0;
-        float e = v >= 0 && v < Vl ? wte[(long)v * d + c] : 0.0f;
-        float p = wpe ? wpe[(i % T) * d + c] : 0.0f;
+        float e = v >= 0 && v < Vl ? ldw(wte, (long)v * d + c) : 0.0f;
+        float p = ldw_or0(wpe, (i % T) * d + c);
         out[idx] = e + p;
     }
 }
@@ -146,8 +68,9 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 // ---- layernorm (one warp per row) -------------------------------------------------------
 
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N]
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                         const float *b, long N, int d) {
+template <class W>
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const W *w,
+                                         const W *b, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
         const float *x = inp + i * d;
@@ -158,20 +81,21 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
         v = warp_sum(v);
         float s = 1.0f / sqrtf(v / d + 1e-5f);
         float *o = out + i * d;
-        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
         if (lane == 0) { mean[i] = m; rstd[i] = s; }
     }
 }
 
 // dinp[N,d] += ... (one warp per row)
-__global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+template <class W>
+__global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, const float *inp, const W *w,
                                               const float *mean, const float *rstd, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
         const float *g = dout + i * d, *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0;
         for (int c = lane; c < d; c += 32) {
-            float gw = g[c] * w[c];
+            float gw = g[c] * ldw(w, c);
             a += gw; bsum += gw * (x[c] - m) * s;
         }
         a = warp_sum(a) / d;
@@ -179,7 +103,7 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
         float *dx = dinp + i * d;
         for (int c = lane; c < d; c += 32) {
             float xh = (x[c] - m) * s;
-            dx[c] += (g[c] * w[c] - a - xh * bsum) * s;
+            dx[c] += (g[c] * ldw(w, c) - a - xh * bsum) * s;
         }
     }
 }
@@ -217,9 +141,9 @@ __global__ void layernorm_backward_par_kernel(float *dw, float *db, const float 
 // ---- matmul helpers -----------------------------------------------------------------
 
 // out[N,OC] = bias (accumulate 0) or += bias (accumulate 1), broadcast over the rows
-__global__ void bias_kernel(float *out, const float *bias, long n, int OC, int accumulate) {
+template <class W> __global__ void bias_kernel(float *out, const W *bias, long n, int OC, int accumulate) {
     GRID_STRIDE(idx, n) {
-        float bv = bias[idx % OC];
+        float bv = ldw(bias, idx % OC);
         out[idx] = accumulate ? out[idx] + bv : bv;
     }
 }
@@ -266,8 +190,6 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
 
 // ---- cross-entropy over a vocabulary shard (one block per row) ---------------------------
 // logits[N,Vl]; nr = the real (unpadded) columns of this shard, 0 ≤ nr ≤ Vl
-
-#define BLOCK_ROWS(i, N) for (long i = blockIdx.x; i < (N); i += gridDim.x)
 
 // mx[N] = max of the real columns (-inf if none); tl[N] = logit of the target if in [0, Vl)
 __global__ void crossentropy_max_kernel(float *mx, float *tl, const float *logits, const int *targets, long N,
@@ -344,77 +266,11 @@ __global__ void half_accumulate_kernel(uint16_t *dst, const float *src, long n, 
     GRID_STRIDE(i, n) dst[i] = half_from_f32_d(half, half_to_f32_d(half, dst[i]) + src[i]);
 }
 
-__global__ void scale_kernel(float *x, long n, float s) {
-    GRID_STRIDE(i, n) x[i] *= s;
-}
+// A weight pointer as the kernels read it: fp32, or on a --bf16 run the bf16 it points at
+// (reg_op_weights hands bf16 weights through the ops' float pointers).
+const uint16_t *bf16_of(const float *w) { return (const uint16_t *)(const void *)w; }
 
-__global__ void upcast_scale_kernel(float *dst, const uint16_t *src, long n, int half, float s) {
-    GRID_STRIDE(i, n) dst[i] = half_to_f32_d(half, src[i]) * s;
-}
-
-// AdamW, zero.c's adam() term for term
-__global__ void adamw_kernel(float *w, float *m, float *v, const float *g, long n, float lr, float decay, float b1,
-                             float b2, float eps, float bc1, float bc2) {
-    GRID_STRIDE(j, n) {
-        float mj = b1 * m[j] + (1 - b1) * g[j];
-        float vj = b2 * v[j] + (1 - b2) * g[j] * g[j];
-        float denom = sqrtf(vj) / sqrtf(bc2) + eps;
-        m[j] = mj; v[j] = vj;
-        w[j] = w[j] * decay - (lr / bc1) * mj / denom;
-    }
-}
-
-// ---- deterministic double reductions: Σ f(i) for i < n -----------------------------------
-// Pass 1: kRedBlocks (at most) blocks each write a partial (grid-stride, fixed order for a
-// given n); pass 2: one block adds the partials in order. The partials live in a scratch that
-// is allocated once (one stream: calls never overlap).
-
-struct SumSqF { const float *x; __device__ double operator()(long i) const { double v = x[i]; return v * v; } };
 struct SumF { const float *x; __device__ double operator()(long i) const { return (double)x[i]; } };
-// zero.c: double g = half_to_f32(x) * unscale (a float product); g·g in double
-struct SumSqHalfF {
-    const uint16_t *x;
-    int half;
-    float s;
-    __device__ double operator()(long i) const { double g = half_to_f32_d(half, x[i]) * s; return g * g; }
-};
-
-template <class F> __global__ void reduce_partial_kernel(double *part, long n, F f) {
-    __shared__ double sh[32];
-    double acc = 0;
-    GRID_STRIDE(i, n) acc += f(i);
-    acc = block_sum(acc, sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = acc;
-}
-
-__global__ void reduce_final_kernel(double *out, const double *part, int nb) {
-    __shared__ double sh[32];
-    double acc = 0;
-    for (int k = threadIdx.x; k < nb; k += blockDim.x) acc += part[k];
-    acc = block_sum(acc, sh);
-    if (threadIdx.x == 0) *out = acc;
-}
-
-double *red_scratch;   // kRedBlocks partials + 1 result (cu_sum)
-
-double *scratch(void) {
-    if (!red_scratch) red_scratch = (double *)ted_alloc_dev(sizeof(double) * (kRedBlocks + 1), MEM_TEMP);
-    return red_scratch;
-}
-
-template <class F> void reduce(double *out, long n, F f) {
-    double *part = scratch();
-    if (n <= 0) {   // Σ over nothing
-        CU_CHECK(cudaMemsetAsync(out, 0, sizeof(double), cu_stream()));
-        return;
-    }
-    long nb = (n + kThreads - 1) / kThreads;
-    int blocks = (int)(nb < kRedBlocks ? nb : kRedBlocks);
-    reduce_partial_kernel<<<blocks, kThreads, 0, cu_stream()>>>(part, n, f);
-    CU_LAUNCH_CHECK();
-    reduce_final_kernel<<<1, kThreads, 0, cu_stream()>>>(out, part, blocks);
-    CU_LAUNCH_CHECK();
-}
 
 }   // namespace
 
@@ -422,80 +278,124 @@ template <class F> void reduce(double *out, long n, F f) {
 
 extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe,
                                    int B, int T, int d) {
+    PROF(PROF_ELEMENTWISE);
     long n = (long)B * T * d;
     if (n <= 0) return;
-    encoder_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, wte, v0, Vl, wpe, T, d,
-                                                                                   n);
+    if (cu_bf16())
+        encoder_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, bf16_of(wte), v0, Vl,
+                                                                                     bf16_of(wpe), T, d, n);
+    else
+        encoder_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, tok, wte, v0, Vl, wpe, T, d,
+                                                                                     n);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl,
                                     int B, int T, int d) {
+    PROF(PROF_ELEMENTWISE);
     long n = (long)B * T * d;
     if (n <= 0) return;
     if (dwpe) {
-        encoder_backward_pos_kernel<<<blocks_for((long)T * d, kThreads), kThreads, 0, cu_stream()>>>(dwpe, dout, B,
+        encoder_backward_pos_kernel<<<grid_for((long)T * d, kThreads), kThreads, 0, cu_stream()>>>(dwpe, dout, B,
                                                                                                     T, d);
         CU_LAUNCH_CHECK();
     }
     long N = (long)B * T;
-    encoder_backward_tok_kernel<<<blocks_for(N, kWarps), kThreads, 0, cu_stream()>>>(dwte, dout, tok, v0, Vl, d, N);
+    encoder_backward_tok_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dwte, dout, tok, v0, Vl, d, N);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                      const float *b, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
-    layernorm_forward_kernel<<<blocks_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
+    if (cu_bf16())
+        layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, bf16_of(w),
+                                                                                     bf16_of(b), N, d);
+    else layernorm_forward_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
-    layernorm_backward_inp_kernel<<<blocks_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
-                                                                                        rstd, N, d);
+    if (cu_bf16())
+        layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, bf16_of(w),
+                                                                                          mean, rstd, N, d);
+    else
+        layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
+                                                                                          rstd, N, d);
     CU_LAUNCH_CHECK();
-    layernorm_backward_par_kernel<<<blocks_for(d, 32), dim3(32, kColRows), 0, cu_stream()>>>(dw, db, dout, inp, mean,
+    layernorm_backward_par_kernel<<<grid_for(d, 32), dim3(32, kColRows), 0, cu_stream()>>>(dw, db, dout, inp, mean,
                                                                                               rstd, N, d);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
                                   int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0 || OC <= 0) return;
     // as ops.c: the bias first (set, or added to out), then out (+)= inp·w
     if (bias) {
         long n = N * OC;
-        bias_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
+        int g = grid_for(n, kThreads);
+        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
+        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
         CU_LAUNCH_CHECK();
     }
-    cu_gemm(0, 0, (int)N, OC, C, 1.0f, inp, C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+    // the weights are operands already; the activation is copied to bf16 on a bf16 run
+    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out,
+               OC);
 }
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
+    const void *g = cu_operand(dout, N * OC, 0);
     if (dinp)   // dinp[N,C] (+)= dout[N,OC]·w[C,OC]ᵀ
-        cu_gemm(0, 1, (int)N, C, OC, 1.0f, dout, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
-    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]
-        cu_gemm(1, 0, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+        cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
+    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]: the wgrad GEMM accumulates into the fp32 gradient
+        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
     if (dbias && OC > 0) {
-        colsum_add_kernel<<<blocks_for(OC, 32), dim3(32, kColRows), 0, cu_stream()>>>(dbias, dout, N, OC);
+        colsum_add_kernel<<<grid_for(OC, 32), dim3(32, kColRows), 0, cu_stream()>>>(dbias, dout, N, OC);
         CU_LAUNCH_CHECK();
     }
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, inp, n);
+    gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, inp, n);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
     CU_LAUNCH_CHECK();
+}
+
+// nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
+extern "C" void cu_linear_forward(float *out, long ldo, const float *inp, long ldi, const float *w, long N, int C,
+                                  int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0 || OC <= 0) return;
+    const void *a = cu_operand(inp, (N - 1) * ldi + C, 0);
+    cu_gemm_op(0, 1, (int)N, OC, C, 1.0f, a, (int)ldi, w, C, accumulate ? 1.0f : 0.0f, out, (int)ldo);
+}
+
+// dinp[N,C] (stride ldd) (+)= dout·w; dw[OC,C] += doutᵀ·inp (either may be NULL)
+extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float *dout, long ldo, const float *inp,
+                                   long ldi, const float *w, long N, int C, int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    const void *g = cu_operand(dout, (N - 1) * ldo + OC, 0);
+    if (dinp) cu_gemm_op(0, 0, (int)N, C, OC, 1.0f, g, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
+    if (dw)
+        cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, 1.0f, dw, C);
 }
 
 // The fused MLP pair of ops.c, here as the two kernels each (the bias already rides in the GEMM)
@@ -516,89 +416,73 @@ static int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 :
 
 extern "C" void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0,
                                     int Vl, int V) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
-    crossentropy_max_kernel<<<blocks_for(N, 1), kThreads, 0, cu_stream()>>>(mx, tl, logits, targets, N, v0, Vl,
+    crossentropy_max_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(mx, tl, logits, targets, N, v0, Vl,
                                                                             real_cols(v0, Vl, V));
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
-    crossentropy_exp_kernel<<<blocks_for(N, 1), kThreads, 0, cu_stream()>>>(sum, logits, mx, N, Vl,
+    crossentropy_exp_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(sum, logits, mx, N, Vl,
                                                                             real_cols(v0, Vl, V));
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_crossentropy_finish(float *losses, float *probs, const float *mx, const float *sum,
                                        const float *tl, long N, int Vl) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
-    crossentropy_finish_kernel<<<blocks_for(N, 1), kThreads, 0, cu_stream()>>>(losses, probs, mx, sum, tl, N, Vl);
+    crossentropy_finish_kernel<<<grid_for(N, 1), kThreads, 0, cu_stream()>>>(losses, probs, mx, sum, tl, N, Vl);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale) {
+    PROF(PROF_LOSS);
     long n = N * Vl;
     if (n <= 0) return;
-    crossentropy_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(probs, targets, N, v0, Vl,
+    crossentropy_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(probs, targets, N, v0, Vl,
                                                                                          scale);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_residual_forward(float *out, const float *a, const float *b, long n) {
+    PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    residual_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, a, b, n);
+    residual_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(out, a, b, n);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_half_to_f32(float *dst, const uint16_t *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
-    half_to_f32_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
+    half_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
-    f32_to_half_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
+    f32_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void cu_half_accumulate(uint16_t *dst, const float *src, long n, int half) {
+    PROF(PROF_CAST);
     if (n <= 0) return;
-    half_accumulate_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
-    CU_LAUNCH_CHECK();
-}
-
-extern "C" void cu_scale(float *x, long n, float s) {
-    if (n <= 0) return;
-    scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(x, n, s);
-    CU_LAUNCH_CHECK();
-}
-
-extern "C" void cu_sumsq(double *out, const float *x, long n) { reduce(out, n, SumSqF{x}); }
-
-extern "C" void cu_sumsq_half(double *out, const uint16_t *x, long n, int half, float s) {
-    reduce(out, n, SumSqHalfF{x, half, s});
-}
-
-extern "C" void cu_upcast_scale(float *dst, const uint16_t *src, long n, int half, float s) {
-    if (n <= 0) return;
-    upcast_scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half, s);
-    CU_LAUNCH_CHECK();
-}
-
-extern "C" void cu_adamw(float *w, float *m, float *v, const float *g, long n, float lr, float decay, float b1,
-                         float b2, float eps, float bc1, float bc2) {
-    if (n <= 0) return;
-    adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, cu_stream()>>>(w, m, v, g, n, lr, decay, b1, b2, eps, bc1,
-                                                                         bc2);
+    half_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" double cu_sum(const float *x, long n) {
+    PROF(PROF_LOSS);
     if (n <= 0) return 0.0;
-    double *d = scratch() + kRedBlocks, h = 0;   // the result, after the partials
-    reduce(d, n, SumF{x});
+    double *d = red_scratch() + kRedBlocks, h = 0;   // the result, after the partials
+    reduce_sum(d, n, SumF{x});
     CU_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, cu_stream()));
-    CU_CHECK(cudaStreamSynchronize(cu_stream()));
+    cu_prof_count(PROF_COPY, 1);
+    cu_stream_sync();
     return h;
 }

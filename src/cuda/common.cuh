@@ -1,0 +1,148 @@
+// common.cuh — the device helpers every .cu of the CUDA backend shares: launch sizes, the
+// grid-stride and row loops, warp and block reductions, the 16-bit formats bit for bit as
+// core/half.h, reads of a weight in its storage type, and the deterministic double
+// reduction. Included by the .cu files only (after cuda_ops.h).
+//
+// Conventions: flat row-major buffers, shapes in the comments; long indices; grid-stride
+// loops, so any grid size is correct; every launch checked. Reductions are deterministic (a
+// fixed order for given sizes); no atomics.
+#pragma once
+#include "cuda_ops.h"
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace cu {
+
+constexpr int kThreads = 256;            // threads per block of the 1-D kernels (8 warps)
+constexpr int kWarps = kThreads / 32;
+constexpr long kMaxBlocks = 32768;       // grid-stride loops cover the rest
+constexpr int kRedBlocks = 512;          // blocks of the first pass of the double reductions
+
+// blocks for a grid-stride loop over n items, `per` items per block (at most kMaxBlocks)
+static inline int grid_for(long n, long per) {
+    long b = (n + per - 1) / per;
+    return (int)(b < 1 ? 1 : b < kMaxBlocks ? b : kMaxBlocks);
+}
+// blocks for one thread (or warp) per item: every item gets its own
+static inline unsigned blocks_for(long n, long per) {
+    long b = (n + per - 1) / per;
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+}   // namespace cu
+
+#define GRID_STRIDE(i, n) \
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+// one warp per row i < N (all 32 lanes of a warp take the same rows: warp-uniform loop)
+#define WARP_ROWS(i, N)                                                              \
+    for (long i = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < (N); \
+         i += (long)gridDim.x * (blockDim.x >> 5))
+// one block per row i < N
+#define BLOCK_ROWS(i, N) for (long i = blockIdx.x; i < (N); i += gridDim.x)
+
+// ---- warp and block reductions ----------------------------------------------------------
+
+template <class T> static __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// the comparison of ops.c's max loops (a NaN never wins)
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024), returned to every
+// thread; sh holds 32 T. All threads of the block must call it (it synchronises). The warp
+// totals are added in warp order by every thread: deterministic, no broadcast needed.
+template <class T> static __device__ T block_sum(T v, T *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();                     // sh may still be read from the previous call
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    T r = 0;
+    for (int k = 0; k < nw; k++) r += sh[k];
+    return r;
+}
+
+static __device__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int k = 1; k < nw; k++) r = sh[k] > r ? sh[k] : r;
+    return r;
+}
+
+// ---- 16-bit formats, bit for bit as half.h (kind 1 = bf16, 2 = fp16) --------------------
+
+static __device__ __forceinline__ float half_to_f32_d(int kind, uint16_t h) {
+    if (kind == 1) return __uint_as_float((unsigned)h << 16);
+    return __half2float(__ushort_as_half(h));
+}
+
+static __device__ __forceinline__ uint16_t half_from_f32_d(int kind, float f) {
+    if (kind == 1) {   // bf16: round to nearest even, NaN kept a NaN — half.h's integer recipe
+        unsigned u = __float_as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return (uint16_t)(u >> 16);
+    }
+    return __half_as_ushort(__float2half_rn(f));   // fp16: round to nearest even (as _Float16)
+}
+
+// A weight element as fp32: weights are fp32 (W = float) or, on a --bf16 run, bf16 (W = uint16_t)
+static __device__ __forceinline__ float ldw(const float *w, long i) { return w[i]; }
+static __device__ __forceinline__ float ldw(const uint16_t *w, long i) { return half_to_f32_d(1, w[i]); }
+// w[i] as fp32, 0 when w is NULL (an optional bias)
+template <class W> static __device__ __forceinline__ float ldw_or0(const W *w, long i) { return w ? ldw(w, i) : 0.0f; }
+
+// ---- deterministic double reductions: Σ f(i) for i < n -----------------------------------
+// Pass 1: kRedBlocks (at most) blocks each write a partial (grid-stride, fixed order for a
+// given n); pass 2: one block adds the partials in order. The partials live in a scratch of
+// each .cu that is allocated once (one stream: calls never overlap).
+
+template <class F> static __global__ void reduce_partial_kernel(double *part, long n, F f) {
+    __shared__ double sh[32];
+    double acc = 0;
+    GRID_STRIDE(i, n) acc += f(i);
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+static __global__ void reduce_final_kernel(double *out, const double *part, int nb) {
+    __shared__ double sh[32];
+    double acc = 0;
+    for (int k = threadIdx.x; k < nb; k += blockDim.x) acc += part[k];
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+// kRedBlocks partials + 1 result, made at the first use
+static double *red_scratch(void) {
+    static double *p;
+    if (!p) p = (double *)ted_alloc_dev(sizeof(double) * (cu::kRedBlocks + 1), MEM_TEMP);
+    return p;
+}
+
+// *out (device) = Σ_{i<n} f(i) in double
+template <class F> static void reduce_sum(double *out, long n, F f) {
+    double *part = red_scratch();
+    if (n <= 0) {   // Σ over nothing
+        CU_CHECK(cudaMemsetAsync(out, 0, sizeof(double), cu_stream()));
+        return;
+    }
+    long nb = (n + cu::kThreads - 1) / cu::kThreads;
+    int blocks = (int)(nb < cu::kRedBlocks ? nb : cu::kRedBlocks);
+    reduce_partial_kernel<<<blocks, cu::kThreads, 0, cu_stream()>>>(part, n, f);
+    CU_LAUNCH_CHECK();
+    reduce_final_kernel<<<1, cu::kThreads, 0, cu_stream()>>>(out, part, blocks);
+    CU_LAUNCH_CHECK();
+}
