@@ -8,6 +8,7 @@
 #include "moe/experts.h"
 #include "core/half.h"
 #include "nn/ops.h"
+#include "nn/gemm.h"
 #include "model/routing.h"
 #include "model/llama.h"
 #include "nn/rmsnorm.h"
@@ -516,6 +517,7 @@ static void working_copies(const Model *M, long *head, long *big) {
 }
 
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    gemm_setup(cfg->bf16 && ted_device == DEV_CPU);   // the GEMMs' compute mode (nn/gemm.h)
     build_meta(M, cfg, topo, Bmax, T);
     alloc_params(M);
     if (M->llama) llama_build(M);

@@ -5,6 +5,7 @@
 #include "parallel/comm.h"
 #include "nn/ops.h"
 #include "nn/linear.h"
+#include "nn/gemm.h"
 #include "core/rng.h"
 #include <math.h>
 #include <stdio.h>
@@ -133,15 +134,20 @@ static void accumulate(Model *M, int l, long N, const RouterStats *st0, const Ro
 }
 
 // out[N,E] = in·router: gpt2's router is [d, E], llama's (Mixtral's gate) [E, d] as nn.Linear.
+// In fp32 under bf16 compute too (the router's logits stay fp32).
 static void gate_forward(Model *M, float *out, const float *in, int w, long N) {
+    int was = gemm_fp32_only(1);
     if (M->llama) linear_forward(out, M->E, in, M->d, PW(w), N, M->d, M->E, 0);
     else matmul_forward(out, in, PW(w), NULL, N, M->d, M->E, 0);
+    gemm_fp32_only(was);
 }
 
-// dinp[N,d] (= or += by acc) and the router's gradient from dout[N,E]
+// dinp[N,d] (= or += by acc) and the router's gradient from dout[N,E], in fp32
 static void gate_backward(Model *M, float *dinp, int w, const float *dout, const float *in, long N, int acc) {
+    int was = gemm_fp32_only(1);
     if (M->llama) linear_backward(dinp, M->d, PG(w), dout, M->E, in, M->d, PW(w), N, M->d, M->E, acc);
     else matmul_backward(dinp, PG(w), NULL, dout, in, PW(w), N, M->d, M->E, acc);
+    gemm_fp32_only(was);
 }
 
 void routing_forward(Model *M, int l, long N, int recompute, int generate) {
