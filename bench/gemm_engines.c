@@ -129,10 +129,10 @@ int main(int argc, char **argv) {
     X = ted_alloc(sizeof(float) * big, MEM_TEMP); Y = ted_alloc(sizeof(float) * big, MEM_TEMP);
     Z = ted_alloc(sizeof(float) * big, MEM_TEMP);
     for (long i = 0; i < big; i++) { X[i] = (float)(i % 13) * 0.01f - 0.06f; Y[i] = (float)(i % 7) * 0.01f - 0.03f; }
-    char about[64];
-    onednn_about(about, sizeof about);
-    printf("OpenBLAS %s | %s | %d thread(s) | CPU time, medians of %d alternated runs\n", openblas_get_corename(), about,
-           omp_get_max_threads(), o.runs);
+    char version[32];
+    onednn_version(version, sizeof version);
+    printf("OpenBLAS %s | %s, %s | %d thread(s) | CPU time, medians of %d alternated runs\n", openblas_get_corename(),
+           version, onednn_isa(), omp_get_max_threads(), o.runs);
     printf("%-30s %6s %9s %9s %7s %-22s\n", "product", "calls", "OpenBLAS", "oneDNN", "ratio", "oneDNN kernel");
     double tot[2] = {0, 0}, best = 0;
     for (int i = 0; i < np; i++) {
