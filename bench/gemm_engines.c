@@ -1,8 +1,9 @@
 // gemm_engines.c — OpenBLAS's sgemm against oneDNN's fp32 matmul (as ted calls it: nn/onednn.h,
 // the primitive cache included) on the products of one training step of a model, with ted's
-// transposes and strides. For each product: GFLOP/s by CPU time on each engine, medians of
-// --runs runs alternated (OpenBLAS first in even runs, oneDNN first in odd ones), each run of
-// enough calls for about 2 GFLOP. Attention's products are timed together, per head, forward and
+// transposes and strides; where the CPU has bf16 instructions, a third column: the same products in
+// bf16 compute as ted runs them (gemm_cpu: rounding and packing the fp32 operands, oneDNN's bf16
+// matmul). For each product: GFLOP/s by CPU time on each engine, medians of --runs runs alternated
+// (the engines' order turns each run), each run of enough calls for about 2 GFLOP. Attention's products are timed together, per head, forward and
 // backward (ops.c's causal blocks of 64, one superblock: T ≤ 512). The step total weighs each
 // product by its calls per step. Run it on one thread:
 //   OMP_NUM_THREADS=1 build/gemm_engines [--B 8 --T 256 --d 256 --f 1024 --E 8 --k 2 --V 256 --H 4
@@ -10,6 +11,7 @@
 // (the defaults: ted bench's model; configs/moby.json: --B 16 --T 128 --E 4 --moe-every 2 --cf 1.25)
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "nn/gemm.h"
 #include "nn/onednn.h"
 #include <cblas.h>
 #include <math.h>
@@ -24,8 +26,9 @@ typedef struct { char name[48]; Mm mm[64]; int n; double calls; } Prod;   // n p
 
 static float *X, *Y, *Z;   // operands big enough for every product
 
-static void run_mm(int dnnl, const Mm *m) {
-    if (dnnl) onednn_matmul(ONEDNN_F32, m->ta, m->tb, m->M, m->N, m->K, m->alpha, X, m->lda, Y, m->ldb, m->beta, Z, m->ldc);
+static void run_mm(int engine, const Mm *m) {   // 0 OpenBLAS, 1 oneDNN fp32, 2 bf16 compute
+    if (engine == 2) gemm_cpu(m->ta, m->tb, m->M, m->N, m->K, m->alpha, X, m->lda, Y, m->ldb, m->beta, Z, m->ldc);
+    else if (engine == 1) onednn_matmul(ONEDNN_F32, m->ta, m->tb, m->M, m->N, m->K, m->alpha, X, m->lda, Y, m->ldb, m->beta, Z, m->ldc);
     else cblas_sgemm(CblasRowMajor, m->ta ? CblasTrans : CblasNoTrans, m->tb ? CblasTrans : CblasNoTrans, m->M, m->N,
                      m->K, m->alpha, X, m->lda, Y, m->ldb, m->beta, Z, m->ldc);
 }
@@ -37,12 +40,12 @@ static double flops_of(const Prod *p) {
 }
 
 // CPU ms of one pass over p's products (the mean over enough calls for ~2 GFLOP)
-static double time_prod(int dnnl, const Prod *p) {
+static double time_prod(int engine, const Prod *p) {
     int reps = (int)ceil(2e9 / flops_of(p));
-    for (int i = 0; i < p->n; i++) run_mm(dnnl, &p->mm[i]);   // warm: the primitives made
+    for (int i = 0; i < p->n; i++) run_mm(engine, &p->mm[i]);   // warm: the primitives made
     double t0 = cpu_ms();
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i < p->n; i++) run_mm(dnnl, &p->mm[i]);
+        for (int i = 0; i < p->n; i++) run_mm(engine, &p->mm[i]);
     return (cpu_ms() - t0) / reps;
 }
 
@@ -133,22 +136,31 @@ int main(int argc, char **argv) {
     onednn_version(version, sizeof version);
     printf("OpenBLAS %s | %s, %s | %d thread(s) | CPU time, medians of %d alternated runs\n", openblas_get_corename(),
            version, onednn_isa(), omp_get_max_threads(), o.runs);
-    printf("%-30s %6s %9s %9s %7s %-22s\n", "product", "calls", "OpenBLAS", "oneDNN", "ratio", "oneDNN kernel");
-    double tot[2] = {0, 0}, best = 0;
+    gemm_setup(1);   // bf16 compute where the CPU has it
+    int ne = gemm_bf16_compute() ? 3 : 2;
+    printf("%-30s %6s %9s %9s %7s %-16s%s\n", "product", "calls", "OpenBLAS", "oneDNN", "ratio", "oneDNN kernel",
+           ne == 3 ? "      bf16  bf16/OpenBLAS" : "");
+    double tot[3] = {0, 0, 0}, best = 0;
     for (int i = 0; i < np; i++) {
-        double t[2][15];
+        double t[3][15], med[3];
         for (int r = 0; r < o.runs; r++)
-            for (int j = 0; j < 2; j++) { int e = (r & 1) ? 1 - j : j; t[e][r] = time_prod(e, &P[i]); }
-        qsort(t[0], o.runs, sizeof(double), cmp); qsort(t[1], o.runs, sizeof(double), cmp);
-        double mb = t[0][o.runs / 2], md = t[1][o.runs / 2], fl = flops_of(&P[i]);
+            for (int j = 0; j < ne; j++) { int e = (j + r) % ne; t[e][r] = time_prod(e, &P[i]); }
+        for (int e = 0; e < ne; e++) { qsort(t[e], o.runs, sizeof(double), cmp); med[e] = t[e][o.runs / 2]; tot[e] += P[i].calls * med[e]; }
+        double fl = flops_of(&P[i]);
         const Mm *m = &P[i].mm[0];
         char kernel[64];
         onednn_kernel(ONEDNN_F32, m->ta, m->tb, m->M, m->N, m->K, m->lda, m->ldb, m->ldc, kernel, sizeof kernel);
-        printf("%-30s %6.0f %9.1f %9.1f %7.2f %-22s\n", P[i].name, P[i].calls, fl / mb / 1e6, fl / md / 1e6, mb / md,
-               kernel);
-        tot[0] += P[i].calls * mb; tot[1] += P[i].calls * md; best += P[i].calls * (mb < md ? mb : md);
+        printf("%-30s %6.0f %9.1f %9.1f %7.2f %-16s", P[i].name, P[i].calls, fl / med[0] / 1e6, fl / med[1] / 1e6,
+               med[0] / med[1], kernel);
+        if (ne == 3) printf(" %9.1f %7.2f", fl / med[2] / 1e6, med[0] / med[2]);
+        printf("\n");
+        best += P[i].calls * (med[0] < med[1] ? med[0] : med[1]);
     }
-    printf("step's products: OpenBLAS %.1f ms, oneDNN %.1f ms, the faster per product %.1f ms (GFLOP/s columns; "
-           "ratio = OpenBLAS time / oneDNN time)\n", tot[0], tot[1], best);
+    printf("step's products (experts at capacity): OpenBLAS %.1f ms, oneDNN fp32 %.1f ms, the faster per product %.1f ms",
+           tot[0], tot[1], best);
+    if (ne == 3) printf(", bf16 compute %.1f ms", tot[2]);
+    char line[512];
+    gemm_describe(line, sizeof line);
+    printf("\n(GFLOP/s columns; ratios = OpenBLAS time / the other's)\n%s\n", line);
     return 0;
 }

@@ -114,20 +114,26 @@ static void round_row(void *dst, int bf, const float *src, int n) {
     }
 }
 
-// Rows r0..r1−1 of the packed [pr, pc] matrix (element size es) of op(src), src rows ld apart.
+// Rows r0..r1−1 (at most TILE) of the packed [pr, pc] matrix (element size es) of op(src), src rows
+// ld apart; transposed, a TILE × TILE block at a time through t, so that src is read along its rows.
 static void pack_rows(char *dst, int bf, size_t es, const float *src, int ld, int trans, int rows, int cols,
                       int pc, int r0, int r1) {
-    float t[TILE];
+    float t[TILE][TILE];
+    int h = (rows < r1 ? rows : r1) - r0;   // rows of op(src) here; the rest is padding
     for (int r = r0; r < r1; r++) {
         char *d = dst + (size_t)r * pc * es;
-        memset(d, 0, (size_t)pc * es);
-        if (r >= rows) continue;
-        if (!trans) { round_row(d, bf, src + (long)r * ld, cols); continue; }
-        for (int c0 = 0; c0 < cols; c0 += TILE) {   // a column of src, gathered a tile at a time
-            int w = cols - c0 < TILE ? cols - c0 : TILE;
-            for (int c = 0; c < w; c++) t[c] = src[(long)(c0 + c) * ld + r];
-            round_row(d + (size_t)c0 * es, bf, t, w);
+        int from = r - r0 < h ? cols : 0;
+        memset(d + (size_t)from * es, 0, (size_t)(pc - from) * es);
+        if (!trans && r - r0 < h) round_row(d, bf, src + (long)r * ld, cols);
+    }
+    if (!trans || h <= 0) return;
+    for (int c0 = 0; c0 < cols; c0 += TILE) {
+        int w = cols - c0 < TILE ? cols - c0 : TILE;
+        for (int c = 0; c < w; c++) {
+            const float *s = src + (long)(c0 + c) * ld + r0;
+            for (int r = 0; r < h; r++) t[r][c] = s[r];
         }
+        for (int r = 0; r < h; r++) round_row(dst + ((size_t)(r0 + r) * pc + c0) * es, bf, t[r], w);
     }
 }
 
