@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bf16 compute on the CPU (SPEC §8.5; nn/gemm.h), whole runs:
+# bf16 compute on the CPU (docs/gemm.md, nn/gemm.h), whole runs:
 #  - the start-up line names the engine: bf16 compute under --bf16, fp32 without it;
-#  - bf16 compute is deterministic: the same run twice gives the same bits (SPEC §3);
+#  - bf16 compute is deterministic: the same run twice gives the same bits;
 #  - bf16 compute tracks fp32 (no --bf16) on the test models (GPT MoE with capacity and dropless, a
 #    dense GPT, a llama MoE): every step's loss, lm_loss and val_loss within 1 % over 40 steps. Why 1 %: rounding each
 #    GEMM input to bf16 moves it by up to 2⁻⁹ (0.2 %), which moves the first losses by about 0.1 %;
