@@ -220,64 +220,83 @@ static int same_routing(Model *M, const int *ref, long N) {
     return same;
 }
 
-static void test_model(const char *name, int llama) {
-    Config c;
-    config_defaults(&c);
-    ModelConfig *m = &c.model;
-    m->vocab_size = 11; m->n_positions = 8; m->n_embd = 16; m->n_layer = 2; m->n_head = 2; m->n_inner = 24;
-    m->num_experts = 4; m->top_k = 2; m->moe_every = 1; m->capacity_factor = 0; m->aux_coef = 0.05f;
-    if (llama) { m->arch = ARCH_LLAMA; m->n_kv_head = 1; m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; }
-    int B = 4, T = 6, tok[24], tgt[24];
-    Topology topo;
-    topo_init(&topo, 1, 1, 1);
-    Model M;
-    model_build(&M, &c, &topo, B, T);   // fp32 storage: compute() picks the GEMMs' inputs
-    long n = 0;
-    for (int i = 0; i < M.reg.n; i++) {
-        Param *p = &M.reg.p[i];
-        // routers 10× larger: choices far from ties, so bf16's rounding moves no token to another expert
-        float sc = strstr(p->name, "router") || strstr(p->name, "moe.gate.") ? 2.0f : p->ndim == 2 ? 0.2f : 0.1f;
-        for (long j = 0; j < p->numel; j++) p->w[j] = (strstr(p->name, "weight") && p->ndim == 1 ? 1.0f : 0.0f) + sc * randn();
-        n += p->numel;
-    }
-    for (int i = 0; i < B * T; i++) { tok[i] = (i * 7 + 3) % 11; tgt[i] = (i * 5 + 1) % 11; }
-    float *g = buf(n), *g32 = buf(n);
-    compute(0); grads_of(&M, tok, tgt, B, T, g32);
-    compute(1); grads_of(&M, tok, tgt, B, T, g);
-    compute(1); model_loss(&M, tok, tgt, B, T);
-    int *ref = routing_of(&M, B * T);   // bf16 compute's; fp32's must be the same for the check to hold
-    compute(0); model_loss(&M, tok, tgt, B, T);
-    int routed = same_routing(&M, ref, B * T), coords = 0, flips = 0;
-    double worst = 0;   // |fd − an| against the larger of |fd| and the tensor's gradient RMS (fp32 compute)
-    const char *wname = "";
-    long o = 0;
-    for (int i = 0; i < M.reg.n; o += M.reg.p[i].numel, i++) {
-        Param *p = &M.reg.p[i];
+typedef struct { Model M; int tok[24], tgt[24], B, T; } ModelCase;
+
+// The worst |fd − an| (fp32 differences, g from bf16 compute) against the larger of |fd| and the
+// tensor's gradient RMS (g32, fp32 compute), 3 coordinates per tensor; those whose differences move
+// a token to other experts than ref's are skipped (flips).
+static double model_fd(ModelCase *mc, const float *g, const float *g32, const int *ref, int *coords, int *flips,
+                       const char **wname) {
+    Model *M = &mc->M;
+    double worst = 0;
+    long o = 0, N = (long)mc->B * mc->T;
+    for (int i = 0; i < M->reg.n; o += M->reg.p[i].numel, i++) {
+        Param *p = &M->reg.p[i];
         double rms = 0;
         for (long j = 0; j < p->numel; j++) rms += (double)g32[o + j] * g32[o + j];
         rms = sqrt(rms / p->numel) + 1e-12;
         for (int r = 0; r < 3; r++) {
             long j = (long)(rng_at(11, (uint64_t)i, (uint64_t)r) % (uint64_t)p->numel);
             float keep = p->w[j], h = 2e-3f;
-            p->w[j] = keep + h; double fp = model_loss(&M, tok, tgt, B, T);
-            int flip = !same_routing(&M, ref, B * T);
-            p->w[j] = keep - h; double fm = model_loss(&M, tok, tgt, B, T);
-            flip |= !same_routing(&M, ref, B * T);
+            p->w[j] = keep + h; double fp = model_loss(M, mc->tok, mc->tgt, mc->B, mc->T);
+            int flip = !same_routing(M, ref, N);
+            p->w[j] = keep - h; double fm = model_loss(M, mc->tok, mc->tgt, mc->B, mc->T);
+            flip |= !same_routing(M, ref, N);
             p->w[j] = keep;
-            if (flip) { flips++; continue; }   // a routing choice changed: no derivative there
+            if (flip) { (*flips)++; continue; }   // a routing choice changed: no derivative there
             double fd = (fp - fm) / (2.0 * h), e = fabs(fd - g[o + j]) / fmax(fabs(fd), rms);
-            if (e > worst) { worst = e; wname = p->name; }
-            coords++;
+            if (e > worst) { worst = e; *wname = p->name; }
+            (*coords)++;
         }
     }
+    return worst;
+}
+
+// A small MoE model with fp32 storage (compute() picks the GEMMs' inputs); returns its parameter count.
+static long model_case(ModelCase *mc, int llama) {
+    Config c;
+    config_defaults(&c);
+    ModelConfig *m = &c.model;
+    m->vocab_size = 11; m->n_positions = 8; m->n_embd = 16; m->n_layer = 2; m->n_head = 2; m->n_inner = 24;
+    m->num_experts = 4; m->top_k = 2; m->moe_every = 1; m->capacity_factor = 0; m->aux_coef = 0.05f;
+    if (llama) { m->arch = ARCH_LLAMA; m->n_kv_head = 1; m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; }
+    mc->B = 4; mc->T = 6;
+    Topology topo;
+    topo_init(&topo, 1, 1, 1);
+    model_build(&mc->M, &c, &topo, mc->B, mc->T);
+    long n = 0;
+    for (int i = 0; i < mc->M.reg.n; i++) {
+        Param *p = &mc->M.reg.p[i];
+        // routers 10× larger: choices far from ties, so bf16's rounding moves no token to another expert
+        float sc = strstr(p->name, "router") || strstr(p->name, "moe.gate.") ? 2.0f : p->ndim == 2 ? 0.2f : 0.1f;
+        for (long j = 0; j < p->numel; j++) p->w[j] = (strstr(p->name, "weight") && p->ndim == 1 ? 1.0f : 0.0f) + sc * randn();
+        n += p->numel;
+    }
+    for (int i = 0; i < mc->B * mc->T; i++) { mc->tok[i] = (i * 7 + 3) % 11; mc->tgt[i] = (i * 5 + 1) % 11; }
+    return n;
+}
+
+static void test_model(const char *name, int llama) {
+    ModelCase mc;
+    long n = model_case(&mc, llama), N = (long)mc.B * mc.T;
+    float *g = buf(n), *g32 = buf(n);
+    compute(0); grads_of(&mc.M, mc.tok, mc.tgt, mc.B, mc.T, g32);
+    compute(1); grads_of(&mc.M, mc.tok, mc.tgt, mc.B, mc.T, g);
+    model_loss(&mc.M, mc.tok, mc.tgt, mc.B, mc.T);
+    int *ref = routing_of(&mc.M, N);   // bf16 compute's; fp32's must be the same for the check to hold
+    compute(0); model_loss(&mc.M, mc.tok, mc.tgt, mc.B, mc.T);
+    int routed = same_routing(&mc.M, ref, N), coords = 0, flips = 0;
+    const char *wname = "";
+    double worst = model_fd(&mc, g, g32, ref, &coords, &flips, &wname), moved = scaled_diff(g, g32, n);
     ted_free(ref);
+    compute(1);
     printf("  %d coordinates, %d skipped (routing flip), worst in %s; routing in bf16 = fp32: %s\n", coords, flips, wname,
            routed ? "yes" : "NO");
-    compute(1);
     char what[96];
-    snprintf(what, sizeof what, "model %s (err; vs fp32 compute %.1e)", name, scaled_diff(g, g32, n));
-    report(what, routed && flips * 4 < coords && worst < MODEL_TOL && scaled_diff(g, g32, n) > 1e-5, "%.2e", worst);
-    model_free(&M);
+    snprintf(what, sizeof what, "model %s (err; vs fp32 compute %.1e)", name, moved);
+    report(what, routed && flips * 4 < coords && worst < MODEL_TOL && moved > 1e-5, "%.2e", worst);
+    model_free(&mc.M);
+    ted_free(g); ted_free(g32);
 }
 
 int main(int argc, char **argv) {
