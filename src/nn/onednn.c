@@ -183,11 +183,6 @@ void onednn_version(char *out, size_t n) {
 
 const char *onednn_isa(void) { return isa_name(dnnl_get_effective_cpu_isa()); }
 
-int onednn_avx512(void) {
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-}
-
 int onednn_cached(void) {
     int n = 0;
     #pragma omp critical(onednn_cache)

@@ -16,10 +16,9 @@ int onednn_matmul(OnednnType t, int ta, int tb, int M, int N, int K, float alpha
 // out; returns -1 (out "none") where it has none.
 int onednn_kernel(OnednnType t, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, char *out, size_t n);
 // oneDNN's version ("oneDNN 2.6.3") and the instruction set it runs here ("avx2",
-// "avx512_core_bf16", "avx512_core_amx", ...); whether that set has AVX-512.
+// "avx512_core_bf16", "avx512_core_amx", ...).
 void onednn_version(char *out, size_t n);
 const char *onednn_isa(void);
-int onednn_avx512(void);
 // Primitives the cache holds now, and the most it holds.
 int onednn_cached(void);
 int onednn_cache_capacity(void);
