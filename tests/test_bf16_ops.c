@@ -220,7 +220,7 @@ static int same_routing(Model *M, const int *ref, long N) {
     return same;
 }
 
-typedef struct { Model M; int tok[24], tgt[24], B, T; } ModelCase;
+typedef struct { Config c; Topology topo; Model M; int tok[24], tgt[24], B, T; } ModelCase;   // M points at topo
 
 // The worst |fd − an| (fp32 differences, g from bf16 compute) against the larger of |fd| and the
 // tensor's gradient RMS (g32, fp32 compute), 3 coordinates per tensor; those whose differences move
@@ -254,16 +254,14 @@ static double model_fd(ModelCase *mc, const float *g, const float *g32, const in
 
 // A small MoE model with fp32 storage (compute() picks the GEMMs' inputs); returns its parameter count.
 static long model_case(ModelCase *mc, int llama) {
-    Config c;
-    config_defaults(&c);
-    ModelConfig *m = &c.model;
+    config_defaults(&mc->c);
+    ModelConfig *m = &mc->c.model;
     m->vocab_size = 11; m->n_positions = 8; m->n_embd = 16; m->n_layer = 2; m->n_head = 2; m->n_inner = 24;
     m->num_experts = 4; m->top_k = 2; m->moe_every = 1; m->capacity_factor = 0; m->aux_coef = 0.05f;
     if (llama) { m->arch = ARCH_LLAMA; m->n_kv_head = 1; m->expert_type = EXPERT_SWIGLU; m->router = ROUTER_MIXTRAL; }
     mc->B = 4; mc->T = 6;
-    Topology topo;
-    topo_init(&topo, 1, 1, 1);
-    model_build(&mc->M, &c, &topo, mc->B, mc->T);
+    topo_init(&mc->topo, 1, 1, 1);
+    model_build(&mc->M, &mc->c, &mc->topo, mc->B, mc->T);
     long n = 0;
     for (int i = 0; i < mc->M.reg.n; i++) {
         Param *p = &mc->M.reg.p[i];

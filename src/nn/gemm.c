@@ -201,9 +201,9 @@ void gemm_engine_name(char *engine, size_t ne, char *kernel, size_t nk) {
 // fp32 products: the engines and kernels
 static void describe_f32(char *out, size_t n) {
     char kernel[64];
+    if (G.pick != PICK_ONEDNN) { snprintf(out, n, "fp32 on OpenBLAS sgemm (%s kernels)", openblas_get_corename()); return; }
     kernel_1024(ONEDNN_F32, kernel, sizeof kernel);
-    if (G.pick == PICK_ONEDNN) snprintf(out, n, "fp32 on oneDNN's matmul (TED_GEMM=onednn), kernel %s", kernel);
-    else snprintf(out, n, "fp32 on OpenBLAS sgemm (%s kernels)", openblas_get_corename());
+    snprintf(out, n, "fp32 on oneDNN's matmul (TED_GEMM=onednn), kernel %s", kernel);
 }
 
 void gemm_describe(char *out, size_t n) {
