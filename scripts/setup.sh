@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev libdnnl-dev
       libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy nodejs npm
       clang    # clang: the ASan + UBSan build and the libFuzzer harnesses (tests/test_sanitize.sh)
       python3-protobuf)   # an independent reader of the TensorBoard event files (tests/test_monitor.sh)

@@ -18,6 +18,10 @@ foreach(src ${TED_C_TESTS})
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(${name} PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endforeach()
+# test_bf16_ops runs in emulated bf16 compute; test_bf16_ops_native runs the same checks on the CPU's
+# bf16 instructions through oneDNN (exit 77, skipped, on a CPU without them)
+add_test(NAME test_bf16_ops_native COMMAND test_bf16_ops --native WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_bf16_ops_native PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 file(GLOB TED_SH_TESTS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(src ${TED_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)
@@ -26,6 +30,12 @@ foreach(src ${TED_SH_TESTS})
     "TED=$<TARGET_FILE:ted>;TED_ROOT=${CMAKE_SOURCE_DIR};PYTHON=/usr/bin/python3;TED_TMP=${CMAKE_BINARY_DIR}/testtmp/${name};OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# test_bf16_compute.sh runs in emulated bf16 compute; test_bf16_compute_native on the CPU's bf16
+# instructions (exit 77, skipped, without them)
+add_test(NAME test_bf16_compute_native COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_bf16_compute.sh
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_bf16_compute_native PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT
+  "TED=$<TARGET_FILE:ted>;TED_ROOT=${CMAKE_SOURCE_DIR};PYTHON=/usr/bin/python3;TED_TMP=${CMAKE_BINARY_DIR}/testtmp/test_bf16_compute_native;OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;TED_BF16_NATIVE=1")
 # tests/test_cuda_emu.sh and test_zero_offload_emu.sh run the GPU path under the CPU emulation: it needs ted_emu (and exits
 # 77 without it); test_upcycle.sh checks --init-from --device cuda under it where it is built
 if(TARGET ted_emu)
@@ -53,6 +63,11 @@ set(TED_TEST_LABELS
   test_sanitize=config,io
   test_grad=nn,moe,model
   test_sparse_attention=nn
+  test_gemm=nn
+  test_bf16_ops=nn,moe,model
+  test_bf16_ops_native=nn,moe,model
+  test_bf16_compute=nn,model,mpi
+  test_bf16_compute_native=nn,model,mpi
   test_sparse_model=nn,model
   test_sparse_cli=nn,config
   test_mpi_sparse=nn,parallel,mpi

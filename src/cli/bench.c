@@ -8,6 +8,7 @@
 #include "core/util.h"
 #include "io/agree.h"
 #include "model/mfu.h"
+#include "nn/gemm.h"
 #include "parallel/adam.h"
 #include "run/run.h"
 #include "run/threads.h"
@@ -24,8 +25,9 @@ static void help(void) {
            "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
            "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
            "  Prints ms/step (wall; and the process's CPU time per step, which a shared machine\n"
-           "  inflates less), tokens/s and MFU against the sgemm peak measured here; mfu_cpu is the same\n"
-           "  by CPU time: rank 0's FLOPs per core-second against one core's sgemm rate timed the same way;\n"
+           "  inflates less), tokens/s and MFU against the GEMM peak measured here (sgemm; the bf16 GEMM's\n"
+           "  under bf16 compute); mfu_cpu is the same by CPU time: rank 0's FLOPs per core-second against\n"
+           "  one core's GEMM rate timed the same way; gemm_engine and gemm_kernel name the CPU GEMM's;\n"
            "  omp_wait_policy the threads' wait policy (PASSIVE unless the environment names one).\n");
 }
 
@@ -133,17 +135,22 @@ static void bench_report(const BenchTimes *bt, const Trainer *t) {
     if (topo->rank == 0 && topo->pp > 1)
         fprintf(stderr, "  pipeline wait (receives: other stages, the bubble) %.1f ms/step (%.1f%%)\n",
                 bt->wait / c->steps, 100 * bt->wait / bt->wall);
+    char engine[32], kernel[64];   // the CPU GEMMs' (nn/gemm.h)
+    gemm_engine_name(engine, sizeof engine, kernel, sizeof kernel);
+    const char *core = gemm_bf16_compute() ? "bf16_gemm" : "sgemm";
     if (topo->rank == 0)
         printf("{\"ms_per_step\": %.1f, \"cpu_ms_per_step\": %.1f, \"pp_wait_ms\": %.1f, \"tokens_per_s\": %.0f, "
                "\"mfu\": %.4f, \"%s_peak_gflops\": %.1f, "
-               "\"mfu_cpu\": %.4f, \"sgemm_core_peak_gflops_cpu\": %.1f, \"omp_wait_policy\": \"%s\", "
+               "\"mfu_cpu\": %.4f, \"%s_core_peak_gflops_cpu\": %.1f, \"gemm_engine\": \"%s\", \"gemm_kernel\": \"%s\", "
+               "\"omp_wait_policy\": \"%s\", "
                "\"model_gflop_per_step\": %.2f, \"dropped_frac\": %.4f, \"threads\": %d, \"params\": %ld, "
                "\"device_bytes_peak\": %zu, \"mem_peak_bytes\": %zu, \"activation_bytes\": %zu%s}\n",
                ms, bt->cpu / c->steps, bt->wait / c->steps, tps, mfu,
                ted_device == DEV_CUDA ? "datasheet_bf16"
                : c->peak_tflops > 0   ? "given"
-                                      : "sgemm",
-               peak * 1e-9, mfu_cpu, core_peak * 1e-9,
+                                      : core,
+               peak * 1e-9, mfu_cpu, core, core_peak * 1e-9, ted_device == DEV_CPU ? engine : "cublas",
+               ted_device == DEV_CPU ? kernel : "",
                getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default",
                model_flops_per_token(m, T) * t->ntok / topo->dp * 1e-9, dropped, omp_get_max_threads(),
                model_num_params(m), mem_stats()->device_peak, mem_stats()->peak, mem_stats()->current[MEM_ACTIVATIONS],

@@ -15,7 +15,7 @@ typedef struct {
     long best_val_step;
     double train_ms;         // time inside steps (no evaluation, no saving)
     int mfu_warned;
-    const char *peak_kind;   // what the MFU peak is ("sgemm": measured here at start)
+    const char *peak_kind;   // what the MFU peak is ("sgemm", "bf16 gemm": measured here at start)
     int rank0;
 } Progress;
 

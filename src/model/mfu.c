@@ -6,40 +6,22 @@
 #include "core/util.h"
 #include "core/clock.h"
 #include "model/model.h"
-#include <cblas.h>
+#include "nn/gemm.h"
 #include <omp.h>
 #include <stdlib.h>
 #include <time.h>
 
-// The best of reps n³ sgemm calls, timed by `timer` (ms): FLOP/s.
-static double sgemm_rate(int n, int reps, double (*timer)(void)) {
-    float *a = ted_alloc(sizeof(float) * n * n, MEM_TEMP), *b = ted_alloc(sizeof(float) * n * n, MEM_TEMP),
-          *c = ted_alloc(sizeof(float) * n * n, MEM_TEMP);
-    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = timer();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = timer() - t0;
-        if (t < best) best = t;
-    }
-    ted_free(a); ted_free(b); ted_free(c);
-    return 2.0 * n * n * (double)n / (best * 1e-3);
-}
-
-double sgemm_peak_flops(int n, int reps) { return sgemm_rate(n, reps, now_ms); }
+double sgemm_peak_flops(int n, int reps) { return gemm_peak_rate(n, reps, now_ms); }
 
 // The same timed by the process's CPU time: FLOPs per core-second, which a core lent to other
 // jobs in the meantime does not lower.
-static double sgemm_core_rate(int n, int reps) { return sgemm_rate(n, reps, cpu_ms); }
-
 double mfu_core_peak_flops(const Topology *tp) {
-    double r = tp->rank == 0 ? sgemm_core_rate(1024, 6) : 0;
+    double r = tp->rank == 0 ? gemm_peak_rate(1024, 6, cpu_ms) : 0;
     comm_broadcast((Group *)&tp->g[GROUP_WORLD], &r, 1, DT_F64, 0);
     return r;
 }
 
-// Best sgemm rate over `tries` tries of a few calls each, 20 ms apart: a passing burst of
+// Best GEMM rate over `tries` tries of a few calls each, 20 ms apart: a passing burst of
 // other work then lowers only some tries.
 static double best_sgemm(int tries) {
     double best = 0;
@@ -57,7 +39,7 @@ double mfu_peak_flops(const Config *c, const Topology *tp, const char **what) {
 #ifdef TED_CUDA
     if (ted_device == DEV_CUDA) { *what = "datasheet bf16"; return cu_peak_flops() * world; }
 #endif
-    *what = "sgemm";
+    *what = gemm_bf16_compute() ? "bf16 gemm" : "sgemm";   // the mode gemm_setup set for this run
     double r = tp->rank == 0 ? best_sgemm(6) : 0;
     comm_broadcast((Group *)&tp->g[GROUP_WORLD], &r, 1, DT_F64, 0);
     // rank 0 measured with its threads; the ranks of a node share its cores

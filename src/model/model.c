@@ -10,6 +10,7 @@
 #include "nn/linear.h"
 #include "moe/layer.h"
 #include "moe/gating.h"
+#include "nn/gemm.h"
 #include "model/llama.h"
 #include "nn/rmsnorm.h"
 #include "parallel/schedule.h"
@@ -530,6 +531,7 @@ static void working_copies(const Model *M, long *head, long *big) {
 }
 
 void model_build(Model *M, const Config *cfg, const Topology *topo, int Bmax, int T) {
+    gemm_setup(cfg->bf16 && ted_device == DEV_CPU);   // the GEMMs' compute mode (nn/gemm.h)
     build_meta(M, cfg, topo, Bmax, T);
     alloc_params(M);
     if (M->llama) llama_build(M);

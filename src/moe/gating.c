@@ -3,6 +3,7 @@
 #include "moe/gating.h"
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "nn/gemm.h"
 #include "nn/linear.h"
 #include "nn/ops.h"
 #include <math.h>
@@ -135,16 +136,21 @@ static void accumulate(MoeLayer *L, const MoeWeights *w, const MoeActs *x, long 
 }
 
 // out[N,E] = in·router: gpt2's router is [d, E], llama's (Mixtral's gate) [E, d] as nn.Linear.
+// In fp32 under the CPU's bf16 compute too (the router's logits stay fp32, nn/gemm.h).
 static void gate_forward(const MoeLayer *L, float *out, const float *in, const float *w, long N) {
+    int was = gemm_fp32_only(1);
     if (L->llama) linear_forward(out, L->E, in, L->d, w, N, L->d, L->E, 0);
     else matmul_forward(out, in, w, NULL, N, L->d, L->E, 0);
+    gemm_fp32_only(was);
 }
 
 // dinp[N,d] (= or += by acc) and the router's gradient gw from dout[N,E]
 static void gate_backward(const MoeLayer *L, float *dinp, const float *w, float *gw, const float *dout,
                           const float *in, long N, int acc) {
+    int was = gemm_fp32_only(1);
     if (L->llama) linear_backward(dinp, L->d, gw, dout, L->E, in, L->d, w, N, L->d, L->E, acc);
     else matmul_backward(dinp, gw, NULL, dout, in, w, N, L->d, L->E, acc);
+    gemm_fp32_only(was);
 }
 
 void gating_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float *ln2, long N, int recompute) {

@@ -3,7 +3,7 @@
 #include "nn/ops.h"
 #include "nn/ops_cuda.h"
 #include "core/half.h"
-#include <cblas.h>
+#include "nn/gemm.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -120,8 +120,7 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
             for (long i = 0; i < N; i++) memcpy(out + i * OC, bias, sizeof(float) * OC);
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, OC, C, 1.0f, inp, C, w, OC,
-                (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+    gemm_cpu(0, 0, (int)N, OC, C, 1.0f, inp, C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
@@ -129,10 +128,9 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
     ON_GPU(cu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate));
     if (N == 0) return;
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, C, OC, 1.0f, dout, OC, w, OC,
-                    accumulate ? 1.0f : 0.0f, dinp, C);
+        gemm_cpu(0, 1, (int)N, C, OC, 1.0f, dout, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
     if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+        gemm_cpu(1, 0, C, OC, (int)N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
     if (dbias) {
         #pragma omp parallel
         {
@@ -147,7 +145,7 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 }
 
 // ---------------------------------------------------------------------------------------
-// attention: per (batch, head) two small sgemms, run single-threaded inside the parallel loop
+// attention: per (batch, head) two small GEMMs, run single-threaded inside the parallel loop
 
 // Causal attention by blocks of ATT_BLOCK rows: row block i meets only the columns up to the end of
 // its own block, so the products skip the masked upper triangle (about half the FLOPs at long T);
@@ -182,12 +180,11 @@ static void scores_super(float *a, const float *q, const float *k, int s0, int m
         memset(a + (long)t * T, 0, sizeof(float) * (n < T ? n : T));
     }
     if (s0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ms, s0, hd, scale, q + (long)s0 * ld, ld, k, ld, 1.0f,
-                    a + (long)s0 * T, T);
+        gemm_cpu(0, 1, ms, s0, hd, scale, q + (long)s0 * ld, ld, k, ld, 1.0f, a + (long)s0 * T, T);
     for (int r0 = s0; r0 < s0 + ms; r0 += ATT_BLOCK) {
         int m = s0 + ms - r0 < ATT_BLOCK ? s0 + ms - r0 : ATT_BLOCK, n = r0 + m;   // rows r0..n-1 meet columns 0..n-1
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n - s0, hd, scale, q + (long)r0 * ld, ld,
-                    k + (long)s0 * ld, ld, 1.0f, a + (long)r0 * T + s0, T);
+        gemm_cpu(0, 1, m, n - s0, hd, scale, q + (long)r0 * ld, ld,
+                 k + (long)s0 * ld, ld, 1.0f, a + (long)r0 * T + s0, T);
         for (int t = r0; t < n; t++) softmax_row(a + (long)t * T, t, n);
     }
 }
@@ -195,12 +192,11 @@ static void scores_super(float *a, const float *q, const float *k, int s0, int m
 // O of rows s0..s0+ms−1 = P·V: the keys before s0 in one product, then the superblock's own.
 static void values_super(float *o, const float *a, const float *v, int s0, int ms, int T, int ld, int D, int hd) {
     if (s0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ms, hd, s0, 1.0f, a + (long)s0 * T, T, v, ld, 0.0f,
-                    o + (long)s0 * D, D);
+        gemm_cpu(0, 0, ms, hd, s0, 1.0f, a + (long)s0 * T, T, v, ld, 0.0f, o + (long)s0 * D, D);
     for (int r0 = s0; r0 < s0 + ms; r0 += ATT_BLOCK) {
         int m = s0 + ms - r0 < ATT_BLOCK ? s0 + ms - r0 : ATT_BLOCK, n = r0 + m;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n - s0, 1.0f, a + (long)r0 * T + s0, T,
-                    v + (long)s0 * ld, ld, s0 ? 1.0f : 0.0f, o + (long)r0 * D, D);
+        gemm_cpu(0, 0, m, hd, n - s0, 1.0f, a + (long)r0 * T + s0, T,
+                 v + (long)s0 * ld, ld, s0 ? 1.0f : 0.0f, o + (long)r0 * D, D);
     }
 }
 
@@ -269,15 +265,11 @@ static void attention_backward_one(float *dq, const float *dO, const float *O, c
         int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK, rows = T - c0;
         const float *ac = a + (long)c0 * T + c0, *dOc = dO + (long)c0 * D;
         strip_fill_delta(g, delta + c0, rows, m);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, hd, 1.0f, dOc, D, v + (long)c0 * ld, ld, 1.0f,
-                    g, m);
+        gemm_cpu(0, 1, rows, m, hd, 1.0f, dOc, D, v + (long)c0 * ld, ld, 1.0f, g, m);
         strip_softmax_backward(g, ac, rows, m, T, scale);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, ac, T, dOc, D, 0.0f,
-                    dv + (long)c0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, rows, 1.0f, g, m, q + (long)c0 * ld, ld, 0.0f,
-                    dk + (long)c0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, m, 1.0f, g, m, k + (long)c0 * ld, ld,
-                    c0 ? 1.0f : 0.0f, dq + (long)c0 * ld, ld);
+        gemm_cpu(1, 0, m, hd, rows, 1.0f, ac, T, dOc, D, 0.0f, dv + (long)c0 * ld, ld);
+        gemm_cpu(1, 0, m, hd, rows, 1.0f, g, m, q + (long)c0 * ld, ld, 0.0f, dk + (long)c0 * ld, ld);
+        gemm_cpu(0, 0, rows, hd, m, 1.0f, g, m, k + (long)c0 * ld, ld, c0 ? 1.0f : 0.0f, dq + (long)c0 * ld, ld);
     }
 }
 
@@ -436,8 +428,7 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
           float beta, float *C, int ldc) {
     ON_GPU(cu_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
-                alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_cpu(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void residual_forward(float *out, const float *a, const float *b, long n) {

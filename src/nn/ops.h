@@ -1,7 +1,7 @@
 // ops.h — the model's operations, each a forward/backward pair over flat row-major
 // buffers (shapes in the comments). Backward functions ADD into parameter gradients
 // (gradient accumulation) and either write or add into input gradients as noted.
-// Every matrix product is OpenBLAS sgemm; element-wise loops are OpenMP.
+// Every matrix product goes through the one GEMM (nn/gemm.h); element-wise loops are OpenMP.
 #pragma once
 #include <stdint.h>
 #include "core/precision.h"
@@ -64,7 +64,7 @@ void crossentropy_finish(float *losses, float *probs, const float *mx, const flo
 // dlogits = (probs − onehot)·scale, in place over probs
 void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
 
-// Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products).
+// Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products; the CPU: gemm_cpu).
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
           float beta, float *C, int ldc);
 // out[n] = a + b (the residual after a row-parallel layer)

@@ -9,7 +9,7 @@
 //   columns: dV_j = Σ_i P_ijᵀ·dO_i                  (the column's blocks and dO rows gathered)
 //   rows:    dP = dO_i·Vᵀ, D = rowsum(P ⊙ dP), dS = P ⊙ (dP − D)/√hd (written over P), dQ_i = dS·K
 //   columns: dK_j = Σ_i dS_ijᵀ·Q_i
-// Products go to OpenBLAS when they are big enough for it to pay, else a plain loop.
+// Products go to the one GEMM (nn/gemm.h) when they are big enough for it to pay, else a plain loop.
 // With the layout's `recompute`, nothing is stored: the forward softmaxes each strip in scratch,
 // and the backward walks the query blocks in chunks of about sparse_attention_chunk_floats floats,
 // recomputing the chunk's strips exactly as the forward did (same code, same inputs, so the same
@@ -17,7 +17,7 @@
 #include "nn/sparse_attention.h"
 #include "nn/ops_cuda.h"
 #include "core/backend.h"
-#include <cblas.h>
+#include "nn/gemm.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -32,12 +32,12 @@ long sparse_attention_scratch_floats(const SparseLayout *L, int hd) {
     return rows > cols ? rows : cols;
 }
 
-// C[m,n] = alpha·op(A)·op(B) + beta·C, row-major (op = transpose when ta / tb)
+// C[m,n] = alpha·op(A)·op(B) + beta·C, row-major (op = transpose when ta / tb); a product under 32³
+// is a plain loop in fp32 compute, and the GEMM with bf16 inputs under bf16 compute
 static void bgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc) {
-    if ((long)m * n * k >= 32 * 32 * 32) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A,
-                    lda, B, ldb, beta, C, ldc);
+    if ((long)m * n * k >= 32 * 32 * 32 || gemm_bf16_compute()) {
+        gemm_cpu(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     for (int i = 0; i < m; i++)

@@ -7,6 +7,7 @@
 #include "io/runinfo.h"
 #include "model/mfu.h"
 #include "model/model.h"
+#include "nn/gemm.h"
 #include "run/evaluate.h"
 #include "run/sample.h"
 #include "run/stop.h"
@@ -60,6 +61,9 @@ static void print_model_line(const Run *R) {
     printf("model: %ld parameters, %s%s; %s; T %d, global batch %ld sequences; MFU against %s peak %.1f GFLOP/s\n",
            model_num_params(m), cfg_is_llama(m) ? "llama, " : "", ffn, att, t->T, t->gbatch, t->peak_kind,
            t->peak * 1e-9);
+    char gemm[512];   // the CPU GEMMs' engine and kernel (nn/gemm.h)
+    gemm_describe(gemm, sizeof gemm);
+    if (ted_device == DEV_CPU) printf("%s\n", gemm);
     const char *why = cfg_is_llama(m) ? hf_llama_layout(m) : NULL;
     if (why && c->save[0])   // docs/llama.md: no Hugging Face export for these
         printf("checkpoints: ted's own layout (model_type ted_moe), no Hugging Face export: %s\n", why);

@@ -5,12 +5,14 @@
 #include "core/watchdog.h"
 #include "model/mfu.h"
 #include "model/routing.h"
+#include "nn/gemm.h"
 #include "parallel/lr_schedule.h"
 #include <stdlib.h>
 #include <string.h>
 
 int trainer_device(const Config *c) {
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    gemm_setup(cfg_precision(c) == PREC_BF16 && c->device == DEV_CPU);   // the CPU GEMMs' compute mode; a bad TED_GEMM stops here
     return device_select(c->device == DEV_CUDA ? "cuda" : "cpu", lr ? atoi(lr) : 0, cfg_precision(c) == PREC_BF16);
 }
 

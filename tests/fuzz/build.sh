@@ -23,7 +23,7 @@ BLAS_LIB=$(ls /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so /usr/lib/
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1)
 CFLAGS=(-std=c11 -D_GNU_SOURCE -fopenmp -I"$ROOT/src" -I"$BLAS_INC" $(pkg-config --cflags libcjson libpcre2-8)
         $(mpicc --showme:compile) -Wno-unknown-pragmas -Wno-unknown-attributes -Wno-pass-failed)
-LIBS=("$BLAS_LIB" $(pkg-config --libs libcjson libpcre2-8) $(mpicc --showme:link) -fopenmp -lm -lpthread -rtlib=compiler-rt)
+LIBS=("$BLAS_LIB" -ldnnl $(pkg-config --libs libcjson libpcre2-8) $(mpicc --showme:link) -fopenmp -lm -lpthread -rtlib=compiler-rt)
 JOBS=${JOBS:-$(nproc)}
 running=0
 # bg CMD...: runs CMD in the background, at most JOBS at once; a failure ends the build (set -e)
