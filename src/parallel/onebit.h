@@ -41,9 +41,11 @@ void onebit_free(OneBit *o);
 int onebit_active(const Zero *z);
 // The compressed phase's gradient norm: each rank's gradient estimate (its own gradient times
 // the group size, whose group average is the gradient) has a norm; the log gets the root mean
-// square over the DP ranks. Nothing global is summed in this phase, so nothing is clipped.
+// square over the DP ranks. That one number is summed over the world, and the step is clipped by
+// it as every step is (design §3): on one process it is the gradient's norm, the exact form.
 double onebit_norm(Zero *z, float unscale);
-// One compressed step: momentum from the local gradients (times unscale), averaged, weights updated.
+// One compressed step: momentum from the local gradients (times unscale: the loss scale's inverse
+// and the clipping coefficient), averaged, weights updated.
 void onebit_update(Zero *z, const Config *c, float lr, float unscale);
 // The errors of this rank in a checkpoint directory (one file per rank, checksummed and fsynced;
 // collective-free). 0 or -1 after one line.

@@ -314,7 +314,7 @@ double zero_step(Zero *z, const Config *c, float lr) {
     if (!z->skipped) {
         float coef = 1.0f;
         if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
-        if (compressed) onebit_update(z, c, lr, unscale);
+        if (compressed) onebit_update(z, c, lr, unscale * coef);   // clipped as every step (design §3)
         else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
     }
     // the updates left the gradients they read at zero; the rest now. The next step's backward
