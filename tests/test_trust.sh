@@ -14,7 +14,10 @@
 #    which checkpoints were saved meanwhile (with the last trained weights); skipped steps print
 #    "loss skipped", not NaN
 #  - a second run on a --save folder in use: exit 2 before training; the first run is intact
-#  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise
+#  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise; a new
+#    run (no --resume) on a folder holding checkpoints of its own settings too; a resume keeps its run id
+#    (another lr: a warning) and is refused a folder of another run; a running job's --log is locked
+#  - trainer_state.json with a key twice
 #  - a --save folder that cannot be written: refused before step 1
 #  - leftover .step_*.tmp directories of an interrupted save are removed at the next start
 #  - SIGTERM/SIGINT mid-run: the last complete step is saved, exit 128+sig, the save resumes
@@ -157,10 +160,21 @@ expect "fp16: overflow skipped until the bound" 1 "steps 2 to 41 were skipped an
 # --- the --save folder: one run at a time, its own run, writable, cleaned
 S=$W/save
 run_ok train "${MODEL[@]}" --steps 2 --save "$S"
-"$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" >"$W/long.out" 2>"$W/long.err" &
+# a new run (no --resume) on a folder holding checkpoints: refused, with these settings or others (another
+# lr is another run: its run id differs), the folder left as it was
+expect "a new run on a folder with this run's checkpoints" 2 "of a run with these settings" "$S" train "${MODEL[@]}" \
+  --steps 3 --save "$S"
+expect "a new run with another lr on it" 2 "of another run (run id $(cat "$S/run_id"); this run" "$S" train "${MODEL[@]}" \
+  --steps 2 --save "$S" --lr 1e-3
+"$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" --overwrite >"$W/long.out" 2>"$W/long.err" &
 pid=$!
 for _ in $(seq 100); do [ -s "$W/long.jsonl" ] && break; sleep 0.1; done
 expect "second run on a locked --save" 2 "in use by another ted run" "$S" train "${MODEL[@]}" --steps 2 --save "$S"
+cp "$W/long.jsonl" "$W/long.before"
+expect "--log of a running job, --overwrite" 2 "--log $W/long.jsonl: in use by another ted run" - train "${MODEL[@]}" \
+  --steps 2 --log "$W/long.jsonl" --overwrite
+cmp -s "$W/long.before" <(head -c "$(stat -c %s "$W/long.before")" "$W/long.jsonl") &&
+  ok "the running job's log was not replaced" || fail "the running job's log was replaced"
 kill -TERM $pid; wait $pid; rc=$?
 last=$(ls "$S" | grep step_ | sort | tail -1)
 [ "$rc" -eq 143 ] && grep -q "stopped by signal 15" "$W/long.err" && [ -n "$last" ] &&
@@ -178,9 +192,26 @@ expect "--save of another run" 2 "another run" "$S" train "${MODEL[@]}" --steps 
 "$TED" train "${MODEL[@]}" --steps 2 --save "$S" --seed 7 --overwrite >"$W/out" 2>"$W/err" &&
   [ "$(ls "$S" | grep step_)" = step_00000002 ] && ok "--overwrite replaces the other run's checkpoints" ||
   fail "--overwrite: $(ls "$S")"
+# a resumed run keeps its checkpoint's run id, with another lr too (a warning names it); it may not
+# save into a folder of another run unless --overwrite
+id7=$(cat "$S/run_id")
+"$TED" train "${MODEL[@]}" --steps 3 --save "$S" --seed 7 --resume "$S" --lr 1e-3 >"$W/out" 2>"$W/err" &&
+  [ "$(cat "$S/run_id")" = "$id7" ] && grep -q "\"run_id\": \"$id7\"" "$S/step_00000003/trainer_state.json" &&
+  grep -q "lr 0.0006 -> 0.001" "$W/out" && ok "resume with another lr: run id $id7 kept, the change warned" ||
+  { fail "resume with another lr: $(cat "$W/err")"; cat "$S/run_id"; }
+run_ok train "${MODEL[@]}" --steps 2 --save "$W/other" --seed 9
+expect "resume into a folder of another run" 2 "of another run (run id $(cat "$W/other/run_id")) than the one resumed ($id7)" \
+  "$W/other" train "${MODEL[@]}" --steps 4 --seed 7 --resume "$S" --save "$W/other"
+"$TED" train "${MODEL[@]}" --steps 4 --seed 7 --resume "$S" --save "$W/other" --overwrite >"$W/out" 2>"$W/err" &&
+  [ "$(ls "$W/other" | grep step_)" = step_00000004 ] && [ "$(cat "$W/other/run_id")" = "$id7" ] &&
+  ok "resume into another run's folder with --overwrite: its checkpoints replaced, run id $id7" ||
+  fail "resume --overwrite: $(ls "$W/other") $(cat "$W/err")"
+# trainer_state.json: a key twice is refused (cJSON would read the first, Python the last)
+rm -rf "$W/dup" && cp -a "$CK" "$W/dup" && sed -i 's/^{"step": 2,/{"step": 2, "step": 1,/' "$W/dup/trainer_state.json"
+expect "trainer_state.json with a key twice" 2 'key "step" appears twice' "$W/dup" train "${MODEL[@]}" --steps 4 --resume "$W/dup"
 # an interrupted save's temporaries are removed at the next start
 mkdir -p "$S/.step_00000009.tmp.12345" && echo partial >"$S/.step_00000009.tmp.12345/model.safetensors"
-run_ok train "${MODEL[@]}" --steps 2 --save "$S" --seed 7
+run_ok train "${MODEL[@]}" --steps 2 --save "$S" --seed 7 --overwrite
 [ -z "$(ls -a "$S" | grep '^\.step_')" ] && ok "leftover .step_*.tmp removed" || fail "leftovers: $(ls -a "$S")"
 # --keep-last 2
 run_ok train "${MODEL[@]}" --steps 5 --save "$W/keep" --save-every 1 --keep-last 2

@@ -151,14 +151,15 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
             rc = write_text(path, cfg);
             ted_free(cfg);
         }
-        char state[512], ob[96] = "";
+        char state[600], ob[96] = "", id[40] = "";
         if (z->onebit)   // the layout whose per-rank error files this checkpoint holds
             snprintf(ob, sizeof ob, ", \"onebit_layout\": [%d, %d, %d]", M->topo->world, M->topo->tp, M->topo->ep);
+        if (savedir_current_id()[0]) snprintf(id, sizeof id, ", \"run_id\": \"%s\"", savedir_current_id());
         snprintf(state, sizeof state,
                  "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\", "
-                 "\"tokens\": %.0f, \"global_batch\": %ld%s}\n",
+                 "\"tokens\": %.0f, \"global_batch\": %ld%s%s}\n",
                  st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
-                 st->tokens, st->gbatch, ob);
+                 st->tokens, st->gbatch, ob, id);
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
         if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
