@@ -18,6 +18,9 @@
 #    run (no --resume) on a folder holding checkpoints of its own settings too; a resume keeps its run id
 #    (another lr: a warning) and is refused a folder of another run; a running job's --log is locked
 #  - trainer_state.json with a key twice
+#  - --log on a full device stops the run naming it (exit 1); an empty tensorboard/csv_monitor
+#    output_path is refused (it would write under /); a csv_monitor folder of another run is refused
+#    unless --resume (appends) or --overwrite (replaces)
 #  - a --save folder that cannot be written: refused before step 1
 #  - leftover .step_*.tmp directories of an interrupted save are removed at the next start
 #  - SIGTERM/SIGINT mid-run: the last complete step is saved, exit 128+sig, the save resumes
@@ -236,6 +239,29 @@ rc=0
 [ "$rc" -eq 2 ] && grep -q -- "--save $RO/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
   ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
 rm -rf "$RO"
+
+# --- every file a run writes is checked: a failed write stops the run naming the file (exit 1); the
+#     full-disk cases of the other files are test_full_disk.sh (a tmpfs, as root)
+expect "--log on a full device" 1 "/dev/full: write failed: No space left on device" - train "${MODEL[@]}" --steps 3 \
+  --log /dev/full
+# DeepSpeed's metrics sections write under output_path/job_name: an empty output_path is refused (it
+# would write under /), and a folder holding another run's metrics is refused as --log is
+job=ted-trust-$$
+for sec in tensorboard csv_monitor; do
+  printf '{"%s": {"enabled": true, "output_path": "", "job_name": "%s"}}' "$sec" "$job" >"$W/empty.json"
+  expect "$sec.output_path empty" 2 "$sec.output_path is empty" - train "${MODEL[@]}" --steps 1 --config "$W/empty.json"
+  [ ! -e "/$job" ] || { fail "$sec: /$job was written"; rm -rf "/${job:?}"; }
+done
+printf '{"csv_monitor": {"enabled": true, "output_path": "%s", "job_name": "j"}}' "$W/csv" >"$W/csv.json"
+run_ok train "${MODEL[@]}" --steps 2 --config "$W/csv.json" --save "$W/csvck"
+expect "csv_monitor folder of another run" 2 "csv_monitor $W/csv/j: holds" "$W/csv" train "${MODEL[@]}" --steps 3 \
+  --config "$W/csv.json"
+run_ok train "${MODEL[@]}" --steps 3 --config "$W/csv.json" --save "$W/csvck" --resume "$W/csvck"
+[ "$(cut -d, -f1 "$W/csv/j/Train_loss.csv" | tr '\n' ' ')" = "step 1 2 3 " ] && ok "csv_monitor: --resume goes on in the files" ||
+  fail "csv_monitor --resume: $(cat "$W/csv/j/Train_loss.csv")"
+run_ok train "${MODEL[@]}" --steps 1 --config "$W/csv.json" --overwrite
+[ "$(cut -d, -f1 "$W/csv/j/Train_loss.csv" | tr '\n' ' ')" = "step 1 " ] && ok "csv_monitor: --overwrite replaces the files" ||
+  fail "csv_monitor --overwrite: $(cat "$W/csv/j/Train_loss.csv")"
 
 # --- ted compare and the debug switch refuse what they cannot do
 echo 'not json' >"$W/notjson.jsonl"
