@@ -143,6 +143,7 @@ typedef struct {
     int64_t shape[4];
     uint64_t begin, end;   // byte offsets in the data section
     uint64_t at;           // where its first float is in f->data (4-byte aligned)
+    int read;              // st_get looked it up
 } Entry;
 
 struct StFile {
@@ -331,11 +332,11 @@ StFile *st_open(const char *path) {
     return f;
 }
 
-static const Entry *find(const StFile *f, const char *name) {
+static Entry *find(const StFile *f, const char *name) {
     int lo = 0, hi = f->n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const Entry *e = f->by_name[mid];
+        Entry *e = (Entry *)f->by_name[mid];   // f's own entries: by_name views them read-only
         int c = strcmp(name, e->name);
         if (c == 0) return e;
         if (c < 0) hi = mid - 1; else lo = mid + 1;
@@ -344,8 +345,9 @@ static const Entry *find(const StFile *f, const char *name) {
 }
 
 const float *st_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
-    const Entry *e = f ? find(f, name) : NULL;
+    Entry *e = f ? find(f, name) : NULL;
     if (!e) return NULL;
+    e->read = 1;
     if (ndim) *ndim = e->ndim;
     if (shape) {
         for (int d = 0; d < 4; d++) shape[d] = d < e->ndim ? e->shape[d] : 0;
@@ -358,6 +360,8 @@ int st_count(const StFile *f) { return f ? f->n : 0; }
 const char *st_name(const StFile *f, int i) {
     return f && i >= 0 && i < f->n ? f->entries[i].name : NULL;
 }
+
+int st_read(const StFile *f, int i) { return f && i >= 0 && i < f->n && f->entries[i].read; }
 
 void st_close(StFile *f) {
     if (!f) return;
