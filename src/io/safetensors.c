@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------
@@ -305,6 +306,12 @@ static void place_data(StFile *f, uint64_t start) {
 StFile *st_open(const char *path) {
     size_t len = 0;
     char *file = read_file(path, &len);
+    struct stat sb;
+    if (!file && errno == ENOMEM && !stat(path, &sb)) {
+        ted_error("%s: %lld bytes, more than this node's memory (%.4g bytes): ted reads a safetensors file whole", path,
+                  (long long)sb.st_size, mem_physical_bytes());
+        return NULL;
+    }
     if (!file) { ted_error("%s: cannot read: %s", path, strerror(errno)); return NULL; }
     if (len < 8) {
         ted_error("%s: file too short (%zu bytes) to be a safetensors file", path, len);
