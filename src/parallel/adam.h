@@ -1,6 +1,7 @@
 // adam.h — the AdamW element update (design), one pass over a shard: written as plain loops over
 // restrict pointers with `omp parallel for simd`, so that gcc vectorises them for the vector
-// width it targets (-march=native: AVX2 / AVX-512) and OpenMP threads split them. Used by the
+// width of each clone (core/simd.h: x86-64-v2, AVX2, AVX-512, picked at run time by the CPU) and
+// OpenMP threads split them. Used by the
 // ZeRO optimizer on the CPU and by ZeRO-Offload's host step; on a GPU run the same calls go to
 // the CUDA kernels. Each call consumes its gradient: it is left zero, ready for the next step's
 // backward to accumulate into (on the CPU in the same pass, so that the gradient's bytes cross
