@@ -166,7 +166,8 @@ run_ok train "${MODEL[@]}" --steps 2 --save "$S"
 # a new run (no --resume) on a folder holding checkpoints: refused, with these settings or others (another
 # lr is another run: its run id differs), the folder left as it was
 expect "a new run on a folder with this run's checkpoints" 2 "of a run with these settings" "$S" train "${MODEL[@]}" \
-  --steps 3 --save "$S"
+  --steps 3 --save "$S" --log "$W/refused.jsonl"
+[ ! -e "$W/refused.jsonl" ] && ok "the refused run left no --log file" || fail "the refused run left $W/refused.jsonl"
 expect "a new run with another lr on it" 2 "of another run (run id $(cat "$S/run_id"); this run" "$S" train "${MODEL[@]}" \
   --steps 2 --save "$S" --lr 1e-3
 "$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" --overwrite >"$W/long.out" 2>"$W/long.err" &

@@ -16,6 +16,7 @@
 enum { MAX_LOCKS = 4 };
 static int lock_fds[MAX_LOCKS], nlocks;   // held open (and locked) until the process ends
 static char run_id[17];                   // the identity of the run saving into --save (rank 0)
+static int created_log;                   // savedir_check_log made the --log file to lock it
 
 // Settings that say where and how often a run writes and reports, how many threads it runs, and
 // its length (which a resume may extend): none is part of its identity.
@@ -185,7 +186,7 @@ static void refusal(const Config *c, const char *id, const char *other, int n, l
                  "step 0: --resume %s continues it, --overwrite replaces them, or give another folder", n, s, newest, c->save);
 }
 
-int savedir_open(const Config *c) {
+static int open_folder(const Config *c) {
     const char *root = c->save;
     char lock[1200];
     snprintf(lock, sizeof lock, "%s/.lock", root);
@@ -206,6 +207,13 @@ int savedir_open(const Config *c) {
     }
     remove_prefixed(root, ".step_");   // temporaries of an interrupted save
     return write_run_id(root, run_id);
+}
+
+int savedir_open(const Config *c) {
+    if (!open_folder(c)) return 0;
+    struct stat sb;   // refused: the empty --log savedir_check_log made to lock it goes too
+    if (created_log && !stat(c->log, &sb) && sb.st_size == 0) unlink(c->log);
+    return -1;
 }
 
 static int cmp_long(const void *a, const void *b) {
@@ -238,6 +246,7 @@ void savedir_prune(const char *root, int keep) {
 int savedir_check_log(const Config *c) {
     struct stat sb;
     if (!c->log[0]) return 0;
+    created_log = stat(c->log, &sb) != 0;
     if (savedir_lock(c->log, "--log", c->log)) return -1;   // the log itself: a running job's is never replaced
     if (c->resume[0] || c->overwrite) return 0;
     if (stat(c->log, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return 0;
