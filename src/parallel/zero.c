@@ -312,9 +312,8 @@ double zero_step(Zero *z, const Config *c, float lr) {
     z->skipped = !isfinite(norm);
     z->loss_scale = scaler_update(&z->scaler, z->loss_scale, z->skipped);
     if (!z->skipped) {
-        float coef = 1.0f;
-        if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
-        if (compressed) onebit_update(z, c, lr, unscale * coef);   // clipped as every step (design §3)
+        float coef = c->clip > 0 && norm > c->clip ? (float)(c->clip / (norm + 1e-6)) : 1.0f;
+        if (compressed) norm = onebit_update(z, c, lr, unscale);   // clipped by the averaged gradient's norm
         else update(z, c, lr, z->reg->half ? unscale * coef : coef, tile);
     }
     // the updates left the gradients they read at zero; the rest now. The next step's backward
