@@ -2,7 +2,7 @@
 #pragma once
 #include <stdint.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)   // clang's builtin has no "f16c"
 #include <immintrin.h>
 #define TED_F16C
 #endif
