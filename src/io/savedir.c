@@ -4,6 +4,7 @@
 #include "io/ckpt_meta.h"
 #include "core/alloc.h"
 #include "core/util.h"
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -150,23 +151,33 @@ static long newest_step(const char *root, int *count) {
     return best;
 }
 
+// The run_id a checkpoint's trainer_state.json records ("" when none; read quietly: the resume itself
+// names a trainer state it cannot read).
+static void checkpoint_id(const char *ck, char out[17]) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s/trainer_state.json", ck);
+    size_t len;
+    char *text = read_file(p, &len);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "run_id");
+    snprintf(out, 17, "%s", cJSON_IsString(v) && strlen(v->valuestring) == 16 ? v->valuestring : "");
+    cJSON_Delete(j);
+    ted_free(text);
+}
+
 // The identity of this run: a resumed run carries its checkpoint's (its trainer_state.json, else
 // the run_id of the folder holding it), a new run the digest of its settings. *inside: the
 // checkpoint resumed is one of root's own.
 static void this_run(const Config *c, const char *root, char id[17], int *inside) {
-    char ck[1200], parent[1300], a[PATH_MAX], b[PATH_MAX];
-    TrainerState st;
+    char ck[1200], parent[1300], a[PATH_MAX], b[PATH_MAX], got[17];
     *inside = 0;
     savedir_run_id(c, id);
     if (!c->resume[0] || ckpt_resolve(c->resume, ck, sizeof ck)) return;
     snprintf(parent, sizeof parent, "%s/..", ck);
     *inside = realpath(parent, a) && realpath(root, b) && !strcmp(a, b);
-    snprintf(parent, sizeof parent, "%s/trainer_state.json", ck);
-    if (!read_trainer_state(parent, &st) && st.run_id[0]) { snprintf(id, 17, "%s", st.run_id); return; }
-    snprintf(parent, sizeof parent, "%s/..", ck);
-    char folder[17];
-    folder_id(parent, folder);
-    if (folder[0]) snprintf(id, 17, "%s", folder);
+    checkpoint_id(ck, got);
+    if (!got[0]) folder_id(parent, got);
+    if (got[0]) snprintf(id, 17, "%s", got);
 }
 
 // Why this run may not save into root as it stands ("" when it may); n checkpoints up to newest.
