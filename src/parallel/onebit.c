@@ -183,12 +183,13 @@ static void clipped_momentum(Zero *z, int i, float *m, const float *avg, Clip *k
     Param *p = &z->reg->p[i];
     const float b1 = k->b1, coef = k->coef;
     int half = z->reg->half;
-    #pragma omp parallel for schedule(static)
-    for (long j = 0; j < p->numel; j++) {
-        m[j] = b1 * m[j] + coef * (avg[j] - b1 * m[j]);
-        if (half) p->g16[j] = 0;
-        else p->g[j] = 0;
+    if (coef == 1.0f) memcpy(m, avg, sizeof(float) * p->numel);   // unclipped: m̄ itself
+    else {
+        #pragma omp parallel for schedule(static)
+        for (long j = 0; j < p->numel; j++) m[j] = b1 * m[j] + coef * (avg[j] - b1 * m[j]);
     }
+    if (half) memset(p->g16, 0, sizeof(uint16_t) * p->numel);
+    else memset(p->g, 0, sizeof(float) * p->numel);
 }
 
 double onebit_norm(Zero *z, float unscale) {
