@@ -57,7 +57,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *to
     }
 }
 
-TED_CLONES void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, long N, int d) {
     ON_GPU(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, d));
     #pragma omp parallel for schedule(static)
@@ -76,7 +76,7 @@ TED_CLONES void layernorm_forward(float *out, float *mean, float *rstd, const fl
     }
 }
 
-TED_CLONES void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d) {
     ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d));
     #pragma omp parallel for schedule(static)
@@ -157,7 +157,7 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 #define ATT_BLOCK 64
 
 // One row of scores (u <= t live) to probabilities; the cells up to n (the block's end) zeroed.
-TED_CLONES static void softmax_row(float *restrict row, int t, int n) {
+static void softmax_row(float *restrict row, int t, int n) {
     float mx = -INFINITY, s = 0;
     #pragma omp simd reduction(max : mx)
     for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
@@ -248,8 +248,7 @@ static void strip_fill_delta(float *restrict g, const float *delta, int rows, in
 
 // g[rows, m] = dA − Δ → dS = A ⊙ (dA − Δ) · scale; a: the strip of A (row stride T). Cells above the
 // diagonal hold A = 0 (the forward's zeros), so their dS is 0.
-TED_CLONES static void strip_softmax_backward(float *restrict g, const float *restrict a, int rows, int m, int T,
-                                              float scale) {
+static void strip_softmax_backward(float *restrict g, const float *restrict a, int rows, int m, int T, float scale) {
     for (int i = 0; i < rows; i++) {
         float *gr = g + (long)i * m;
         const float *ar = a + (long)i * T;
@@ -380,7 +379,7 @@ void crossentropy_max(float *mx, float *tl, const float *logits, const int *targ
 // differs from the scalar expf in the last bit): the last n mod 8 go through a buffer rather than a
 // scalar epilogue, so a logit's exp does not depend on where its row or vocabulary shard ends.
 #define EXP_W 8
-TED_CLONES static void exp_shifted(float *r, float m, int n) {
+static void exp_shifted(float *r, float m, int n) {
     int c0 = 0;
     for (; c0 + EXP_W <= n; c0 += EXP_W) {
         float *x = r + c0;
