@@ -511,9 +511,10 @@ static void test_bf16_norm_embed(void) {
 // per-segment and counted sums of squares against the host's, AdamW with the device-side clipping
 // against adamw_mixed_host / adamw_f32_host with the host's coefficient, the gradients consumed,
 // and a non-finite norm leaving everything but the gradients as it was.
-enum { NSEG = 4 };
-static const long seg_len[NSEG] = {1037, 0, 70001, 5};   // 70001: two chunks of the kernels
-static const int seg_decay[NSEG] = {1, 0, 1, 0}, seg_counted[NSEG] = {1, 1, 1, 0};
+// More segments than the norm's warps (8), sizes around the kernels' 4096-element chunks.
+enum { NSEG = 11 };
+static const long seg_len[NSEG] = {1037, 0, 70001, 5, 4096, 4097, 1, 300, 8191, 12, 4095};
+static const int seg_decay[NSEG] = {1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1}, seg_counted[NSEG] = {1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0};
 
 // segment i after the step: its gradient zero, its weights the host's (bf16: within a bf16 step
 // of the host's rounding of a master 1e-6 apart)

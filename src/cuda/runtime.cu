@@ -61,6 +61,8 @@ extern "C" int cu_bf16(void) { return bf16_run; }
 
 extern "C" const char *cu_device_name(void) { return prop.name; }
 
+extern "C" int cu_sm_count(void) { return prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1; }
+
 // Datasheet dense bf16 tensor-core peak of the GPU, FLOP/s (0 when not known).
 extern "C" double cu_peak_flops(void) {
     if (prop.major == 9) {
