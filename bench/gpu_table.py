@@ -3,15 +3,13 @@
 only): per shape ted's ms/step (ted bench: the mean of its timed steps) against eager PyTorch's
 (bench/torch_bench.py: the median of its timed steps), ted's speed over PyTorch's, both MFUs and
 device memory peaks; then T 8192 at micro-batch 1, ted's device peak against `ted plan`'s figure;
-then what ted printed under TED_GPU_PROF=1 (lines naming gpu_prof, and the keys of its JSON line that
-name gpu_prof, launches or host_syncs). A run that failed or never ran shows its log's last line instead of figures."""
+then TED_GPU_PROF=1's line per shape as a table (GPU ms per step by kind, launches, host syncs). A run that failed or never ran shows its log's last line instead of figures."""
 
 import json
 import os
 import re
 import sys
 
-PROF = re.compile(r"gpu[_ ]?prof|launches|host_syncs", re.I)   # what TED_GPU_PROF=1 may print
 SHAPES = [("moe4k", "MoE dropless, 4 K tokens/step"), ("dense4k", "dense, 4 K tokens/step"),
           ("moe16k", "MoE dropless, 16 K tokens/step")]
 
@@ -25,13 +23,15 @@ def read(path):
 
 
 def result(lines, key):
-    """The last JSON object of the log holding key, or None."""
+    """The last JSON object of the log with key at its top level (not the gpu_prof line's), or None."""
     for line in reversed(lines):
         if line.startswith("{") and key in line:
             try:
-                return json.loads(line)
+                obj = json.loads(line)
             except ValueError:
-                pass
+                continue
+            if key in obj:
+                return obj
     return None
 
 
@@ -80,15 +80,20 @@ def long_context(d):
 
 
 def prof_lines(d):
-    out = []
+    """TED_GPU_PROF=1's JSON line per shape as a table: ms per step by kind, launches, host syncs."""
+    out, kinds = [], None
     for name, _ in SHAPES + [("t8192", "")]:
-        lines = read(os.path.join(d, f"ted_{name}.txt"))
-        got = [x for x in lines if PROF.search(x) and not x.startswith("{")]
-        js = result(lines, "ms_per_step") or {}
-        keys = {k: v for k, v in js.items() if PROF.search(k)}
-        if keys:
-            got.append(json.dumps(keys))
-        out += [f"  {name}: {x}" for x in got]
+        js = (result(read(os.path.join(d, f"ted_{name}.txt")), "gpu_prof") or {}).get("gpu_prof")
+        if not js:
+            continue
+        ms = js["ms_per_step"]
+        if kinds is None:
+            kinds = [k for k in ms if k != "total"]
+            out.append("| shape | " + " | ".join(kinds) + " | total ms | launches | host syncs |")
+            out.append("|---" * (len(kinds) + 4) + "|")
+        cells = [name] + [f"{ms.get(k, 0):.1f}" for k in kinds] + [f"{ms['total']:.1f}",
+                 f"{js['launches_per_step']['total']:.0f}", f"{js['host_syncs_per_step']:.0f}"]
+        out.append("| " + " | ".join(cells) + " |")
     return out
 
 
@@ -111,7 +116,7 @@ def main():
     print("\n".join(rows))
     print(long_context(d))
     prof = prof_lines(d)
-    print("ted TED_GPU_PROF=1:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
+    print("ted TED_GPU_PROF=1, GPU ms per step by kind:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
     for line in prof:
         print(line)
 

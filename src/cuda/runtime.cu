@@ -95,13 +95,17 @@ static int pinned(const void *p) {
 
 extern "C" void cu_memcpy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
+    int dst_dev = cu_is_device_ptr(dst);
+    // host to host (a size-1 group's counts, say): no stream and no wait; no copy into the host
+    // is ever left pending (each is waited for below), so the source is settled
+    if (!dst_dev && !cu_is_device_ptr(src)) { memmove(dst, src, bytes); return; }
     PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
     cu_prof_launch(1);
     // the host may read or reuse its side at once: a copy to the host is waited for; one from
     // pageable host memory is staged by the driver before cudaMemcpyAsync returns (no wait); one
     // from pinned memory is read when the stream gets to it (wait); device to device: in the stream
-    if (!cu_is_device_ptr(dst) || pinned(src)) cu_stream_sync();
+    if (!dst_dev || pinned(src)) cu_stream_sync();
 }
 
 extern "C" void cu_memset0(void *p, size_t bytes) {
