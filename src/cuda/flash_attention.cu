@@ -212,8 +212,9 @@ __device__ bool softmax_rows(E *p, const float *s, float *m, float *l, float *a,
         pr[j] = to_e<E>(e);
         sum += e;
     }
-    sum += __shfl_xor_sync(kFull, sum, 1);   // also: both lanes have read m[r]
+    sum += __shfl_xor_sync(kFull, sum, 1);
     float alpha = exp2f(m_old - ref);        // 0 on the first tile (m_old = −inf)
+    __syncwarp();                            // both lanes of a row have read m[r] (a shuffle orders no memory)
     if (!(lane & 1)) {
         m[r] = m_new;
         l[r] = l[r] * alpha + sum;
