@@ -121,9 +121,8 @@ static void test_encoder(int B, int T, int d, int v0, int Vl, int vocab) {
     free(tok); free(wte); free(wpe); free(out); free(g); free(gwte); free(gwpe);
 }
 
-static void test_layernorm(void) {
-    long N = 37;
-    int d = 48;
+// N past 256 rows: the column sums of the parameter gradients in several row chunks
+static void test_layernorm(long N, int d) {
     long n = N * d;
     float *x = rnd(n, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0);
     float *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
@@ -151,9 +150,7 @@ static void test_layernorm(void) {
     free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(gin); free(gw); free(gb);
 }
 
-static void test_matmul(void) {
-    long N = 37;
-    int C = 48, OC = 70;
+static void test_matmul(long N, int C, int OC) {
     float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0);
     float *dx = up(x, sizeof(float) * N * C), *dw = up(w, sizeof(float) * C * OC), *dbias = up(bias, sizeof(float) * OC);
     char name[96];
@@ -608,8 +605,10 @@ int main(void) {
     printf("test_cuda_kernels on %s\n", cu_device_name());
     test_encoder(2, 5, 48, 3, 20, 26);
     test_encoder(4, 37, 50, 10, 30, 45);   // N = 148: the token scan crosses chunks of 32
-    test_layernorm();
-    test_matmul();
+    test_layernorm(37, 48);
+    test_layernorm(1100, 40);
+    test_matmul(37, 48, 70);
+    test_matmul(777, 24, 70);
     test_gelu();
     test_mlp_fused();
     test_crossentropy(0, 128, 100);   // one shard with 28 padding columns

@@ -125,6 +125,16 @@ static __global__ void reduce_final_kernel(double *out, const double *part, int 
     if (threadIdx.x == 0) *out = acc;
 }
 
+// A device buffer that grows (never shrinks) to the largest size asked for so far (counted).
+static inline void *grow_dev(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        ted_free_buf(*buf);   // waits for the stream first
+        *buf = ted_alloc_dev(bytes, MEM_TEMP);
+        *cap = bytes;
+    }
+    return *buf;
+}
+
 // kRedBlocks partials + 1 result, made at the first use
 static double *red_scratch(void) {
     static double *p;

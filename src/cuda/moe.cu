@@ -12,16 +12,6 @@ enum { THREADS = 256, WARPS = 4 };
 
 using cu::blocks_for;   // one thread per item (the loops also stride)
 
-// A device buffer that grows (never shrinks) to the largest size asked for so far (counted).
-static void *grow(void **buf, size_t *cap, size_t bytes) {
-    if (bytes > *cap) {
-        ted_free_buf(*buf);   // waits for the stream first
-        *buf = ted_alloc_dev(bytes, MEM_TEMP);
-        *cap = bytes;
-    }
-    return *buf;
-}
-
 // A host buffer likewise (plain malloc).
 static void *grow_host(void **buf, size_t *cap, size_t bytes) {
     if (bytes > *cap) {
@@ -134,7 +124,7 @@ static __global__ void router_summary_kernel(double *out, const float *fcount, c
 static double *own_summary(int E) {
     static void *buf;
     static size_t cap;
-    return (double *)grow(&buf, &cap, sizeof(double) * ROUTER_SUMMARY(E));
+    return (double *)grow_dev(&buf, &cap, sizeof(double) * ROUTER_SUMMARY(E));
 }
 
 extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *gate, int *slot, float *fcount,
@@ -149,8 +139,8 @@ extern "C" void cu_router_forward(float *probs, float *lse, int *choice, float *
     int C_full = router_capacity(c, gt), C_last = router_capacity(c, S_last);
     static void *d_psum, *d_ndrop;
     static size_t cap_psum, cap_ndrop;
-    double *psum = (double *)grow(&d_psum, &cap_psum, sizeof(double) * GE);
-    int *ndrop = (int *)grow(&d_ndrop, &cap_ndrop, sizeof(int) * GE);
+    double *psum = (double *)grow_dev(&d_psum, &cap_psum, sizeof(double) * GE);
+    int *ndrop = (int *)grow_dev(&d_ndrop, &cap_ndrop, sizeof(int) * GE);
     router_capacity_kernel<<<(unsigned)GE, THREADS, 0, cu_stream()>>>(slot, fcount, kept, psum, ndrop, choice, probs, N,
                                                                       E, k, gt, G, C_full, C_last);
     CU_LAUNCH_CHECK();
@@ -232,7 +222,7 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
     int cap = padded && c->capacity_factor > 0;
     static void *d_start;
     static size_t cap_start;
-    long *ds = (long *)grow(&d_start, &cap_start, sizeof(long) * ((long)G * E > 0 ? (long)G * E : 1));
+    long *ds = (long *)grow_dev(&d_start, &cap_start, sizeof(long) * ((long)G * E > 0 ? (long)G * E : 1));
     double *sum = c->summary ? c->summary : own_summary(E);
     plan_rows_kernel<<<1, THREADS, 0, cu_stream()>>>(ds, sum + RS_ROWS(E), kept, E, G, cap, router_capacity(c, gt),
                                                     router_capacity(c, S_last), multiple);
@@ -413,7 +403,7 @@ static __global__ void bias_grad_kernel(float *gb, const float *g, const long *o
 static const long *upload_off(const long *off, int El) {
     static void *buf;
     static size_t cap;
-    long *d = (long *)grow(&buf, &cap, sizeof(long) * (El + 1));
+    long *d = (long *)grow_dev(&buf, &cap, sizeof(long) * (El + 1));
     PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(d, off, sizeof(long) * (El + 1), cudaMemcpyHostToDevice, cu_stream()));
     cu_prof_launch(1);

@@ -108,34 +108,77 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
     }
 }
 
-// Column sums in a fixed order, no scratch: a block of 32 × kColRows threads owns a slab of 32
-// columns; thread (x, y) sums the rows y, y + kColRows, … of column x in order, then the
-// kColRows partials are added in y order.
-constexpr int kColRows = 16;
+// Column sums in a fixed order, in two passes so that every SM has work: block (x, y) owns the
+// columns [32x, 32x + 32) of the rows [y·kColChunk, (y + 1)·kColChunk); its thread (tx, ty) sums
+// the rows ty, ty + kColRows, … of column 32x + tx in order, the kColRows partials are added in ty
+// order into part[k][y][c] (output k of NOUT); then colsum_finish adds part[k][0..R) in y order
+// to out_k[c]. One block a column slab (R = 1) was too few blocks for the H100: 64 for d 2048.
+constexpr int kColRows = 16, kColChunk = 256, kColMaxChunks = 64;
 
-// dw[d] += Σ_rows dout·(inp − mean)·rstd; db[d] += Σ_rows dout
-__global__ void layernorm_backward_par_kernel(float *dw, float *db, const float *dout, const float *inp,
-                                              const float *mean, const float *rstd, long N, int d) {
-    __shared__ float sw[kColRows][32], sb[kColRows][32];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    for (int c0 = blockIdx.x * 32; c0 < d; c0 += gridDim.x * 32) {   // block-uniform
-        int c = c0 + tx;
-        float pw = 0, pb = 0;
-        if (c < d)
-            for (long i = ty; i < N; i += kColRows) {
-                float g = dout[i * d + c];
-                pw += g * (inp[i * d + c] - mean[i]) * rstd[i];
-                pb += g;
-            }
-        sw[ty][tx] = pw; sb[ty][tx] = pb;
-        __syncthreads();
-        if (ty == 0 && c < d) {
-            float tw = 0, tb = 0;
-            for (int k = 0; k < kColRows; k++) { tw += sw[k][tx]; tb += sb[k][tx]; }
-            dw[c] += tw; db[c] += tb;
+static int col_chunks(long N) {
+    long r = (N + kColChunk - 1) / kColChunk;
+    return (int)(r < 1 ? 1 : r < kColMaxChunks ? r : kColMaxChunks);
+}
+
+// F: f(i, c, v) sets v[k], output k's term of row i, column c
+template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, F f) {
+    __shared__ float sh[NOUT][kColRows][32];
+    int tx = threadIdx.x, ty = threadIdx.y, R = gridDim.y, c = blockIdx.x * 32 + tx;
+    long per = (N + R - 1) / R, i0 = blockIdx.y * per, i1 = i0 + per < N ? i0 + per : N;
+    float acc[NOUT] = {}, v[NOUT];
+    if (c < C)
+        for (long i = i0 + ty; i < i1; i += kColRows) {
+            f(i, c, v);
+            for (int k = 0; k < NOUT; k++) acc[k] += v[k];
         }
-        __syncthreads();                 // before the next slab overwrites sw, sb
+    for (int k = 0; k < NOUT; k++) sh[k][ty][tx] = acc[k];
+    __syncthreads();
+    if (ty == 0 && c < C)
+        for (int k = 0; k < NOUT; k++) {
+            float t = 0;
+            for (int j = 0; j < kColRows; j++) t += sh[k][j][tx];
+            part[((long)k * R + blockIdx.y) * C + c] = t;
+        }
+}
+
+// out_k[c] += Σ_y part[k][y][c], y in order
+__global__ void colsum_finish_kernel(float *out0, float *out1, const float *part, int R, int C) {
+    GRID_STRIDE(c, C) {
+        float t0 = 0, t1 = 0;
+        for (int y = 0; y < R; y++) t0 += part[(long)y * C + c];
+        out0[c] += t0;
+        if (out1) {
+            for (int y = 0; y < R; y++) t1 += part[((long)R + y) * C + c];
+            out1[c] += t1;
+        }
     }
+}
+
+struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
+    const float *dout, *inp, *mean, *rstd;
+    int d;
+    __device__ void operator()(long i, int c, float (&v)[2]) const {
+        float g = dout[i * d + c];
+        v[0] = g * (inp[i * d + c] - mean[i]) * rstd[i];
+        v[1] = g;
+    }
+};
+struct ColTerm {      // x[i, c]
+    const float *x;
+    int C;
+    __device__ void operator()(long i, int c, float (&v)[1]) const { v[0] = x[i * C + c]; }
+};
+
+// out0[c] (and out1[c]) += Σ_rows of f's terms, a fixed order for given N and C
+template <int NOUT, class F> static void colsum_add(float *out0, float *out1, long N, int C, F f) {
+    static void *buf;
+    static size_t cap;
+    int R = col_chunks(N);
+    float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
+    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(part, N, C, f);
+    CU_LAUNCH_CHECK();
+    colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C);
+    CU_LAUNCH_CHECK();
 }
 
 // ---- matmul helpers -----------------------------------------------------------------
@@ -145,26 +188,6 @@ template <class W> __global__ void bias_kernel(float *out, const W *bias, long n
     GRID_STRIDE(idx, n) {
         float bv = ldw(bias, idx % OC);
         out[idx] = accumulate ? out[idx] + bv : bv;
-    }
-}
-
-// out[C] += Σ_rows x[N,C] (same slab scheme as layernorm_backward_par_kernel)
-__global__ void colsum_add_kernel(float *out, const float *x, long N, int C) {
-    __shared__ float sh[kColRows][32];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    for (int c0 = blockIdx.x * 32; c0 < C; c0 += gridDim.x * 32) {
-        int c = c0 + tx;
-        float p = 0;
-        if (c < C)
-            for (long i = ty; i < N; i += kColRows) p += x[i * C + c];
-        sh[ty][tx] = p;
-        __syncthreads();
-        if (ty == 0 && c < C) {
-            float t = 0;
-            for (int k = 0; k < kColRows; k++) t += sh[k][tx];
-            out[c] += t;
-        }
-        __syncthreads();
     }
 }
 
@@ -327,9 +350,7 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
         layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
                                                                                           rstd, N, d);
     CU_LAUNCH_CHECK();
-    layernorm_backward_par_kernel<<<grid_for(d, 32), dim3(32, kColRows), 0, cu_stream()>>>(dw, db, dout, inp, mean,
-                                                                                              rstd, N, d);
-    CU_LAUNCH_CHECK();
+    colsum_add<2>(dw, db, N, d, LnParTerms{dout, inp, mean, rstd, d});
 }
 
 extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
@@ -359,8 +380,7 @@ extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const f
     if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]: the wgrad GEMM accumulates into the fp32 gradient
         cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
     if (dbias && OC > 0) {
-        colsum_add_kernel<<<grid_for(OC, 32), dim3(32, kColRows), 0, cu_stream()>>>(dbias, dout, N, OC);
-        CU_LAUNCH_CHECK();
+        colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
     }
 }
 
