@@ -106,6 +106,7 @@ set(TED_TEST_LABELS
   test_mpi_init_from=io,run,mpi
   test_trust=io,run
   test_mpi_trust=io,run,mpi
+  test_mpi_signals=run,io,mpi
   test_monitor=io,run
   test_progress=io,run
   test_plan=perf,cli
