@@ -4,7 +4,7 @@
 // The stops: SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (mpirun forwards the last two to every rank)
 // and, under Open MPI, a SIGCONT from mpirun or orted that does not continue a stopped rank:
 // the first signal of the sequence (SIGCONT, SIGTERM, SIGKILL) that mpirun sends its ranks
-// when it is given SIGINT or SIGTERM (docs/trust.md).
+// when it is given SIGINT, SIGTERM or SIGHUP (docs/trust.md).
 #pragma once
 #include <signal.h>
 
