@@ -53,6 +53,6 @@ grep -aq 'continuing the run' "$W/m2.out" && grep -aq 'resumed from .*step_00000
 [ "$(grep -ao 'seed [0-9]*) ---' "$W/m2.out" | sort -u | wc -l)" -eq 3 ] && ok "three samples, three seeds" ||
   bad "samples' seeds: $(grep -o 'seed [0-9]*' "$W/m2.out" | tr '\n' ' ')"
 OUT=$W/moby TED=$TED timeout -s INT 5 bash scripts/train_moby.sh "${R[@]}" --steps 100000 >"$W/m3.out" 2>&1
-grep -aq "make train: interrupted; \`make train\` continues" "$W/m3.out" && grep -aq 'stopped by signal 2 .*(saved)' "$W/m3.out" &&
+grep -aq "make train: interrupted; \`make train\` continues" "$W/m3.out" && grep -aq 'stopped by SIGINT after step [0-9]*; saved ' "$W/m3.out" &&
   ok "Ctrl-C: $(grep 'make train: interrupted' "$W/m3.out" | cut -c1-100)" || bad "Ctrl-C: $(tail -2 "$W/m3.out")"
 [ "$fails" -eq 0 ] && echo "all passed" || { echo "$fails failed"; exit 1; }

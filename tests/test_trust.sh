@@ -178,7 +178,7 @@ cmp -s "$W/long.before" <(head -c "$(stat -c %s "$W/long.before")" "$W/long.json
   ok "the running job's log was not replaced" || fail "the running job's log was replaced"
 kill -TERM $pid; wait $pid; rc=$?
 last=$(ls "$S" | grep step_ | sort | tail -1)
-[ "$rc" -eq 143 ] && grep -q "stopped by signal 15" "$W/long.err" && [ -n "$last" ] &&
+[ "$rc" -eq 143 ] && grep -q "^ted: stopped by SIGTERM after step [0-9]*; saved $S/step_" "$W/long.err" && [ -n "$last" ] &&
   [ "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$S/$last/trainer_state.json")" -eq \
     "$(grep -c '"loss"' "$W/long.jsonl")" ] && ok "SIGTERM: exit 143, $last saved (the last complete step)" ||
   { fail "SIGTERM: exit $rc, last $last"; cat "$W/long.err"; }
@@ -223,7 +223,8 @@ run_ok train "${MODEL[@]}" --steps 5 --save "$W/keep" --save-every 1 --keep-last
 pid=$!
 for _ in $(seq 100); do [ -s "$W/int.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
-[ "$rc" -eq 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $rc"
+[ "$rc" -eq 130 ] && grep -q "^ted: stopped by SIGINT after step [0-9]*; nothing saved (no --save)$" "$W/int.err" &&
+  ok "SIGINT: exit 130, $(cat "$W/int.err")" || fail "SIGINT: exit $rc"
 # an unwritable --save folder is found before step 1 (root writes anywhere: run as nobody then)
 # nobody may not enter the clone's folders (a clone under /root, a mode-700 folder): the binary,
 # the data and the folder go to a folder of their own under /tmp that anyone can enter

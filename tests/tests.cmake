@@ -107,6 +107,7 @@ set(TED_TEST_LABELS
   test_trust=io,run
   test_full_disk=io,run,mpi
   test_mpi_trust=io,run,mpi
+  test_mpi_signals=run,io,mpi
   test_monitor=io,run
   test_progress=io,run
   test_plan=perf,cli

@@ -56,6 +56,15 @@ static void sample_now(Run *R, long s) {
     ted_free(pr);
 }
 
+// The one line of a signal's stop (rank 0): what asked, the step, where it was saved.
+static void stop_say(const Run *R, int stop) {
+    if (R->topo.rank != 0) return;
+    if (R->c.save[0])
+        fprintf(stderr, "ted: stopped by %s after step %ld; saved %s/step_%08ld (continue with --resume %s/step_%08ld)\n",
+                stop_cause(stop), R->st.step, R->c.save, R->st.step, R->c.save, R->st.step);
+    else fprintf(stderr, "ted: stopped by %s after step %ld; nothing saved (no --save)\n", stop_cause(stop), R->st.step);
+}
+
 static int every(int n, long s, int last) { return n > 0 && ((s + 1) % n == 0 || last); }
 
 int run_after_step(Run *R, long s, const StepMetrics *m) {
@@ -71,13 +80,13 @@ int run_after_step(Run *R, long s, const StepMetrics *m) {
     if (every(c->sample_every, s, last) && c->model.vocab_size == 256) sample_now(R, s);
     R->st.step = s + 1;
     R->st.tokens += R->tr.ntok;
-    int stop = stop_requested();   // SIGINT/SIGTERM on any rank: save this step and end
-    if (c->save[0] && (every(c->save_every, s, 0) || last || stop) && run_save(R)) return -1;
-    if (stop) {
-        if (rank0)
-            fprintf(stderr, "ted: stopped by signal %d after step %ld%s\n", stop, R->st.step,
-                    c->save[0] ? " (saved)" : "");
-        return 128 + stop;
+    int stop = stop_requested();   // a signal on any rank (stop.h): save this step and end
+    int save = c->save[0] && (every(c->save_every, s, 0) || last || stop);
+    if (save && run_save(R)) return -1;
+    if (save && !stop && !last) stop = stop_requested();   // asked during the save: this step is saved, end now
+    if (stop && !last) {   // (on the last step the run is complete anyway)
+        stop_say(R, stop);
+        return stop_exit_code(stop);
     }
     return 0;
 }

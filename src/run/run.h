@@ -43,7 +43,7 @@ int run_prepare(Run *R, int argc, char **argv);
 // (on every rank, after one line).
 int run_open(Run *R, int argc, char **argv);
 // After step s: the log, the progress line, evaluation, a sample, a checkpoint. 0 to go on, -1
-// after an error line, 128 + the signal when a signal stopped the run (saved with --save).
+// after an error line, stop_exit_code() when a signal stopped the run (saved with --save).
 int run_after_step(Run *R, long s, const StepMetrics *m);
 // Saves the current step into --save (host copies of the weights and the optimizer). 0 or -1.
 int run_save(Run *R);
