@@ -328,6 +328,14 @@ static void test_conversions(void) {
             bad += half == 2 && isnan(x[i]) ? !isnan(fp16_to_f32(q[i])) : r[i] != q[i];
         snprintf(name, sizeof name, "f32_to_half %s", kind_name(half));
         report(name, (double)bad, 0);
+        // the four-a-thread path: a multiple of 4, aligned (the NaNs at the end left out)
+        cu_memset0(dq, 2 * m);
+        cu_f32_to_half(dq, dx, m - 3, half);
+        cu_memcpy(q, dq, 2 * m);
+        bad = 0;
+        for (long i = 0; i < m; i++) bad += i < m - 3 ? r[i] != q[i] : q[i] != 0;
+        snprintf(name, sizeof name, "f32_to_half %s (4 a thread)", kind_name(half));
+        report(name, (double)bad, 0);
         // dst = half(f32(dst) + src)
         float *src = rnd(m, 0.01f, 0);
         for (long i = 0; i < m; i++) { r[i] = half_from_f32(half, frand()); }

@@ -284,6 +284,16 @@ __global__ void f32_to_half_kernel(uint16_t *dst, const float *src, long n, int 
     GRID_STRIDE(i, n) dst[i] = half_from_f32_d(half, src[i]);
 }
 
+// the same, four elements a thread: one 16-byte read, one 8-byte write (n4 = n / 4, both aligned)
+__global__ void f32_to_half4_kernel(uint2 *dst, const float4 *src, long n4, int half) {
+    GRID_STRIDE(i, n4) {
+        float4 f = src[i];
+        unsigned lo = half_from_f32_d(half, f.x) | (unsigned)half_from_f32_d(half, f.y) << 16;
+        unsigned hi = half_from_f32_d(half, f.z) | (unsigned)half_from_f32_d(half, f.w) << 16;
+        dst[i] = make_uint2(lo, hi);
+    }
+}
+
 // dst = half(f32(dst) + src), the accumulation of model.c
 __global__ void half_accumulate_kernel(uint16_t *dst, const float *src, long n, int half) {
     GRID_STRIDE(i, n) dst[i] = half_from_f32_d(half, half_to_f32_d(half, dst[i]) + src[i]);
@@ -485,7 +495,10 @@ extern "C" void cu_half_to_f32(float *dst, const uint16_t *src, long n, int half
 extern "C" void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half) {
     PROF(PROF_CAST);
     if (n <= 0) return;
-    f32_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
+    if (n % 4 == 0 && (uintptr_t)dst % 8 == 0 && (uintptr_t)src % 16 == 0)   // the GEMM operands' case
+        f32_to_half4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, cu_stream()>>>((uint2 *)dst, (const float4 *)src,
+                                                                                    n / 4, half);
+    else f32_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dst, src, n, half);
     CU_LAUNCH_CHECK();
 }
 
