@@ -42,7 +42,9 @@ done
 # the table from made-up logs: ted 100 ms, PyTorch 150 ms (median) at MoE 4 K; dense ted failed; a plan row
 d=$TED_TMP/logs; mkdir -p "$d"
 echo "NVIDIA H100 80GB HBM3, 580.159.04, 1980 MHz, 1980 MHz, 2619 MHz" >"$d/card.txt"
-printf 'gpu_prof: gemm 40.0 ms\n{"ms_per_step": 100.0, "mfu": 0.17, "device_bytes_peak": 30000000000, "host_syncs": 4}\n' >"$d/ted_moe4k.txt"
+{ echo '{"ms_per_step": 100.0, "mfu": 0.17, "device_bytes_peak": 30000000000}'
+  echo '{"gpu_prof": {"rank": 0, "steps": 4, "ms_per_step": {"gemm": 40.0, "optimizer": 20.0, "total": 60.0}, "launches_per_step": {"gemm": 100.0, "total": 120.0}, "host_syncs_per_step": 4.0, "host_sync_ms_per_step": 0.1}}'
+} >"$d/ted_moe4k.txt"
 echo '{"ms_per_step": 160.0, "ms_per_step_median": 150.0, "mfu_median": 0.11, "peak_mem_gib": 20.0, "torch": "2.11", "matmul_bf16_tflops": 780.0, "matmul_n": 8192, "peak_tflops": 989.4}' >"$d/torch_moe4k.txt"
 echo "ted: --device cuda: out of device memory" >"$d/ted_dense4k.txt"
 echo "  tp 1   ep 1    dp 1     edp 1        20000000000 bytes  fits  (params 1, grads 1, optimizer 1); activations 40000000000 bytes (per micro-batch 1)" >"$d/plan_t8192.txt"
@@ -51,7 +53,7 @@ table=$("$PYTHON" bench/gpu_table.py "$d" 2>&1)
 echo "$table"
 want=("| MoE dropless, 4 K tokens/step | 100.0 | 150.0 | 1.50x | 0.170 | 0.110 | 30.0 | 21.5 |"
       "| dense, 4 K tokens/step | ted: --device cuda: out of device memory | did not run |"
-      "device peak 63.0 GB; ted plan 60.0 GB (peak / plan 1.050)" "moe4k: gpu_prof: gemm 40.0 ms" 'moe4k: {"host_syncs": 4}' "matmul 780 TFLOP/s")
+      "device peak 63.0 GB; ted plan 60.0 GB (peak / plan 1.050)" "| shape | gemm | optimizer | total ms | launches | host syncs |" "| moe4k | 40.0 | 20.0 | 60.0 | 120 | 4 |" "matmul 780 TFLOP/s")
 for w in "${want[@]}"; do
   if grep -qF -- "$w" <<<"$table"; then ok "gpu_table: $w"; else bad "gpu_table lacks: $w"; fi
 done
