@@ -124,10 +124,13 @@ refuse "multiple of pp" --pp 4 --pp-schedule interleaved --pp-virtual 2 --grad-a
 refuse "chunks but the model has 8 blocks" --pp 4 --pp-schedule interleaved --pp-virtual 3
 refuse "needs the interleaved schedule" --pp 2 --pp-virtual 2
 refuse "not divisible by pp x tp" --pp 3
-"${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --steps 100000 --pp 4 >/dev/null 2>&1 &
+rm -f $TED_TMP/killed.jsonl
+"${MPIRUN[@]}" -np 4 "$TED" train "${model[@]}" --steps 100000 --pp 4 --log-every 1 --log $TED_TMP/killed.jsonl \
+  >/dev/null 2>&1 &
 job=$!
-sleep 4
-pkill -9 -f "ted train.*--steps 100000" -n || true   # the newest rank: the last stage
+for _ in $(seq 600); do grep -q '"loss"' $TED_TMP/killed.jsonl 2>/dev/null && break; sleep 0.1; done   # training
+# the newest rank (the last stage); the pattern starts at ted's path, so it never names mpirun itself
+pkill -9 -n -f "^[^ ]*ted train.*--steps 100000" || true
 t0=$(date +%s)
 while kill -0 $job 2>/dev/null && [ $(($(date +%s) - t0)) -lt 30 ]; do sleep 1; done
 if kill -0 $job 2>/dev/null; then bad "a killed stage left the job running"; pkill -9 -f "ted train.*--steps 100000" || true
