@@ -727,6 +727,10 @@ static void expect_refused(const char *json, const char *flags, const char *want
     int rc = resolve(&c, json, flags, &err);
     EXPECT(rc == -1, "accepted: %s %s", json, flags);
     if (rc == -1) check_one_line(want, err, want);
+    char file[600];   // a rule broken by a key of the file names the file; one broken by a flag, none
+    snprintf(file, sizeof file, "%s: invalid config: ", json_path);
+    EXPECT(rc == -1 && !strstr(err, file) == !!flags[0], "%s %s: the line %s the file: %s", json, flags,
+           flags[0] ? "does not name" : "names", err);
     free(err);
 }
 
@@ -794,6 +798,9 @@ static void test_ranges(void) {
         {"{\"threads\": 0}", "", "threads 0 is not a number of threads (leave it out for every core)"},
         {"{\"train_batch_size\": 0}", "", "train_batch_size 0 is not a batch"},
         {"{}", "--peak-tflops 0", "--peak-tflops 0 is not a peak"},
+        {"{\"tensorboard\": {\"enabled\": true, \"output_path\": \"\", \"job_name\": \"j\"}}", "",
+         "tensorboard.output_path is empty: give the folder to write under"},
+        {"{\"csv_monitor\": {\"enabled\": true, \"output_path\": \"\"}}", "", "csv_monitor.output_path is empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i][0], cases[i][1], cases[i][2]);
     Config c;

@@ -4,6 +4,7 @@
 // other than GPT-2's in a "ted" object, is read too.
 #include "config/tables.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/util.h"
 #include <string.h>
 
@@ -66,7 +67,7 @@ int config_load_model_text(Config *c, const char *text, const char *path) {
 
 // Takes root (deletes it); the model keys, checked as a checkpoint's.
 static int load_model_root(Config *c, cJSON *root, const char *path) {
-    const char *dup = config_duplicate_key(root);   // before the Hugging Face keys are passed over
+    const char *dup = json_duplicate_key(root);   // before the Hugging Face keys are passed over
     if (dup) ted_error("%s: key \"%.100s\" appears twice in one object", path, dup);
     if (dup || unnest_ted_section(root, path) != 0) {
         cJSON_Delete(root);

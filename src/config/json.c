@@ -444,23 +444,6 @@ int config_walk_file(Config *c, const cJSON *root, const JKey *keys, const char 
     return key_problems.n ? -1 : 0;
 }
 
-const char *config_duplicate_key(const cJSON *j) {
-    int n = 0;
-    for (const cJSON *e = j->child; e; e = e->next) n++;
-    const char *dup = NULL;
-    if (cJSON_IsObject(j) && n > 1) {
-        const cJSON **v = ted_alloc(sizeof *v * (size_t)n, MEM_TEMP);
-        n = 0;
-        for (const cJSON *e = j->child; e; e = e->next) v[n++] = e;
-        qsort(v, (size_t)n, sizeof *v, cmp_key);
-        for (int i = 1; i < n && !dup; i++)
-            if (strcmp(v[i - 1]->string, v[i]->string) == 0) dup = v[i]->string;
-        ted_free(v);
-    }
-    for (const cJSON *e = j->child; e && !dup; e = e->next) dup = config_duplicate_key(e);
-    return dup;
-}
-
 // Reads and parses a JSON file whose top level is an object; NULL after one error line.
 cJSON *config_parse_json_file(const char *path) {
     size_t len = 0;

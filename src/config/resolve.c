@@ -4,6 +4,7 @@
 #include "config/tables.h"
 #include "core/alloc.h"
 #include "core/util.h"
+#include <stdio.h>
 #include <string.h>
 
 const char *config_flag_value(int argc, char **argv, const char *name) {
@@ -94,6 +95,17 @@ static int settle(Config *c, const Config *base, const ConfigCheckpoint *ck) {
     return rc;
 }
 
+// The rules (config_check); a broken one in one line, naming the --config file when the rule's key
+// (the first word of its text) was read from it.
+static int validate_from(const Config *c, const char *path) {
+    char why[512], key[128];
+    if (config_check(c, why, sizeof why) == 0) return 0;
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(why, " (:"), why);
+    if (path && config_json_given(key)) ted_error("%s: invalid config: %s", path, why);
+    else ted_error("invalid config: %s", why);
+    return -1;
+}
+
 int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *), const ConfigCheckpoint *ck) {
     defaults(c);
     config_origins_clear();
@@ -115,5 +127,5 @@ int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *),
     ted_free(base);
     if (rc) return -1;
     config_derive(c);
-    return config_validate(c);
+    return validate_from(c, path);
 }

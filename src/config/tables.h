@@ -124,8 +124,6 @@ int config_walk_file(Config *c, const cJSON *root, const JKey *keys, const char 
 // "key \"key\" must be want (got ...)": noted as a problem of the walk under way, else printed
 // as one line naming the file. -1.
 int config_type_error(const char *file, const char *key, const char *want, const cJSON *j);
-// The first key that appears twice in one object anywhere under j (cJSON keeps both), or NULL.
-const char *config_duplicate_key(const cJSON *j);
 
 // The model rules and seq_len of a checkpoint's config.json, each line naming the file (validate.c).
 int config_validate_checkpoint_model(const Config *c, const char *path);

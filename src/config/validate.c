@@ -158,7 +158,7 @@ static int validate_given_zeros(const Config *c) {
 
 static int validate_training(const Config *c) {
     const ModelConfig *m = &c->model;
-    RULE(c->seq_len < 0, "seq_len (%d) must be >= 1 (0 = n_positions)", c->seq_len);
+    RULE(c->seq_len < 0, "seq_len (%d) must be >= 1", c->seq_len);
     RULE(c->seq_len > m->n_positions, "seq_len (%d) > n_positions (%d)", c->seq_len, m->n_positions);
     RULE(c->micro_batch < 1, "micro_batch (%d) must be >= 1", c->micro_batch);
     RULE(c->micro_batch % m->group_size != 0, "micro_batch (%d) is not a multiple of group_size (%d)", c->micro_batch,
@@ -400,11 +400,21 @@ static int validate_scaler(const LossScaleConfig *s) {
     return 0;
 }
 
+// DeepSpeed's metrics sections write under output_path/job_name: an empty output_path would be
+// "/job_name", a folder under the root.
+static int validate_outputs(const Config *c) {
+    RULE(c->tb_enabled && !c->tensorboard_dir[0] && !c->tb_path[0],
+         "tensorboard.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)");
+    RULE(c->csv_enabled && !c->csv_path[0],
+         "csv_monitor.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)");
+    return 0;
+}
+
 int config_check(const Config *c, char *why, size_t n) {
     reason[0] = 0;
     int rc = validate_model(&c->model) || validate_given_zeros(c) || validate_training(c) || validate_schedule(c) ||
                      validate_scaler(&c->scaler) || validate_layout(c) || validate_pipeline(c) ||
-                     sparse_config_validate(&c->sparse, cfg_seq_len(c), reason, sizeof reason) || validate_routing(c)
+                     validate_outputs(c) || sparse_config_validate(&c->sparse, cfg_seq_len(c), reason, sizeof reason) || validate_routing(c)
                  ? -1
                  : 0;
     if (why && n) snprintf(why, n, "%s", rc ? reason : "");
