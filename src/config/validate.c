@@ -46,7 +46,7 @@ static const char *named(const char *json, const char *flag) { return config_fla
 // The widths that size the expert tensors, named: expert_inner, and the shared expert's
 // shared_experts × expert_inner hidden units, each (times n_embd) within an int tensor.
 static int validate_expert_sizes(const ModelConfig *m, int64_t d, int64_t fe) {
-    RULE(m->expert_inner < 0 || m->expert_inner > 4 * MAX_WIDTH, "expert_inner (%d) must be in [0, %d] (0 = n_inner)",
+    RULE(m->expert_inner < 0 || m->expert_inner > 4 * MAX_WIDTH, "expert_inner (%d) must be in [1, %d] (leave it out for n_inner)",
          m->expert_inner, 4 * MAX_WIDTH);
     RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
     int64_t fs = (int64_t)m->shared_experts * fe;
@@ -83,7 +83,7 @@ static int validate_sizes(const ModelConfig *m) {
 // The block family (docs/llama.md): llama's own keys, and what gpt2 does not have.
 static int validate_arch(const ModelConfig *m) {
     int kv = cfg_kv_heads(m);
-    RULE(m->n_kv_head < 0, "n_kv_head (%d) must be >= 0 (0 = n_head)", m->n_kv_head);
+    RULE(m->n_kv_head < 0, "n_kv_head (%d) must be >= 1 (leave it out for n_head)", m->n_kv_head);
     if (!cfg_is_llama(m)) {
         RULE(kv != m->n_head, "n_kv_head (%d) needs model.arch llama (gpt2 has one key/value head per head)", kv);
         RULE(!m->tie_word_embeddings, "tie_word_embeddings false needs model.arch llama (gpt2's head is wte)");
@@ -110,7 +110,7 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->n_layer < 1 || m->n_layer > MAX_LAYERS, "n_layer (%d) must be in [1, %d]", m->n_layer, MAX_LAYERS);
     RULE(m->n_head < 1, "n_head (%d) must be >= 1", m->n_head);
     RULE(m->n_embd % m->n_head != 0, "n_embd (%d) is not a multiple of n_head (%d)", m->n_embd, m->n_head);
-    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner,
+    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [1, %d] (leave it out for 4*n_embd)", m->n_inner,
          4 * MAX_WIDTH);
     RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts,
          MAX_EXPERTS);
