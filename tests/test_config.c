@@ -177,7 +177,7 @@ static void test_json_errors(void) {
     expect_json_error("{\"zero_optimization\": {\"offload\": true}}", "unknown key \"zero_optimization.offload\"");
     // the sparse_attention section's unknown keys join the others' in one line, each with its near name
     expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"blok\": 16, \"num_local_block\": 4, \"zzz\": 1}, "
-                      "\"optimizr\": {}}", "4 keys ted does not know or cannot honour: unknown key \"sparse_attention.blok\" "
+                      "\"optimizr\": {}}", "4 problems: unknown key \"sparse_attention.blok\" "
                       "(did you mean \"sparse_attention.block\"?); unknown key \"sparse_attention.num_local_block\" (did you "
                       "mean \"sparse_attention.num_local_blocks\"?); unknown key \"sparse_attention.zzz\"; unknown key "
                       "\"optimizr\" (did you mean \"optimizer\"?)");
@@ -382,6 +382,10 @@ CASE(v_inner, c->model.n_inner = -1)
 CASE(v_experts, c->model.num_experts = 0)
 CASE(v_micro, c->micro_batch = 0)
 CASE(v_accum, c->grad_accum = 0)
+CASE(v_accum_big, c->grad_accum = 1000000000)
+CASE(v_clip, c->clip = -1)
+CASE(v_freeze, c->freeze_step = 0)
+CASE(v_topk_dense, c->model.top_k = 0)
 CASE(v_lr, c->lr = -1e-3f)
 CASE(v_minlr, c->min_lr = -1)
 CASE(v_warmup, c->warmup = -1)
@@ -433,10 +437,14 @@ static void test_validate(void) {
         {v_inner, "n_inner (-1)"},
         {v_experts, "num_experts (0)"},
         {v_micro, "micro_batch (0)"},
-        {v_accum, "grad_accum (0)"},
+        {v_accum, "gradient_accumulation_steps (0) must be in [1, 65536]"},
+        {v_accum_big, "gradient_accumulation_steps (1000000000) must be in [1, 65536]"},
         {v_lr, "lr (-0.001)"},
         {v_minlr, "min_lr (-1)"},
-        {v_warmup, "warmup (-1)"},
+        {v_warmup, "scheduler.params.warmup_num_steps (-1) must be >= 0"},
+        {v_clip, "gradient_clipping (-1) must be >= 0 (0: no clipping)"},
+        {v_freeze, "optimizer.params.freeze_step (0) must be >= 1"},
+        {v_topk_dense, "top_k (0) must be >= 1"},
         {v_steps, "steps (-1)"},
         {v_beta1, "beta1 (1)"},
         {v_beta2, "beta2 (-0.1)"},
@@ -661,8 +669,8 @@ static void test_routing(void) {
 // warned (one rule for every section), and --num-experts 1 switching an MoE config to dense.
 static void test_duplicates_and_switched_off(void) {
     expect_json_error("{\"model\": {\"n_layer\": 2}, \"model\": {\"n_embd\": 64}}", "key \"model\" appears twice");
-    expect_json_error("{\"moe\": {\"top_k\": 1, \"router\": \"topk\", \"top_k\": 2}}", "key \"top_k\" appears twice");
-    expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 16, \"mode\": \"fixed\"}}", "\"mode\" appears twice");
+    expect_json_error("{\"moe\": {\"top_k\": 1, \"router\": \"topk\", \"top_k\": 2}}", "key \"moe.top_k\" appears twice");
+    expect_json_error("{\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 16, \"mode\": \"fixed\"}}", "key \"sparse_attention.mode\" appears twice");
     expect_json_error("{\"pipeline\": {\"layers\": []}}", "pipeline.layers\" must be an array of 1 to 256 block counts, or \"auto\" (got an empty array)");
     expect_json_error("{\"pipeline\": {\"layers\": \"even\"}}", "pipeline.layers\" must be an array of 1 to 256 block counts, or \"auto\"");
     expect_json_error("{\"sparse_attention\": {\"local_window_blocks\": [-1]}}", "must be an array of integers >= 1 (entry 0 is -1)");
@@ -675,13 +683,13 @@ static void test_duplicates_and_switched_off(void) {
     Config c;
     char *err;
     EXPECT(load_text(&c, "{\"moe\": {\"num_experts\": 4, \"capacity_factor\": 1.25, \"shared_experts\": 2, "
-                         "\"num_groups\": 2}, \"optimizer\": {\"params\": {\"freeze_step\": -7}}, "
+                         "\"num_groups\": 2}, \"optimizer\": {\"params\": {\"freeze_step\": 7}}, "
                          "\"fp16\": {\"enabled\": false, \"hysteresis\": 4}}", &err) == 0, "moe config: %s", err);
     free(err);
     char *argv[] = {"--num-experts", "1"};
     EXPECT(config_apply_flags(&c, 2, argv, 0) == 0 && config_validate(&c) == 0, "--num-experts 1 on an MoE config refused");
     FILE *f = tmpfile();
-    config_warn_unused(&c, f);
+    config_warn(&c, f);
     char text[2048] = "";
     rewind(f);
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -692,6 +700,275 @@ static void test_duplicates_and_switched_off(void) {
     EXPECT(strstr(text, "warning: optimizer.params.freeze_step has no effect: optimizer.type is AdamW"), "freeze_step: %s", text);
     EXPECT(strstr(text, "warning: fp16.hysteresis has no effect: fp16 is not enabled"), "fp16: %s", text);
     EXPECT(count_lines(text) == 3, "%d warning lines: %s", count_lines(text), text);
+}
+
+
+// ---- issues 41 and 42: every key's type and range, one report per file, no 0 for a default,
+// bounded sizes, DeepSpeed's keys as DeepSpeed means them, config_check without a word ---------
+
+// ted train's resolution (config_resolve) of a JSON text and space-separated flags: rc, stderr.
+static int resolve(Config *c, const char *json, const char *flags, char **err) {
+    write_text(json_path, json);
+    char buf[512], *argv[40] = {"train", "--config", json_path};
+    int argc = 3;
+    snprintf(buf, sizeof buf, "%s", flags);
+    for (char *t = strtok(buf, " "); t && argc < 40; t = strtok(NULL, " ")) argv[argc++] = t;
+    Capture cap = capture_begin(2);
+    int rc = config_resolve(c, argc, argv, config_defaults, NULL);
+    char *e = capture_end(&cap);
+    if (err) *err = e;
+    else free(e);
+    return rc;
+}
+
+static void expect_refused(const char *json, const char *flags, const char *want) {
+    Config c;
+    char *err;
+    int rc = resolve(&c, json, flags, &err);
+    EXPECT(rc == -1, "accepted: %s %s", json, flags);
+    if (rc == -1) check_one_line(want, err, want);
+    char file[600];   // a rule broken by a key of the file names the file; one broken by a flag, none
+    snprintf(file, sizeof file, "%s: invalid config: ", json_path);
+    EXPECT(rc == -1 && !strstr(err, file) == !!flags[0], "%s %s: the line %s the file: %s", json, flags,
+           flags[0] ? "does not name" : "names", err);
+    free(err);
+}
+
+static char *warnings_of(const Config *c) {
+    Capture cap = capture_begin(1);
+    config_warn(c, stdout);
+    return capture_end(&cap);
+}
+
+// A type error, a key twice in a nested object, unknown keys, a nested DeepSpeed section's wrong
+// type and two names of one setting at odds: every problem of the file in one line.
+static void test_one_report(void) {
+    Config c;
+    char *err;
+    int rc = load_text(&c, "{\"train_micro_batch_size_per_gpu\": \"2\", \"steps_per_print\": 10, \"log_every\": 5, "
+                           "\"zero_optimization\": {\"stage\": 1, \"contiguous_gradients\": 1, \"stage\": 2, "
+                           "\"allgather_bucket_size\": -5, \"offload_optimizer\": {\"pin_memory\": \"yes\"}}, "
+                           "\"optimizr\": {}, \"sparse_attention\": {\"mode\": \"fixed\", \"block\": 0}}", &err);
+    static const char *want[] = {
+        "8 problems: ",
+        "key \"train_micro_batch_size_per_gpu\" must be an integer (got the string \"2\")",
+        "key \"zero_optimization.stage\" appears twice in one object",
+        "key \"zero_optimization.contiguous_gradients\" must be true or false (got 1)",
+        "key \"zero_optimization.allgather_bucket_size\" must be an integer in [1, 2^53] (got -5)",
+        "key \"zero_optimization.offload_optimizer.pin_memory\" must be true or false (got the string \"yes\")",
+        "unknown key \"optimizr\" (did you mean \"optimizer\"?)",
+        "key \"sparse_attention.block\" must be an integer >= 1",
+        "\"steps_per_print\" 10 and \"log_every\" 5 name one setting with two values (give one)",
+    };
+    EXPECT(rc == -1 && count_lines(err) == 1, "one report: rc %d, %s", rc, err);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) EXPECT(strstr(err, want[i]), "lacks %s: %s", want[i], err);
+    free(err);
+    expect_json_ok("{\"steps_per_print\": 5, \"log_every\": 5}");   // the same value twice is one setting
+    expect_json_error("{\"scheduler\": {\"params\": {\"min_lr\": 1, \"min_lr\": 2}}}",
+                      "key \"scheduler.params.min_lr\" appears twice in one object");
+}
+
+// Nonsense scheduler values, the warm-up, a step's micro-batches and the keys whose 0 would stand
+// for a default: refused in one line naming the key as the user gave it (JSON key or flag).
+static void test_ranges(void) {
+    static const char *const cases[][3] = {
+        {"{\"gradient_clipping\": -1}", "", "gradient_clipping (-1) must be >= 0 (0: no clipping)"},
+        {"{}", "--clip -0.5", "--clip (-0.5) must be >= 0"},
+        {"{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 100, \"cos_min_ratio\": 2}}}", "",
+         "scheduler.params.cos_min_ratio (2) must be in [0, 1]"},
+        {"{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 100, \"warmup_min_ratio\": 1.5}}}",
+         "", "scheduler.params.warmup_min_ratio (1.5) must be in [0, 1]"},
+        {"{\"optimizer\": {\"params\": {\"lr\": 0.001}}, \"scheduler\": {\"params\": {\"min_lr\": 0.01}}}", "",
+         "scheduler.params.min_lr (0.01) is above the peak optimizer.params.lr (0.001)"},
+        {"{}", "--lr 0.001 --min-lr 0.002", "--min-lr (0.002) is above the peak --lr (0.001)"},
+        {"{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.01, \"warmup_max_lr\": 0.001}}}", "",
+         "warmup_min_lr (0.01) is above the warm-up's peak warmup_max_lr (0.001)"},
+        {"{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0.01, \"total_num_steps\": 9}}}", "",
+         "warmup_min_lr (0.01) is above the warm-up's peak (0.001)"},
+        {"{\"scheduler\": {\"params\": {\"warmup_num_steps\": -3}}}", "", "scheduler.params.warmup_num_steps (-3) must be >= 0"},
+        {"{}", "--warmup -3", "--warmup (-3) must be >= 0"},
+        {"{\"gradient_accumulation_steps\": 1000000000}", "", "gradient_accumulation_steps (1000000000) must be in [1, 65536]"},
+        {"{}", "--grad-accum 65537", "--grad-accum (65537) must be in [1, 65536]"},
+        {"{\"optimizer\": {\"params\": {\"freeze_step\": -7}}}", "", "optimizer.params.freeze_step (-7) must be >= 1"},
+        {"{\"seq_len\": 0}", "", "seq_len 0 is not a length (leave it out for n_positions, 256)"},
+        {"{}", "--seq-len 0", "--seq-len 0 is not a length"},
+        {"{\"model\": {\"n_inner\": 0}}", "", "model.n_inner 0 is not a width (leave it out for 4 x n_embd, 1024)"},
+        {"{\"moe\": {\"num_experts\": 4, \"expert_inner\": 0}}", "", "moe.expert_inner 0 is not a width"},
+        {"{\"model\": {\"arch\": \"llama\", \"n_kv_head\": 0}}", "", "model.n_kv_head 0 is not a number of heads"},
+        {"{\"threads\": 0}", "", "threads 0 is not a number of threads (leave it out for every core)"},
+        {"{\"train_batch_size\": 0}", "", "train_batch_size 0 is not a batch"},
+        {"{}", "--peak-tflops 0", "--peak-tflops 0 is not a peak"},
+        {"{\"tensorboard\": {\"enabled\": true, \"output_path\": \"\", \"job_name\": \"j\"}}", "",
+         "tensorboard.output_path is empty: give the folder to write under"},
+        {"{\"csv_monitor\": {\"enabled\": true, \"output_path\": \"\"}}", "", "csv_monitor.output_path is empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i][0], cases[i][1], cases[i][2]);
+    Config c;
+    char *err;
+    EXPECT(resolve(&c, "{\"gradient_accumulation_steps\": 65536, \"gradient_clipping\": 0}", "--min-lr 0.0006", &err) == 0 &&
+               c.seq_len == 256 && c.grad_accum == 65536,
+           "the bounds themselves, clipping off, min_lr = lr and seq_len left out: %s", err);
+    free(err);
+}
+
+// DeepSpeed's ZeRO keys that change nothing in ted run unedited, a warning only where the value
+// asks for something ted does not do; optimizer.type "Adam" is AdamW unless adam_w_mode is false.
+static void test_deepspeed(void) {
+    Config c;
+    char *err;
+    const char *zero = "\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": %s, \"overlap_comm\": false, "
+                       "\"reduce_scatter\": %s, \"allgather_partitions\": %s, \"allgather_bucket_size\": 5e8, "
+                       "\"round_robin_gradients\": %s, \"offload_optimizer\": {\"device\": \"none\", \"pin_memory\": %s}}";
+    char json[1024], fmt[1024];
+    snprintf(fmt, sizeof fmt, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"weight_decay\": 0.1, "
+                              "\"adam_w_mode\": true}}, %s}", zero);
+    snprintf(json, sizeof json, fmt, "true", "true", "true", "false", "false");
+    EXPECT(resolve(&c, json, "", &err) == 0 && !c.onebit && c.adam_named && c.zero_stage == 2, "DeepSpeed ZeRO-2: %s", err);
+    free(err);
+    ConfigSettings S;
+    config_settings(&c, &S);
+    int adam = 0;
+    for (int i = 0; i < S.n; i++) adam |= !strcmp(S.s[i].name, "optimizer.type") && !strcmp(S.s[i].value, "Adam");
+    EXPECT(adam, "the run record says optimizer.type Adam");
+    char *w = warnings_of(&c);
+    EXPECT(count_lines(w) == 1 && strstr(w, "warning: zero_optimization.allgather_bucket_size has no effect: ted gathers "
+                                            "each parameter whole"), "ted's own values: one warning: %s", w);
+    free(w);
+    snprintf(json, sizeof json, fmt, "false", "false", "false", "true", "true");
+    EXPECT(resolve(&c, json, "", &err) == 0, "the other values: %s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(count_lines(w) == 6 && strstr(w, "warning: zero_optimization.contiguous_gradients false has no effect: ted keeps") &&
+               strstr(w, "warning: zero_optimization.round_robin_gradients true has no effect") &&
+               strstr(w, "warning: zero_optimization.offload_optimizer.pin_memory true has no effect"),
+           "a warning per key asking for something else: %s", w);
+    free(w);
+    expect_refused("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}", "",
+                   "optimizer.type Adam with optimizer.params.adam_w_mode false adds weight_decay (0.1) x w to the gradient");
+    EXPECT(resolve(&c, "{\"optimizer\": {\"type\": \"adam\", \"params\": {\"adam_w_mode\": false, \"weight_decay\": 0}}}",
+                   "", &err) == 0, "Adam with L2 of weight 0 is AdamW: %s", err);
+    free(err);
+    EXPECT(resolve(&c, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"adam_w_mode\": false}}}", "", &err) == 0,
+           "AdamW ignores adam_w_mode, as in DeepSpeed: %s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(strstr(w, "warning: optimizer.params.adam_w_mode has no effect: optimizer.type AdamW decays"), "%s", w);
+    free(w);
+}
+
+// config_check: the rules without a word, the reason handed over; config_validate prints that text.
+static void test_check_quiet(void) {
+    Config c;
+    config_defaults(&c);
+    c.tp = 3;
+    char why[256] = "x";
+    size_t temp = mem_stats()->current[MEM_TEMP];
+    Capture e = capture_begin(2), o = capture_begin(1);
+    int rc = config_check(&c, why, sizeof why);
+    char *out = capture_end(&o), *err = capture_end(&e);
+    EXPECT(rc == -1 && !strcmp(why, "n_head (4) is not a multiple of tp (3)"), "config_check: %d \"%s\"", rc, why);
+    EXPECT(!out[0] && !err[0] && mem_stats()->current[MEM_TEMP] == temp, "config_check printed or kept memory: %s%s", out, err);
+    free(out);
+    free(err);
+    e = capture_begin(2);
+    EXPECT(config_validate(&c) == -1, "config_validate");
+    err = capture_end(&e);
+    EXPECT(count_lines(err) == 1 && strstr(err, "invalid config: n_head (4) is not a multiple of tp (3)"), "%s", err);
+    free(err);
+    c.tp = 1;
+    c.sparse.mode = SPARSE_FIXED;
+    c.sparse.block = 7;
+    EXPECT(config_check(&c, why, sizeof why) == -1 && !strcmp(why, "sparse_attention: seq_len (256) is not a multiple of "
+                                                                   "block (7)"), "a sparse rule: \"%s\"", why);
+    c.sparse.block = 16;
+    EXPECT(config_check(&c, why, sizeof why) == 0 && !why[0] && config_check(&c, NULL, 0) == 0, "valid: \"%s\"", why);
+}
+
+// A warm-up longer than the run, and a DeepSpeed decay that ends before its warm-up: one note each.
+static void test_warmup_note(void) {
+    Config c;
+    char *err, *w;
+    EXPECT(resolve(&c, "{}", "--steps 50 --warmup 100", &err) == 0, "%s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(count_lines(w) == 1 && strstr(w, "note: the warm-up (100 steps) is longer than the run (50 steps): the lr "
+                                            "never reaches its peak"), "%s", w);
+    free(w);
+    EXPECT(resolve(&c, "{}", "--steps 100 --warmup 100", &err) == 0, "%s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(!w[0], "a warm-up as long as the run reaches its peak: %s", w);
+    free(w);
+    EXPECT(resolve(&c, "{\"scheduler\": {\"type\": \"WarmupLR\"}}", "--steps 24", &err) == 0, "%s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(strstr(w, "note: the warm-up (1000 steps) is longer than the run (24 steps)"), "DeepSpeed's default: %s", w);
+    free(w);
+    EXPECT(resolve(&c, "{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_num_steps\": 10, "
+                       "\"total_num_steps\": 5}}}", "--steps 30", &err) == 0, "%s", err);
+    free(err);
+    w = warnings_of(&c);
+    EXPECT(count_lines(w) == 1 && strstr(w, "note: scheduler.params.total_num_steps (5) ends before the warm-up (10 steps)"),
+           "%s", w);
+    free(w);
+}
+
+// A checkpoint's config.json: the model and moe keys flat at the top level (design §7), the widths
+// whose 0 would mean another key written as they are; the nested "ted" object of an earlier version
+// still read; every key's type and range checked, the file named.
+static char *flat_variant(const char *flat, const char *from, const char *to, Config *c) {
+    char text[8192];
+    const char *at = strstr(flat, from);
+    if (!at) return strdup("variant not found");
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - flat), flat, to, at + strlen(from));
+    write_text(json_path, text);
+    config_defaults(c);
+    Capture cap = capture_begin(2);
+    int rc = config_load_model_json(c, json_path);
+    char *err = capture_end(&cap);
+    if (!rc) err[0] = 0;
+    return err;
+}
+
+static void test_checkpoint_keys(void) {
+    Config a, b;
+    config_defaults(&a);
+    a.model.num_experts = 4;
+    char *flat = config_model_json(&a);
+    static const char *const spec[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner",
+                                       "num_experts", "top_k", "moe_every", "capacity_factor", "min_capacity",
+                                       "group_size", "aux_coef", "z_coef"};
+    for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "\n  \"%s\": ", spec[i]);
+        EXPECT(strstr(flat, key), "config.json lacks the top-level %s: %s", spec[i], flat);
+    }
+    EXPECT(!strstr(flat, "\"ted\"") && strstr(flat, "\"expert_inner\": 1024,"), "flat, widths resolved: %s", flat);
+    // the form of an earlier version: everything but GPT-2's shape keys in "ted"
+    char nested[8192], *err;
+    const char *moe = strstr(flat, "\"num_experts\""), *end = strrchr(flat, '}');
+    snprintf(nested, sizeof nested, "%.*s\"ted\": {%.*s}}", (int)(moe - flat), flat, (int)(end - moe), moe);
+    write_text(json_path, nested);
+    config_defaults(&b);
+    EXPECT(config_load_model_json(&b, json_path) == 0 && b.model.num_experts == 4 && b.model.top_k == 2 &&
+               b.model.expert_inner == 1024 && b.seq_len == 256,
+           "the nested form of an earlier version reads back: %s", nested);
+    static const char *const bad[][3] = {
+        {"\"top_k\": 2", "\"top_k\": \"2\"", "key \"top_k\" must be an integer (got the string \"2\")"},
+        {"\"top_k\": 2", "\"top_k\": 2, \"top_k\": 3", "key \"top_k\" appears twice in one object"},
+        {"\"num_groups\": 1", "\"num_groups\": 0", "invalid config: num_groups (0) must be >= 1"},
+        {"\"jitter_eps\": 0.01", "\"jitter_eps\": 3", "invalid config: jitter_eps (3) must be in [0, 1)"},
+        {"\"top_k\": 2", "\"top_k\": 0", "invalid config: top_k (0) must be >= 1"},
+        {"\"seq_len\": 256", "\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 7}, \"seq_len\": 256",
+         "invalid config: sparse_attention: seq_len (256) is not a multiple of block (7)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = flat_variant(flat, bad[i][0], bad[i][1], &b);
+        check_one_line(bad[i][1], err, bad[i][2]);
+        EXPECT(strstr(err, json_path), "the file is not named: %s", err);
+        free(err);
+    }
+    ted_free(flat);
 }
 
 int main(void) {
@@ -710,6 +987,12 @@ int main(void) {
     test_help();
     test_routing();
     test_duplicates_and_switched_off();
+    test_one_report();
+    test_ranges();
+    test_deepspeed();
+    test_check_quiet();
+    test_warmup_note();
+    test_checkpoint_keys();
     unlink(json_path);
     EXPECT(mem_stats()->current[MEM_TEMP] == 0, "%zu temp bytes leaked", mem_stats()->current[MEM_TEMP]);
     return test_exit("test_config");

@@ -8,9 +8,16 @@
 #    loss_scale_window, hysteresis, min_loss_scale) moves as DeepSpeed's DynamicLossScaler does fed with
 #    the same overflow (skipped) steps
 #  - steps_per_print sets the progress lines; wall_clock_breakdown prints the split
-#  - every unknown or refused key of a config in one line, with "did you mean" where a name is near
+#  - every problem of a config in one line: unknown or refused keys (with "did you mean" where a
+#    name is near), wrong types (a nested section's too), a key twice, steps_per_print and
+#    log_every at odds
 #  - keys of a switched-off feature get one warning line naming them, and --num-experts 1 switches
 #    an MoE config to dense
+#  - a DeepSpeed ZeRO-2 config with contiguous_gradients, reduce_scatter, allgather_partitions,
+#    allgather_bucket_size, round_robin_gradients and offload_optimizer.pin_memory runs unedited,
+#    one warning for each value ted does not do; optimizer.type "Adam" trains bit for bit as
+#    "AdamW", and with adam_w_mode false as AdamW when weight_decay is 0, refused when it is not
+#  - nonsense scheduler values refused in one line; a warm-up longer than the run gets a note
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 source "${TED_ROOT:?}/tests/lib.sh"
 set +e   # the checks below count failures and go on
@@ -79,11 +86,65 @@ refuse "warmup_type" '"log" or "linear"' '{"scheduler": {"type": "WarmupLR", "pa
 refuse "min_loss_scale above the initial scale" "min_loss_scale" '{"fp16": {"enabled": true, "initial_scale_power": 2, "min_loss_scale": 8}}'
 refuse "partition_activations true" "partition_activations\" true (ted cannot honour it" \
   '{"activation_checkpointing": {"enabled": true, "partition_activations": true}}'
-# every unknown or refused key in one line, "did you mean" where a name is near
-refuse "all unknown keys at once" '5 keys ted does not know or cannot honour: unknown key "steps_per_prnt" (did you mean "steps_per_print"?); unknown key "fp16.loss_scal" (did you mean "fp16.loss_scale"?); "zero_optimization.allgather_bucket_size" (ted cannot honour it' \
-  '{"steps_per_prnt": 10, "fp16": {"enabled": false, "loss_scal": 0}, "zero_optimization": {"allgather_bucket_size": 5, "contiguous_gradientz": true}, "loss_scale_window": 100}'
-grep -qF 'unknown key "zero_optimization.contiguous_gradientz"; unknown key "loss_scale_window" (did you mean "fp16.loss_scale_window"?)' \
+# every problem of a file in one line, "did you mean" where a name is near
+refuse "all unknown keys at once" '5 problems: unknown key "steps_per_prnt" (did you mean "steps_per_print"?); unknown key "fp16.loss_scal" (did you mean "fp16.loss_scale"?); "zero_optimization.offload_param" (ted cannot honour it' \
+  '{"steps_per_prnt": 10, "fp16": {"enabled": false, "loss_scal": 0}, "zero_optimization": {"offload_param": {}, "contiguous_gradientz": true}, "loss_scale_window": 100}'
+grep -qF 'unknown key "zero_optimization.contiguous_gradientz" (did you mean "zero_optimization.contiguous_gradients"?); unknown key "loss_scale_window" (did you mean "fp16.loss_scale_window"?)' \
   "$W/all unknown keys at once.err" && ok "...with the key of another section named" || bad "the list: $(cat "$W/all unknown keys at once.err")"
+refuse "a type error with the unknown keys" '3 problems: key "gradient_accumulation_steps" must be an integer (got the string "2"); key "zero_optimization.reduce_scatter" must be true or false (got the string "true"); unknown key "zero_optimization.contiguous_gradient" (did you mean "zero_optimization.contiguous_gradients"?)' \
+  '{"gradient_accumulation_steps": "2", "zero_optimization": {"reduce_scatter": "true", "contiguous_gradient": true}}'
+refuse "a key twice in a nested object" 'key "optimizer.params.lr" appears twice in one object' \
+  '{"optimizer": {"params": {"lr": 0.001, "betas": [0.9, 0.99], "lr": 0.002}}}'
+refuse "steps_per_print and log_every at odds" '"steps_per_print" 10 and "log_every" 5 name one setting with two values (give one)' \
+  '{"steps_per_print": 10, "log_every": 5}'
+# nonsense scheduler values
+refuse "gradient_clipping -1" "gradient_clipping (-1) must be >= 0 (0: no clipping)" '{"gradient_clipping": -1}'
+refuse "cos_min_ratio 2" "scheduler.params.cos_min_ratio (2) must be in [0, 1]" \
+  '{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 2, "cos_min_ratio": 2}}}'
+refuse "min_lr above lr" "scheduler.params.min_lr (0.01) is above the peak optimizer.params.lr (0.001)" \
+  '{"optimizer": {"params": {"lr": 0.001}}, "scheduler": {"params": {"min_lr": 0.01}}}'
+refuse "negative warm-up" "scheduler.params.warmup_num_steps (-5) must be >= 0" '{"scheduler": {"params": {"warmup_num_steps": -5}}}'
+refuse "warmup_min_lr above warmup_max_lr" "scheduler.params.warmup_min_lr (0.01) is above the warm-up's peak warmup_max_lr (0.001)" \
+  '{"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.01, "warmup_max_lr": 0.001}}}'
+refuse "gradient_accumulation_steps 1e9" "gradient_accumulation_steps (1000000000) must be in [1, 65536]" \
+  '{"gradient_accumulation_steps": 1e9}'
+refuse "Adam with L2 weight decay" "optimizer.type Adam with optimizer.params.adam_w_mode false adds weight_decay (0.1)" \
+  '{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}}'
+# a warm-up longer than the run: one note at start
+echo '{}' >"$W/short.json"
+"$TED" train "${M[@]}" --steps 3 --warmup 10 --config "$W/short.json" >"$W/short.out" 2>&1 &&
+  grep -qx 'note: the warm-up (10 steps) is longer than the run (3 steps): the lr never reaches its peak (--warmup, scheduler.params.warmup_num_steps)' "$W/short.out" &&
+  ok "a warm-up longer than the run: $(grep '^note: the warm-up' "$W/short.out")" || bad "no warm-up note: $(head -3 "$W/short.out")"
+
+# --- a DeepSpeed ZeRO-2 config runs unedited; Adam is AdamW
+ds() {  # NAME OPTIMIZER ZERO-EXTRA: a DeepSpeed config, 4 steps, its log
+  cat >"$W/$1.json" <<EOF
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 2, "gradient_clipping": 1.0,
+ "optimizer": $2,
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.002, "warmup_num_steps": 2}},
+ "zero_optimization": {"stage": 2, "overlap_comm": false, "reduce_bucket_size": 5e8, $3
+   "offload_optimizer": {"device": "none", "pin_memory": true}}}
+EOF
+  "$TED" train "${M[@]}" --steps 4 --config "$W/$1.json" --log "$W/$1.jsonl" >"$W/$1.out" 2>&1
+}
+losses() { "$PY" -c "import json,sys; print(' '.join(repr(o['loss']) for o in map(json.loads, open(sys.argv[1])) if 'grad_norm' in o))" "$1"; }
+if ds dsadam '{"type": "Adam", "params": {"lr": 0.002, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}' \
+     '"contiguous_gradients": true, "reduce_scatter": true, "allgather_partitions": true, "allgather_bucket_size": 5e8, "round_robin_gradients": false,' &&
+   ds dsadamw '{"type": "AdamW", "params": {"lr": 0.002, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}' ''; then
+  a=$(losses "$W/dsadam.jsonl") b=$(losses "$W/dsadamw.jsonl")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "optimizer.type Adam trains as AdamW, bit for bit: losses $a" || bad "Adam $a vs AdamW $b"
+  w=$(grep -c '^warning: zero_optimization' "$W/dsadam.out")
+  grep -qx 'warning: zero_optimization.allgather_bucket_size has no effect: ted gathers each parameter whole, in no buckets' "$W/dsadam.out" &&
+    grep -qx "warning: zero_optimization.offload_optimizer.pin_memory true has no effect: ted's host buffers are ordinary (pageable) memory" "$W/dsadam.out" &&
+    [ "$w" -eq 2 ] && ok "ZeRO keys ted does anyway accepted silently; $w warnings for the others" || bad "ZeRO warnings: $(grep '^warning' "$W/dsadam.out")"
+else bad "a DeepSpeed ZeRO-2 config: $(grep 'ted:' "$W/dsadam.out" "$W/dsadamw.out")"; fi
+if ds dsl2 '{"type": "Adam", "params": {"lr": 0.002, "weight_decay": 0, "adam_w_mode": false}}' '"contiguous_gradients": false,' &&
+   ds dsw0 '{"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0}}' ''; then
+  a=$(losses "$W/dsl2.jsonl") b=$(losses "$W/dsw0.jsonl")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "Adam with adam_w_mode false and weight_decay 0 trains as AdamW" || bad "L2 with decay 0: $a vs $b"
+  grep -qx 'warning: zero_optimization.contiguous_gradients false has no effect: ted keeps every gradient in one contiguous buffer anyway' "$W/dsl2.out" &&
+    ok "contiguous_gradients false: one warning" || bad "contiguous_gradients false: $(grep '^warning' "$W/dsl2.out")"
+else bad "Adam with adam_w_mode false, weight_decay 0: $(grep 'ted:' "$W/dsl2.out" "$W/dsw0.out")"; fi
 # partition_activations false is what ted does: accepted
 echo '{"activation_checkpointing": {"enabled": true, "partition_activations": false, "cpu_checkpointing": false}}' >"$W/pa.json"
 "$TED" train "${M[@]}" --steps 1 --config "$W/pa.json" >/dev/null 2>&1 && ok "partition_activations false accepted" ||

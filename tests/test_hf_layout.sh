@@ -3,16 +3,17 @@
 # (test_hf_gpt2.sh runs the real library where it is installed):
 #  - every safetensors file ted writes starts its header with {"__metadata__": {"format": "pt"}}
 #    (transformers' loader reads metadata["format"] and fails on a file without it)
-#  - config.json: GPT-2's own keys at the top level with GPT-2's meaning; ted's other keys in the
-#    "ted" object; no top-level key is a transformers config or generation key it would misread
-#    (the MoE top_k once set sampling's top_k to 2)
+#  - config.json: the model and moe keys flat at the top level (design §7), GPT-2's own keys with
+#    GPT-2's meaning, no "ted" object; no top-level key is a transformers config or generation key it
+#    would misread, but for the MoE top_k, which generation_config.json overrides (it holds the
+#    end-of-text token and no sampling key, so transformers' sampling keeps its defaults)
 #  - the dense checkpoint, read by the independent PyTorch GPT-2 of bench/torch_ref.py by the
 #    Hugging Face tensor names and the top-level GPT-2 keys: its logits give ted eval's loss over 8
 #    windows (rel 1e-5), and its greedy continuation of a prompt is ted generate --top-k 1's, token
 #    for token
-#  - an MoE checkpoint read the same way (ted's keys from "ted") gives ted eval's loss too
-#  - a config.json written before the "ted" object (every key flat) still loads, with the same loss;
-#    a key both in "ted" and at the top level is refused in one line
+#  - an MoE checkpoint read the same way gives ted eval's loss too
+#  - a config.json of an earlier version (ted's keys but GPT-2's in a "ted" object) still loads, with
+#    the same loss; a key both in "ted" and at the top level is refused in one line
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
@@ -62,18 +63,26 @@ GPT2 = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "
         "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
         "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_ctx"}
 WRITTEN = {"bos_token_id", "eos_token_id", "torch_dtype", "tie_word_embeddings", "architectures", "model_type"}
+# design §7's model and moe keys, and ted's other flat keys (config_model_json)
+SPEC = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "num_experts", "top_k", "moe_every",
+        "capacity_factor", "min_capacity", "group_size", "aux_coef", "z_coef"}
+TED = SPEC | {"seq_len", "router", "use_rts", "jitter_eps", "importance_coef", "load_coef", "bias_update_rate",
+              "num_groups", "topk_groups", "shared_experts", "expert_inner", "expert_type", "shared_expert_gate",
+              "topk_renorm"}
 for ck in (dense, moe):
     cfg = json.load(open(f"{ck}/config.json"))
-    ted = cfg.get("ted")
-    assert isinstance(ted, dict) and {"num_experts", "top_k", "seq_len", "router"} <= set(ted), f"{ck}: ted {ted}"
+    assert "ted" not in cfg and SPEC <= set(cfg), f"{ck}: the model and moe keys are not flat: {sorted(cfg)}"
     for k in cfg:
-        if k in ("ted", "ted_note"):
+        if k == "ted_note":
             continue
-        assert k not in GEN or k in WRITTEN, f"{ck}: top-level {k} is a generation key"
-        assert k in GPT2 or k in WRITTEN, f"{ck}: top-level {k} is neither GPT-2's nor a key ted sets on purpose"
-        assert k not in ted, f"{ck}: {k} both at the top level and in ted"
-    print(f"ok   {os.path.basename(os.path.dirname(ck))}/config.json: top level {sorted(set(cfg) - {'ted'})}, "
-          f"ted {sorted(ted)}")
+        assert k not in GEN or k in WRITTEN or k == "top_k", f"{ck}: top-level {k} is a generation key"
+        assert k in GPT2 or k in WRITTEN or k in TED, f"{ck}: top-level {k} is neither GPT-2's, ted's nor written on purpose"
+    gcf = json.load(open(f"{ck}/generation_config.json"))
+    eot = min(50256, cfg["vocab_size"] - 1)   # the end-of-text token (byte vocabularies: the last)
+    assert gcf == {"bos_token_id": eot, "eos_token_id": eot}, f"{ck}: {gcf}"
+    assert cfg.get("bos_token_id", eot) == eot and cfg.get("eos_token_id", eot) == eot, f"{ck}: {cfg}"
+    print(f"ok   {os.path.basename(os.path.dirname(ck))}/config.json: flat, {sorted(set(cfg) & TED - SPEC)} beside "
+          f"design §7's keys; generation_config.json {gcf} (transformers reads it instead of config.json's top_k)")
 cfg = json.load(open(f"{dense}/config.json"))
 assert cfg["model_type"] == "gpt2" and cfg["n_ctx"] == cfg["n_positions"] and cfg["activation_function"] == "gelu_new"
 assert cfg["layer_norm_epsilon"] == torch_ref.LN_EPS and cfg["tie_word_embeddings"] is True
@@ -104,21 +113,26 @@ with torch.no_grad():
         x = torch.cat([x, torch.tensor([[t]])], 1)
 assert got == out, f"greedy: torch_ref {bytes(got)!r} vs ted {bytes(out)!r}"
 print(f"ok   greedy continuation identical: {bytes(got)!r}")
-check_loss(moe, eve, "moe (ted keys read from \"ted\")")
+check_loss(moe, eve, "moe")
 PY
-# a config.json written before the "ted" object: every key flat
-flat() { rm -rf "$W/$1" && cp -a "$2" "$W/$1" && "$PY" - "$W/$1/config.json" "$3" <<'PY'
+# a config.json of an earlier version: ted's keys other than GPT-2's shape keys in a "ted" object
+nested() { rm -rf "$W/$1" && cp -a "$2" "$W/$1" && "$PY" - "$W/$1/config.json" "$3" <<'PY'
 import json, sys
 p, mode = sys.argv[1:]
-c = json.load(open(p)); t = c.pop("ted")
-if mode == "flat": c.update(t)
-else: c.update(t); c["ted"] = {"top_k": t["top_k"]}
+c = json.load(open(p))
+gpt2 = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "model_type", "architectures", "n_ctx",
+        "activation_function", "layer_norm_epsilon", "resid_pdrop", "embd_pdrop", "attn_pdrop", "initializer_range",
+        "scale_attn_weights", "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype", "ted_note"}
+t = {k: c.pop(k) for k in list(c) if k not in gpt2}
+c["ted"] = t
+if mode == "both": c["top_k"] = t["top_k"]
 json.dump(c, open(p, "w"), indent=1)
 PY
 }
-flat old "$E" flat
-[ "$(ev "$W/old")" = "$eve" ] && echo "ok   a flat (older) config.json loads, same eval" || fail "flat config.json: $(ev "$W/old")"
-flat both "$E" both
+nested old "$E" nested
+[ "$(ev "$W/old")" = "$eve" ] && echo "ok   a config.json with ted's keys in \"ted\" (earlier) loads, same eval" ||
+  fail "nested config.json: $(ev "$W/old")"
+nested both "$E" both
 rc=0; "$TED" eval --load "$W/both" --data data/moby-dick.txt --windows 2 >/dev/null 2>"$W/err" || rc=$?
 [ $rc -ne 0 ] && [ "$(wc -l <"$W/err")" -eq 1 ] && grep -q 'top_k.*both' "$W/err" \
   && echo "ok   a key both in ted and at the top level: $(cat "$W/err")" || fail "clash: rc $rc $(cat "$W/err")"

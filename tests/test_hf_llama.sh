@@ -5,8 +5,9 @@
 # written out below:
 #  - dense llama → LlamaForCausalLM; MoE in every block with Mixtral's router → MixtralForCausalLM:
 #    architectures, model_type, every shape key with ted's value, no top-level key outside the
-#    class's config, tensor names and shapes exactly those of the model's state_dict (lm_head only
-#    when untied, nn.Linear [out, in]);
+#    class's config but ted's own model and moe keys (flat, design §7; no "ted" object), tensor
+#    names and shapes exactly those of the model's state_dict (lm_head only when untied, nn.Linear
+#    [out, in]);
 #  - an MoE llama with shared experts, q/k/v biases and the shared expert's sigmoid gate →
 #    Qwen2MoeForCausalLM (transformers v4.40's models/qwen2_moe: Qwen2MoeConfig's keys, MoE every
 #    decoder_sparse_step-th block, dense blocks of intermediate_size), checked the same way;
@@ -30,6 +31,11 @@
 #    step-3 checkpoint whose shared-expert block has the Mixtral-layout names ted wrote before.
 source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
+# ted's own model and moe keys that a llama checkpoint's config.json holds flat beside the class's
+# (num_experts is Qwen2-MoE's too); a transformers-style folder has none of them
+export TED_KEYS="arch n_embd n_layer n_head n_inner n_kv_head n_positions seq_len qkv_bias num_experts top_k moe_every
+  capacity_factor min_capacity group_size aux_coef z_coef router use_rts jitter_eps importance_coef load_coef
+  bias_update_rate num_groups topk_groups shared_experts expert_inner expert_type shared_expert_gate topk_renorm"
 base=(--data data/moby-dick.txt --arch llama --n-layer 2 --n-embd 64 --n-head 4 --n-kv-head 2 --n-positions 32 --seq-len 32
       --micro-batch 2 --steps 6 --lr 3e-3 --warmup 0 --eval-windows 2 --log-every 0 --save-every 3)
 echo '{"model": {"tie_word_embeddings": false}}' > "$W/untied.json"
@@ -89,7 +95,9 @@ QWEN2 = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", 
          "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
          "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta",
          "use_sliding_window", "sliding_window", "max_window_layers", "attention_dropout"}
-COMMON = {"architectures", "model_type", "torch_dtype", "ted"}
+COMMON = {"architectures", "model_type", "torch_dtype"}
+import os
+TED = set(os.environ["TED_KEYS"].split())
 def qwen_moe(s, c, p):
     """Qwen2MoeSparseMoeBlock's state_dict: gate, experts.E (Qwen2MoeMLP of moe_intermediate_size),
     shared_expert (of shared_expert_intermediate_size), shared_expert_gate (nn.Linear(d, 1))."""
@@ -128,7 +136,8 @@ def check(name, cls, mtype, keys, want):
     d = f"{W}/{name}/step_00000006"
     c = json.load(open(f"{d}/config.json"))
     assert c["architectures"] == [cls] and c["model_type"] == mtype, (name, c.get("architectures"), c.get("model_type"))
-    extra = set(c) - keys - COMMON
+    assert "ted" not in c and {"n_embd", "num_experts", "top_k", "moe_every"} <= set(c), f"{name}: not flat: {sorted(c)}"
+    extra = set(c) - keys - COMMON - TED
     assert not extra, f"{name}: top-level keys outside {cls}'s config: {sorted(extra)}"
     for k, v in want.items():
         assert c.get(k) == v, f"{name}: {k} = {c.get(k)!r}, ted's model has {v!r}"
@@ -195,9 +204,11 @@ Q=$W/$name/step_00000006
 rm -rf "$W/qhf" "$W/qback"; mkdir -p "$W/qhf"; cp "$Q/model.safetensors" "$W/qhf/"
 "$PY" - "$Q/config.json" "$W/qhf/config.json" <<'PY'
 import json, sys
+import os
 c = json.load(open(sys.argv[1]))
-assert "ted" in c
-del c["ted"]
+own = {k for k in os.environ["TED_KEYS"].split() if k != "num_experts" or c["model_type"] != "qwen2_moe"}
+assert "ted" not in c and own <= set(c)
+c = {k: v for k, v in c.items() if k not in own}
 c.update(transformers_version="4.40.0", use_cache=True)
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
@@ -220,13 +231,16 @@ json.dump(c, open(sys.argv[3], "w"))' "$W/qhf/config.json" "$bad" "$W/qbad/confi
   echo "ok   qwen: $bad refused in one line"
 done
 
-# hf FROM OUT JSON: a transformers-style folder of run FROM's step 6 (config.json without the ted object),
+# hf FROM OUT JSON: a transformers-style folder of run FROM's step 6 (config.json without ted's keys),
 # JSON's keys merged into its config.json (null removes a key); its tensors renamed by "REN" (a=b,...)
 hf() {
   rm -rf "$2"; mkdir -p "$2"; cp "$W/$1/step_00000006/model.safetensors" "$2/"
   "$PY" - "$W/$1/step_00000006/config.json" "$2/config.json" "$3" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); c.pop("ted")
+import os
+c = json.load(open(sys.argv[1]))
+own = {k for k in os.environ["TED_KEYS"].split() if k != "num_experts" or c["model_type"] != "qwen2_moe"}
+c = {k: v for k, v in c.items() if k not in own}
 for k, v in json.loads(sys.argv[3]).items():
     if v is None: c.pop(k, None)
     else: c[k] = v

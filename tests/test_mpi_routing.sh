@@ -84,7 +84,7 @@ OMP_NUM_THREADS=1 "$TED" train "${one[@]}" --top-k 2 --steps 2 --save $old >/dev
 /usr/bin/python3 - $old/step_00000002/config.json <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c.update(c.pop("ted"))   # the flat config.json of before the "ted" object
+# a config.json written before the routing keys: the model and moe keys flat, without those
 for k in ("router", "use_rts", "jitter_eps", "importance_coef", "load_coef", "bias_update_rate", "num_groups",
           "topk_groups", "shared_experts", "expert_inner", "expert_type"):
     del c[k]

@@ -49,7 +49,7 @@ e40=$("$TED" eval --load "$ck" --data data/moby-dick.txt --windows 4 --seq-len 4
 e64=$("$TED" eval --load "$ck" --data data/moby-dick.txt --windows 4)
 /usr/bin/python3 - "$ck/config.json" "$W/dense.json" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); del c["ted"]["sparse_attention"]; json.dump(c, open(sys.argv[2], "w"))
+c = json.load(open(sys.argv[1])); del c["sparse_attention"]; json.dump(c, open(sys.argv[2], "w"))
 PY
 mkdir -p "$W/dense_ck" && cp "$ck"/* "$W/dense_ck/" && cp "$W/dense.json" "$W/dense_ck/config.json"
 d64=$("$TED" eval --load "$W/dense_ck" --data data/moby-dick.txt --windows 4)

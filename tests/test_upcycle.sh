@@ -139,7 +139,6 @@ to_hf() {
   "$PY" - "$1/config.json" "$2/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-t = c.get("ted", {})
 moe = c.get("model_type") == "mixtral"
 out = {"architectures": ["MixtralForCausalLM" if moe else "LlamaForCausalLM"], "model_type": c["model_type"],
        "hidden_size": c["hidden_size"], "intermediate_size": c["intermediate_size"],

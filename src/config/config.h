@@ -119,6 +119,9 @@ typedef struct {
     int overlap_comm;          // zero_optimization.overlap_comm: reductions during the backward, prefetched gathers (0)
     int offload;               // zero_optimization.offload_optimizer.device: 1 = "cpu", 0 = "none"
     int onebit;                // optimizer.type "OneBitAdam" (docs/parallel.md)
+    int adam_named;            // optimizer.type "Adam": DeepSpeed's Adam, which is AdamW unless adam_w_mode is false
+    int adam_w_mode;           // optimizer.params.adam_w_mode (true); false with "Adam": L2-coupled decay (refused
+                               // when weight_decay > 0: ted has AdamW's decoupled decay only)
     int freeze_step;           // optimizer.params.freeze_step: 1-bit Adam's exact warm-up steps
     int compression;           // optimizer.params.compression: 1 = "sign" (default), 0 = "none"
     int bf16, fp16;            // bf16.enabled, fp16.enabled (at most one): cfg_precision
@@ -196,14 +199,22 @@ int config_load_json(Config *c, const char *path);
 int config_apply_flags(Config *c, int argc, char **argv, int first);
 // Checks every rule (k <= E, n_head | d, T <= n_positions, ...). Returns 0 or -1 after one line.
 int config_validate(const Config *c);
-// Writes one warning line per switched-off feature whose keys were given (JSON or flags since
-// config_defaults), naming them and why they have no effect (moe.* on a dense model,
-// freeze_step under AdamW, fp16.* with fp16 off, ...). out NULL: nothing.
-void config_warn_unused(const Config *c, FILE *out);
-// Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json.
+// The same rules without a word: 0, or -1 with the first broken rule in why (n bytes, the text
+// config_validate prints after "invalid config: "). Nothing is printed, allocated or changed, so
+// that a caller may ask about many candidate configs (ted tune). The rules that depend on whether
+// a key was given read the keys given since the last config_defaults (config_given).
+int config_check(const Config *c, char *why, size_t n);
+// The start-up lines of a valid config (out NULL: none): one warning per switched-off feature whose
+// keys were given (JSON or flags since config_defaults), naming them and why they have no effect
+// (moe.* on a dense model, freeze_step under AdamW, fp16.* with fp16 off, ...), one per DeepSpeed
+// key accepted without effect whose value asks for something ted does not do, and a note when the
+// warm-up is longer than the run.
+void config_warn(const Config *c, FILE *out);
+// Writes the flat model+moe keys (and seq_len) as a JSON object — a checkpoint's config.json
+// holds them so, at its top level (design §7), beside the Hugging Face keys of io/hfconfig.c.
 char *config_model_json(const Config *c);
-// The object of a checkpoint's config.json that holds ted's keys other than GPT-2's shape keys
-// (io/hfconfig.c); a config.json written before it has every key at the top level.
+// The object in which checkpoints of an earlier version kept ted's keys other than GPT-2's shape
+// keys; still read, never written.
 #define CONFIG_TED_SECTION "ted"
 // Reads a checkpoint's config.json (flat model and moe keys, or the same split between the
 // top level and CONFIG_TED_SECTION) into c->model and c->seq_len.

@@ -91,6 +91,7 @@ static void training_defaults(Config *c) {
     c->seed = 1337;
     c->data_sequential = 0;
     c->freeze_step = 100;
+    c->adam_w_mode = 1;
     c->compression = 1;
     c->tile_size = 1800000;
 }

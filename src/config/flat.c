@@ -1,8 +1,10 @@
 // flat.c — a checkpoint's config.json: the model and moe keys flat with seq_len (and the
 // sparse_attention section), as ted writes it (config_model_json) and reads it back, beside the
-// Hugging Face keys io/hfconfig.c adds and ted's other keys in the "ted" object.
+// Hugging Face keys io/hfconfig.c adds; a config.json of an earlier version, with ted's keys
+// other than GPT-2's in a "ted" object, is read too.
 #include "config/tables.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/util.h"
 #include <string.h>
 
@@ -12,7 +14,7 @@
 static const char *const hf_keys[] = {
     "model_type", "architectures", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
     "embd_pdrop", "attn_pdrop", "initializer_range", "scale_attn_weights", "bos_token_id",
-    "eos_token_id", "torch_dtype", "use_cache", "ted_note",
+    "eos_token_id", "torch_dtype", "use_cache", "ted_note", "transformers_version",
     // Llama's and Mixtral's (docs/llama.md); tie_word_embeddings, rms_norm_eps, rope_theta are ted's keys too
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "max_position_embeddings", "hidden_act", "attention_bias", "attention_dropout", "pretraining_tp", "rope_scaling",
@@ -65,7 +67,9 @@ int config_load_model_text(Config *c, const char *text, const char *path) {
 
 // Takes root (deletes it); the model keys, checked as a checkpoint's.
 static int load_model_root(Config *c, cJSON *root, const char *path) {
-    if (unnest_ted_section(root, path) != 0) {
+    const char *dup = json_duplicate_key(root);   // before the Hugging Face keys are passed over
+    if (dup) ted_error("%s: key \"%.100s\" appears twice in one object", path, dup);
+    if (dup || unnest_ted_section(root, path) != 0) {
         cJSON_Delete(root);
         return -1;
     }
@@ -90,8 +94,17 @@ static int load_model_root(Config *c, cJSON *root, const char *path) {
     return rc;
 }
 
+// The widths whose 0 stands for another key's value, written as the values they are.
+static ModelConfig model_resolved(const ModelConfig *m) {
+    ModelConfig r = *m;
+    r.n_inner = cfg_ffn(m);
+    r.expert_inner = cfg_expert_inner(m);
+    r.n_kv_head = cfg_kv_heads(m);
+    return r;
+}
+
 char *config_model_json(const Config *c) {
-    const ModelConfig *m = &c->model;
+    const ModelConfig resolved = model_resolved(&c->model), *m = &resolved;
     size_t cap = 8192, len = 0;
     char *out = ted_alloc(cap, MEM_TEMP);
     char num[64];
@@ -114,7 +127,7 @@ char *config_model_json(const Config *c) {
     PUT_INT("n_embd", m->n_embd)
     PUT_INT("n_layer", m->n_layer)
     PUT_INT("n_head", m->n_head)
-    PUT_INT("n_inner", cfg_ffn(m))
+    PUT_INT("n_inner", m->n_inner)
     MOE_FIELDS(PUT)
     char sparse[4096];
     sparse_config_write(&c->sparse, c->seed, sparse, sizeof sparse);

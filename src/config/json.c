@@ -1,7 +1,8 @@
-// json.c — reading a JSON config: parsed strictly (malformed JSON, a key twice in one object, a
-// top level that is not an object are errors), each member walked against a key table
-// (json_keys.c) and stored into Config; every unknown key, and every DeepSpeed key ted cannot
-// honour, gathered into one line with a "did you mean" where a name is near.
+// json.c — reading a JSON config: parsed strictly (malformed JSON and a top level that is not an
+// object are errors at once), each member walked against a key table (json_keys.c) and stored into
+// Config; every problem of the file (a key twice in one object, a value of the wrong type or
+// range, an unknown key with a "did you mean" where a name is near, a DeepSpeed key ted cannot
+// honour, steps_per_print and log_every at odds) gathered into one line.
 #include "config/tables.h"
 #include "core/alloc.h"
 #include "core/util.h"
@@ -28,9 +29,14 @@ static const char *describe(const cJSON *j, char *buf, size_t n) {
     return buf;
 }
 
+static void key_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int walking;   // a walk is under way: its problems are gathered (key_problem)
+
 int config_type_error(const char *file, const char *key, const char *want, const cJSON *j) {
     char got[96];
-    ted_error("%s: key \"%s\" must be %s (got %s)", file, key, want, describe(j, got, sizeof got));
+    describe(j, got, sizeof got);
+    if (walking) key_problem("key \"%s\" must be %s (got %s)", key, want, got);
+    else ted_error("%s: key \"%s\" must be %s (got %s)", file, key, want, got);
     return -1;
 }
 
@@ -56,16 +62,15 @@ static int json_float(const cJSON *j, float *out) {
     return 0;
 }
 
-static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
-static void sparse_unknown(const char *section, const char *name);
+static void walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file);
+static void sparse_problem(const char *section, const char *name, const char *want);
 
-// The unknown keys, and the keys ted cannot honour, of the file being read, gathered into one line.
+// The problems of the file being read, gathered into one line.
 static struct {
     char text[1536];
     int n;
 } key_problems;
 
-static void key_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void key_problem(const char *fmt, ...) {
     char one[400];
     va_list ap;
@@ -78,6 +83,25 @@ static void key_problem(const char *fmt, ...) {
     else if (!strstr(key_problems.text, "; ..."))
         snprintf(key_problems.text + len, sizeof key_problems.text - len, "; ...");
     key_problems.n++;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+// Each key that appears more than once among obj's members, noted once (cJSON keeps every copy).
+static void note_duplicates(const cJSON *obj, const char *prefix) {
+    int n = 0;
+    for (const cJSON *e = obj->child; e; e = e->next) n++;
+    if (!cJSON_IsObject(obj) || n < 2) return;
+    const cJSON **v = ted_alloc(sizeof *v * (size_t)n, MEM_TEMP);
+    n = 0;
+    for (const cJSON *e = obj->child; e; e = e->next) v[n++] = e;
+    qsort(v, (size_t)n, sizeof *v, cmp_key);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(v[i - 1]->string, v[i]->string) && (i < 2 || strcmp(v[i - 2]->string, v[i]->string)))
+            key_problem("key \"%s%s%.100s\" appears twice in one object", prefix, *prefix ? "." : "", v[i]->string);
+    ted_free(v);
 }
 
 static const char *off_only_why(const char *key) {
@@ -115,8 +139,9 @@ static const struct {
     const char *first, *second;
     int first_value, nocase;
 } two_words[] = {
-    {J_ORDER, "sequential", "shuffled", 1, 0}, {J_OPTIMIZER_TYPE, "AdamW", "OneBitAdam", 0, 1},
-    {J_COMPRESSION, "sign", "none", 1, 0},     {J_OFFLOAD_DEVICE, "cpu", "none", 1, 0},
+    {J_ORDER, "sequential", "shuffled", 1, 0},
+    {J_COMPRESSION, "sign", "none", 1, 0},
+    {J_OFFLOAD_DEVICE, "cpu", "none", 1, 0},
     {J_WARMUP_TYPE, "log", "linear", 0, 0},
 };
 
@@ -135,25 +160,38 @@ static int apply_two_words(Config *c, const cJSON *j, const JKey *k, const char 
     return -1;
 }
 
-// The keys whose value is one of a list of names (its index is stored): the scheduler (read
-// case-blind, as DeepSpeed does), the pipeline schedule, the router, the expert kind, the
-// architecture.
+// optimizer.type's names, by index: DeepSpeed's Adam is AdamW unless optimizer.params.adam_w_mode
+// is false (validate.c).
+static const char *const optimizer_names[] = {"AdamW", "OneBitAdam", "Adam"};
+
+static void set_optimizer(Config *c, int i) {
+    c->onebit = i == 1;
+    c->adam_named = i == 2;
+}
+
+// The keys whose value is one of a list of names (its index is stored): the optimizer and the
+// scheduler (read case-blind, as DeepSpeed does), the pipeline schedule, the router, the expert
+// kind, the architecture.
 static int apply_name(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
     static const char *const pp_names[] = {"gpipe", "1f1b", "interleaved"};
-    const char *const *names = k->kind == J_SCHEDULER_TYPE ? sched_names
-                               : k->kind == J_PP_SCHEDULE  ? pp_names
-                               : k->kind == J_ROUTER       ? router_names
-                               : k->kind == J_EXPERT_TYPE  ? expert_type_names
-                                                           : arch_names;
-    int n = k->kind == J_SCHEDULER_TYPE ? SCHED_KINDS
-            : k->kind == J_PP_SCHEDULE  ? 3
-            : k->kind == J_ROUTER       ? ROUTER_KINDS
-            : k->kind == J_EXPERT_TYPE  ? EXPERT_KINDS
-                                        : ARCH_KINDS;
+    const char *const *names = k->kind == J_SCHEDULER_TYPE   ? sched_names
+                               : k->kind == J_OPTIMIZER_TYPE ? optimizer_names
+                               : k->kind == J_PP_SCHEDULE    ? pp_names
+                               : k->kind == J_ROUTER         ? router_names
+                               : k->kind == J_EXPERT_TYPE    ? expert_type_names
+                                                             : arch_names;
+    int n = k->kind == J_SCHEDULER_TYPE   ? SCHED_KINDS
+            : k->kind == J_OPTIMIZER_TYPE ? 3
+            : k->kind == J_PP_SCHEDULE    ? 3
+            : k->kind == J_ROUTER         ? ROUTER_KINDS
+            : k->kind == J_EXPERT_TYPE    ? EXPERT_KINDS
+                                          : ARCH_KINDS;
+    int nocase = k->kind == J_SCHEDULER_TYPE || k->kind == J_OPTIMIZER_TYPE;
     const char *v = cJSON_IsString(j) ? j->valuestring : NULL;
     for (int i = 0; v && i < n; i++)
-        if (k->kind == J_SCHEDULER_TYPE ? !strcasecmp(v, names[i]) : !strcmp(v, names[i])) {
-            *FIELD(c, k->off, int) = i;
+        if (nocase ? !strcasecmp(v, names[i]) : !strcmp(v, names[i])) {
+            if (k->kind == J_OPTIMIZER_TYPE) set_optimizer(c, i);
+            else *FIELD(c, k->off, int) = i;
             return 0;
         }
     char want[160];
@@ -189,6 +227,22 @@ static int apply_text(Config *c, const cJSON *j, const JKey *k, const char *key,
     return 0;
 }
 
+// A DeepSpeed key accepted with no effect: checked, and noted (for config_warn's line) when its
+// value asks for something ted does not do.
+static int apply_no_effect(const cJSON *j, const char *key, const char *file) {
+    char does = 0;
+    const char *why, *name;
+    for (int i = 0; (name = config_no_effect_key(i, &does, &why)); i++)
+        if (!strcmp(name, key)) break;
+    double d;
+    if (!name) return -1;
+    if (does == 'n' && json_integer(j, 1, 9007199254740992.0, &d) != 0)
+        return config_type_error(file, key, "an integer in [1, 2^53]", j);
+    if (does != 'n' && !cJSON_IsBool(j)) return config_type_error(file, key, "true or false", j);
+    if (does == 'n' || cJSON_IsTrue(j) != (does == 't')) config_mark_json(key);
+    return 0;
+}
+
 static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key, const char *file) {
     double d;
     float f;
@@ -219,12 +273,13 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         return 0;
     case J_SECTION:
         if (!cJSON_IsObject(j)) return config_type_error(file, key, "an object", j);
-        return walk(c, j, k->section, key, file);
+        walk(c, j, k->section, key, file);
+        return 0;
     case J_ORDER:
-    case J_OPTIMIZER_TYPE:
     case J_COMPRESSION:
     case J_OFFLOAD_DEVICE:
     case J_WARMUP_TYPE: return apply_two_words(c, j, k, key, file);
+    case J_OPTIMIZER_TYPE:
     case J_SCHEDULER_TYPE:
     case J_PP_SCHEDULE:
     case J_ROUTER:
@@ -236,10 +291,17 @@ static int apply_value(Config *c, const cJSON *j, const JKey *k, const char *key
         if (!cJSON_IsBool(j)) return config_type_error(file, key, "true or false", j);
         if (cJSON_IsTrue(j)) key_problem("\"%s\" true (ted cannot honour it: %s)", key, off_only_why(key));
         return 0;
+    case J_NO_EFFECT: return apply_no_effect(j, key, file);
+    case J_ADAM_W_MODE:
+        if (!cJSON_IsBool(j)) return config_type_error(file, key, "true or false", j);
+        c->adam_w_mode = cJSON_IsTrue(j);
+        return 0;
     case J_COMMENT: return cJSON_IsString(j) ? 0 : config_type_error(file, key, "a string", j);
     case J_PATH:
     case J_NAME: return apply_text(c, j, k, key, file);
-    case J_SPARSE: return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, file, sparse_unknown);
+    case J_SPARSE:
+        note_duplicates(j, key);
+        return sparse_config_json(FIELD(c, k->off, SparseConfig), j, key, sparse_problem);
     }
     return -1;
 }
@@ -310,8 +372,12 @@ static void did_you_mean(const JKey *keys, const char *name, const char *prefix,
         snprintf(out, n, " (did you mean \"%s\"?)", path);
 }
 
-// An unknown key of the sparse_attention section (read by sparse_config.c): noted like the others.
-static void sparse_unknown(const char *section, const char *name) {
+// A problem of the sparse_attention section (read by sparse_config.c): noted like the others.
+static void sparse_problem(const char *section, const char *name, const char *want) {
+    if (want) {
+        key_problem("key \"%s%s%s\" must be %s", section, name ? "." : "", name ? name : "", want);
+        return;
+    }
     const char *best = NULL;
     int bd = 1000;
     for (const char *const *k = sparse_config_keys; *k; k++) {
@@ -329,9 +395,10 @@ static void sparse_unknown(const char *section, const char *name) {
     key_problem("unknown key \"%s.%s\"%s", section, name, hint);
 }
 
-// Applies every member of obj. An unknown member is noted (key_problem) and the walk goes on, so
-// that one line can report them all; a bad value stops it at once.
-static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file) {
+// Applies every member of obj. Every problem is noted (key_problem) and the walk goes on, so that
+// one line reports them all.
+static void walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefix, const char *file) {
+    note_duplicates(obj, prefix);
     for (const cJSON *j = obj->child; j; j = j->next) {
         char key[256], hint[200];
         snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", j->string);
@@ -345,46 +412,36 @@ static int walk(Config *c, const cJSON *obj, const JKey *keys, const char *prefi
             }
             continue;
         }
-        if (k->kind != J_SECTION) config_mark_json(key);
-        if (apply_value(c, j, k, key, file) != 0) return -1;
+        if (k->kind != J_SECTION && k->kind != J_NO_EFFECT) config_mark_json(key);
+        apply_value(c, j, k, key, file);   // a bad value is noted; nothing is stored
     }
-    return 0;
 }
 
-// Walks a whole file from its root table; the key problems, if any, in one line.
+// Two names of one setting (DeepSpeed's and ted's) given at the top level with different values.
+static void note_aliases(const cJSON *root) {
+    static const char *const alias[][2] = {{"steps_per_print", "log_every"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, alias[i][0]);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, alias[i][1]);
+        if (cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble != b->valuedouble)
+            key_problem("\"%s\" %.10g and \"%s\" %.10g name one setting with two values (give one)", alias[i][0],
+                        a->valuedouble, alias[i][1], b->valuedouble);
+    }
+}
+
+// Walks a whole file from its root table; its problems, if any, in one line.
 int config_walk_file(Config *c, const cJSON *root, const JKey *keys, const char *file) {
     key_problems.n = 0;
     key_problems.text[0] = 0;
     walk_root = keys;
-    int rc = walk(c, root, keys, "", file);
+    walking = 1;
+    walk(c, root, keys, "", file);
+    if (keys == config_top_keys) note_aliases(root);
+    walking = 0;
     walk_root = NULL;
-    if (rc == 0 && key_problems.n == 1) ted_error("%s: %s", file, key_problems.text);
-    else if (rc == 0 && key_problems.n > 1)
-        ted_error("%s: %d keys ted does not know or cannot honour: %s", file, key_problems.n, key_problems.text);
-    if (rc == 0 && key_problems.n) rc = -1;
-    return rc;
-}
-
-static int cmp_key(const void *a, const void *b) {
-    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-// The first key that appears twice in one object anywhere under j (cJSON keeps both), or NULL.
-static const char *duplicate_key(const cJSON *j) {
-    int n = 0;
-    for (const cJSON *e = j->child; e; e = e->next) n++;
-    const char *dup = NULL;
-    if (cJSON_IsObject(j) && n > 1) {
-        const cJSON **v = ted_alloc(sizeof *v * (size_t)n, MEM_TEMP);
-        n = 0;
-        for (const cJSON *e = j->child; e; e = e->next) v[n++] = e;
-        qsort(v, (size_t)n, sizeof *v, cmp_key);
-        for (int i = 1; i < n && !dup; i++)
-            if (strcmp(v[i - 1]->string, v[i]->string) == 0) dup = v[i]->string;
-        ted_free(v);
-    }
-    for (const cJSON *e = j->child; e && !dup; e = e->next) dup = duplicate_key(e);
-    return dup;
+    if (key_problems.n == 1) ted_error("%s: %s", file, key_problems.text);
+    else if (key_problems.n > 1) ted_error("%s: %d problems: %s", file, key_problems.n, key_problems.text);
+    return key_problems.n ? -1 : 0;
 }
 
 // Reads and parses a JSON file whose top level is an object; NULL after one error line.
@@ -409,10 +466,6 @@ cJSON *config_parse_json_file(const char *path) {
         else ted_error("%s: malformed JSON near line %d, column %d", path, line, col);
     } else if (!cJSON_IsObject(root)) {
         ted_error("%s: the top level must be a JSON object", path);
-        cJSON_Delete(root);
-        root = NULL;
-    } else if (duplicate_key(root)) {
-        ted_error("%s: key \"%.100s\" appears twice in one object", path, duplicate_key(root));
         cJSON_Delete(root);
         root = NULL;
     }

@@ -24,10 +24,11 @@ static const JKey optimizer_params[] = {
     {"weight_decay", J_FLOAT, CF(weight_decay), NULL},
     {"freeze_step", J_INT, CF(freeze_step), NULL},
     {"compression", J_COMPRESSION, CF(compression), NULL},
+    {"adam_w_mode", J_ADAM_W_MODE, CF(adam_w_mode), NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey optimizer_keys[] = {
-    {"type", J_OPTIMIZER_TYPE, CF(onebit), NULL},
+    {"type", J_OPTIMIZER_TYPE, 0, NULL},
     {"params", J_SECTION, 0, optimizer_params},
     {"tile_size", J_LONG, CF(tile_size), NULL},
     {NULL, 0, 0, NULL}
@@ -59,12 +60,21 @@ static const JKey fp16_keys[] = {
     {"min_loss_scale", J_FLOAT, CF(scaler.min_scale), NULL},
     {NULL, 0, 0, NULL}
 };
-static const JKey offload_keys[] = { {"device", J_OFFLOAD_DEVICE, CF(offload), NULL}, {NULL, 0, 0, NULL} };
+static const JKey offload_keys[] = {
+    {"device", J_OFFLOAD_DEVICE, CF(offload), NULL},
+    {"pin_memory", J_NO_EFFECT, 0, NULL},
+    {NULL, 0, 0, NULL}
+};
 static const JKey zero_keys[] = {
     {"stage", J_INT, CF(zero_stage), NULL},
     {"reduce_bucket_size", J_LONG, CF(reduce_bucket_size), NULL},
     {"overlap_comm", J_BOOL, CF(overlap_comm), NULL},
     {"offload_optimizer", J_SECTION, 0, offload_keys},
+    {"contiguous_gradients", J_NO_EFFECT, 0, NULL},
+    {"reduce_scatter", J_NO_EFFECT, 0, NULL},
+    {"allgather_partitions", J_NO_EFFECT, 0, NULL},
+    {"allgather_bucket_size", J_NO_EFFECT, 0, NULL},
+    {"round_robin_gradients", J_NO_EFFECT, 0, NULL},
     {NULL, 0, 0, NULL}
 };
 static const JKey checkpointing_keys[] = {
@@ -137,7 +147,6 @@ static const char *const not_honoured[][2] = {
     {"activation_checkpointing.contiguous_memory_optimization", "ted's checkpointed activations are not moved into one buffer"},
     {"activation_checkpointing.cpu_checkpointing", "ted keeps checkpointed activations in device memory"},
     {"zero_optimization.offload_param", "ted offloads the optimizer state only (offload_optimizer)"},
-    {"zero_optimization.allgather_bucket_size", "ted gathers each parameter whole"},
     {"zero_optimization.stage3_max_live_parameters", "ted has ZeRO stages 0, 1 and 2"},
     {"fp16.auto_cast", "ted casts inside its own mixed-precision ops"},
     {"amp", "ted has bf16 and fp16, not apex amp"},
@@ -149,10 +158,31 @@ static const char *const not_honoured[][2] = {
     {"flops_profiler", "ted reports MFU on its progress line and in --log"},
 };
 
+
+// DeepSpeed keys accepted with no effect (a config runs unedited): what ted does in their place,
+// and which value asks for what ted does anyway ('t' true, 'f' false; 'n': a number ted has no use
+// for). A value asking for something else gets one warning line at start (config_warn).
+static const struct { const char *key; char ted_does; const char *why; } no_effect[] = {
+    {"zero_optimization.contiguous_gradients", 't', "ted keeps every gradient in one contiguous buffer anyway"},
+    {"zero_optimization.reduce_scatter", 't', "ted reduce-scatters the gradients at stages 1 and 2 and all-reduces them "
+                                              "at stage 0: the same averages"},
+    {"zero_optimization.allgather_partitions", 't', "ted all-gathers the updated parameters: the same parameters"},
+    {"zero_optimization.allgather_bucket_size", 'n', "ted gathers each parameter whole, in no buckets"},
+    {"zero_optimization.round_robin_gradients", 'f', "an order of gradient copies in DeepSpeed's CPU offload; ted "
+                                                     "steps each rank's shard where it is"},
+    {"zero_optimization.offload_optimizer.pin_memory", 'f', "ted's host buffers are ordinary (pageable) memory"},
+};
 // clang-format on
 
 const char *config_not_honoured(const char *key) {
     for (size_t i = 0; i < sizeof not_honoured / sizeof not_honoured[0]; i++)
         if (!strcmp(not_honoured[i][0], key)) return not_honoured[i][1];
     return NULL;
+}
+
+const char *config_no_effect_key(int i, char *ted_does, const char **why) {
+    if (i < 0 || i >= (int)(sizeof no_effect / sizeof no_effect[0])) return NULL;
+    *ted_does = no_effect[i].ted_does;
+    *why = no_effect[i].why;
+    return no_effect[i].key;
 }

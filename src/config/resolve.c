@@ -4,6 +4,7 @@
 #include "config/tables.h"
 #include "core/alloc.h"
 #include "core/util.h"
+#include <stdio.h>
 #include <string.h>
 
 const char *config_flag_value(int argc, char **argv, const char *name) {
@@ -18,18 +19,20 @@ const char *config_flag_value(int argc, char **argv, const char *name) {
 
 void config_derive(Config *c) {
     config_follow_lr(c);
-    if (c->seq_len == 0) c->seq_len = c->model.n_positions;
+    if (c->seq_len == 0 && !config_given("seq_len")) c->seq_len = c->model.n_positions;   // a given 0 is refused
     if (c->cac) c->activation_checkpointing = 1;   // communication-aware checkpointing is checkpointing
     // DeepSpeed's schedulers warm up over 1000 steps unless told (ted's WarmupCosine: 100)
     if (c->sched.type != SCHED_WARMUP_COSINE && !config_given("scheduler.params.warmup_num_steps")) c->warmup = 1000;
 }
 
-// The settings of c as the model keys are compared: n_inner 0 read as what it means (4d), seq_len
-// 0 as n_positions.
+// The settings of c as the model keys are compared: n_inner 0 read as what it means (4d),
+// expert_inner 0 as n_inner, n_kv_head 0 as n_head, seq_len 0 as n_positions.
 static ConfigSettings *settings_of(const Config *c) {
     ConfigSettings *S = ted_alloc(sizeof *S, MEM_TEMP);
     Config k = *c;
-    k.model.n_inner = cfg_ffn(&k.model);
+    k.model.n_inner = cfg_ffn(&c->model);
+    k.model.expert_inner = cfg_expert_inner(&c->model);
+    k.model.n_kv_head = cfg_kv_heads(&c->model);
     k.seq_len = cfg_seq_len(&k);
     config_settings(&k, S);
     return S;
@@ -92,6 +95,17 @@ static int settle(Config *c, const Config *base, const ConfigCheckpoint *ck) {
     return rc;
 }
 
+// The rules (config_check); a broken one in one line, naming the --config file when the rule's key
+// (the first word of its text) was read from it.
+static int validate_from(const Config *c, const char *path) {
+    char why[512], key[128];
+    if (config_check(c, why, sizeof why) == 0) return 0;
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(why, " (:"), why);
+    if (path && config_json_given(key)) ted_error("%s: invalid config: %s", path, why);
+    else ted_error("invalid config: %s", why);
+    return -1;
+}
+
 int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *), const ConfigCheckpoint *ck) {
     defaults(c);
     config_origins_clear();
@@ -113,5 +127,5 @@ int config_resolve(Config *c, int argc, char **argv, void (*defaults)(Config *),
     ted_free(base);
     if (rc) return -1;
     config_derive(c);
-    return config_validate(c);
+    return validate_from(c, path);
 }

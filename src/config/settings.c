@@ -117,7 +117,7 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
     case J_MIN_LR: config_format_float(buf, n, *FIELD(c, k->off, float)); return 'n';
     case J_BOOL: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "true" : "false"); return 'b';
     case J_ORDER: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "sequential" : "shuffled"); return 's';
-    case J_OPTIMIZER_TYPE: snprintf(buf, n, "%s", c->onebit ? "OneBitAdam" : "AdamW"); return 's';
+    case J_OPTIMIZER_TYPE: snprintf(buf, n, "%s", c->onebit ? "OneBitAdam" : c->adam_named ? "Adam" : "AdamW"); return 's';
     case J_SCHEDULER_TYPE: snprintf(buf, n, "%s", sched_names[c->sched.type]); return 's';
     case J_WARMUP_TYPE: snprintf(buf, n, "%s", *FIELD(c, k->off, int) ? "linear" : "log"); return 's';
     case J_PATH:
@@ -140,6 +140,8 @@ static char json_key_value(const Config *c, const JKey *k, char *buf, size_t n) 
         return 'r';
     case J_SECTION:
     case J_OFF_ONLY:
+    case J_NO_EFFECT:     // DeepSpeed keys that set nothing
+    case J_ADAM_W_MODE:   // accepted only where it changes nothing (validate.c)
     case J_COMMENT: break;
     }   // every kind is listed: a new one is a -Wswitch warning here
     return 0;

@@ -1,9 +1,9 @@
 // sparse_config.c — the `sparse_attention` section: defaults, JSON, its text form, its rules
 // (see sparse_config.h; the layouts it describes are built by nn/sparse_layout.c).
 #include "config/sparse_config.h"
-#include "core/util.h"
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *mode_names[] = {"dense", "fixed", "bigbird", "bslongformer", "variable"};
@@ -24,11 +24,6 @@ void sparse_config_defaults(SparseConfig *s) {
 
 // ---------------------------------------------------------------------------------------
 // JSON
-
-static int bad(const char *file, const char *key, const char *name, const char *want) {
-    ted_error("%s: key \"%s.%s\" must be %s", file, key, name, want);
-    return -1;
-}
 
 static int json_int(const cJSON *j, int lo, int *out) {
     if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble != floor(j->valuedouble) ||
@@ -71,10 +66,11 @@ const char *const sparse_config_keys[] = {
     "num_different_global_patterns", "different_layout_per_head", "horizontal_global_attention", "recompute",
     "local_window_blocks", "global_block_indices", "global_block_end_indices", "attention", "seed", NULL};
 
-int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const char *file,
-                       void (*unknown)(const char *key, const char *name)) {
+int sparse_config_json(SparseConfig *s, const void *obj, const char *key,
+                       void (*problem)(const char *key, const char *name, const char *want)) {
     const cJSON *o = obj;
-    if (!cJSON_IsObject(o)) { ted_error("%s: key \"%s\" must be an object", file, key); return -1; }
+    int rc = 0;
+    if (!cJSON_IsObject(o)) { problem(key, NULL, "an object"); return -1; }
     for (const cJSON *j = o->child; j; j = j->next) {
         const char *k = j->string;
         const char *want = NULL;
@@ -103,10 +99,10 @@ int sparse_config_json(SparseConfig *s, const void *obj, const char *key, const 
             if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
                 j->valuedouble != floor(j->valuedouble)) want = "an integer in [0, 2^53]";
             else { s->seed = (uint64_t)j->valuedouble; s->seed_set = 1; }
-        } else { unknown(key, k); continue; }
-        if (want) return bad(file, key, k, want);
+        } else { problem(key, k, NULL); continue; }
+        if (want) { problem(key, k, want); rc = -1; }
     }
-    return 0;
+    return rc;
 }
 
 static int put_list(char *out, int n, const char *name, const int *v, int k) {
@@ -141,9 +137,9 @@ int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfi
 // ---------------------------------------------------------------------------------------
 // validation
 
-#define RULE(cond, ...) do { if (cond) { ted_error("sparse_attention: " __VA_ARGS__); return -1; } } while (0)
+#define RULE(cond, ...) do { if (cond) { snprintf(why, n, "sparse_attention: " __VA_ARGS__); return -1; } } while (0)
 
-int sparse_config_validate(const SparseConfig *s, int T) {
+int sparse_config_validate(const SparseConfig *s, int T, char *why, size_t n) {
     if (s->mode == SPARSE_DENSE) return 0;
     int nb = T / s->block, G = s->num_global_blocks, Lb = s->num_local_blocks;
     RULE(s->bidirectional, "attention \"bidirectional\" is not supported (ted's attention is unidirectional)");

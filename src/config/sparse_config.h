@@ -2,6 +2,7 @@
 // which layout (dense, fixed, bigbird, bslongformer, variable), its block size and counts.
 // nn/sparse_layout.h builds the per-layer block layouts from it.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { SPARSE_DENSE, SPARSE_FIXED, SPARSE_BIGBIRD, SPARSE_BSLONGFORMER, SPARSE_VARIABLE } SparseMode;
@@ -32,18 +33,20 @@ typedef struct {
 void sparse_config_defaults(SparseConfig *s);
 // The section's key names (NULL-terminated), for "did you mean".
 extern const char *const sparse_config_keys[];
-// Reads the JSON object `j` (a cJSON *) of the section named `key` in `file`. A wrong type: one
-// line, -1. An unknown key goes to unknown(key, name) and the reading goes on, so the caller
-// reports it with the other sections' unknown keys in one line.
-int sparse_config_json(SparseConfig *s, const void *j, const char *key, const char *file,
-                       void (*unknown)(const char *key, const char *name));
+// Reads the JSON object `j` (a cJSON *) of the section named `key`. Each problem goes to
+// problem(key, name, want) and the reading goes on, so that the caller reports every problem of
+// the file in one line: a value of the wrong type or range (want: what it must be; -1 is
+// returned), an unknown key (want NULL), the section not an object (name NULL).
+int sparse_config_json(SparseConfig *s, const void *j, const char *key,
+                       void (*problem)(const char *key, const char *name, const char *want));
 // The section as JSON text (for a checkpoint's config.json), seed resolved; "" when dense.
 // Writes at most n bytes into out.
 void sparse_config_write(const SparseConfig *s, uint64_t run_seed, char *out, int n);
 // Whether two sections give the same layouts (a resumed run must keep its checkpoint's).
 int sparse_config_same(const SparseConfig *a, uint64_t seed_a, const SparseConfig *b, uint64_t seed_b);
-// Rules (T % block, sizes, unsupported combinations); one line and -1 when broken.
-int sparse_config_validate(const SparseConfig *s, int T);
+// Rules (T % block, sizes, unsupported combinations): 0, or -1 with the broken rule in why (n
+// bytes; nothing is printed).
+int sparse_config_validate(const SparseConfig *s, int T, char *why, size_t n);
 const char *sparse_mode_name(int mode);
 // num_random_blocks resolved: as given, else the mode's default (bigbird 1, the others 0).
 static inline int sparse_random_blocks(const SparseConfig *s) {

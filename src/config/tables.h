@@ -30,7 +30,7 @@
 typedef enum {
     J_INT, J_LONG, J_FLOAT, J_BOOL, J_SEED, J_SECTION, J_ORDER, J_OPTIMIZER_TYPE,
     J_SCHEDULER_TYPE, J_PP_SCHEDULE, J_PP_LAYERS, J_ROUTER, J_EXPERT_TYPE, J_ARCH, J_BETAS, J_COMPRESSION, J_OFFLOAD_DEVICE,
-    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_COMMENT, J_SPARSE, J_PATH, J_NAME
+    J_MIN_LR, J_WARMUP_TYPE, J_OFF_ONLY, J_NO_EFFECT, J_ADAM_W_MODE, J_COMMENT, J_SPARSE, J_PATH, J_NAME
 } JKind;
 // clang-format on
 
@@ -50,6 +50,10 @@ extern const JKey config_flat_keys[];
 enum { CONFIG_FLAT_REQUIRED = 1 MODEL_FIELDS(COUNT_KEY) MOE_FIELDS(COUNT_KEY) };
 // Why ted does not honour a DeepSpeed key it knows (NULL: it is not one of them).
 const char *config_not_honoured(const char *key);
+// The DeepSpeed keys accepted with no effect (J_NO_EFFECT), i = 0, 1, ... until NULL: the key,
+// what ted does in its place (why), and which value asks for what ted does anyway (*ted_does:
+// 't' true, 'f' false, 'n' none: a number that ted has no use for).
+const char *config_no_effect_key(int i, char *ted_does, const char **why);
 
 // How a flag's value is read, checked and stored.
 typedef enum {
@@ -111,11 +115,14 @@ void config_arch_defaults(ModelConfig *m);
 // min_lr follows lr (a tenth of lr as written) until it is given.
 void config_follow_lr(Config *c);
 
-// JSON reading (json.c), shared with the checkpoint's flat config (flat.c). The key problems
-// (unknown keys, keys ted cannot honour) of a walk are gathered into one line.
+// JSON reading (json.c), shared with the checkpoint's flat config (flat.c). Every problem of a
+// walk (a key twice in one object, a value of the wrong type or range, an unknown key, a key ted
+// cannot honour, two names of one setting with different values) is gathered into one line.
 #include <cjson/cJSON.h>
 cJSON *config_parse_json_file(const char *path);
 int config_walk_file(Config *c, const cJSON *root, const JKey *keys, const char *file);
+// "key \"key\" must be want (got ...)": noted as a problem of the walk under way, else printed
+// as one line naming the file. -1.
 int config_type_error(const char *file, const char *key, const char *want, const cJSON *j);
 
 // The model rules and seq_len of a checkpoint's config.json, each line naming the file (validate.c).

@@ -1,6 +1,6 @@
 // validate.c — the rules a run's configuration must keep (ranges, divisibility, the
-// combinations that cannot work), each broken rule one line naming the key; and the warnings
-// for keys given to a switched-off feature.
+// combinations that cannot work), the first broken rule one line naming the key; and the
+// start-up warnings and notes of a valid configuration.
 #include "config/tables.h"
 #include "core/util.h"
 #include <limits.h>
@@ -8,20 +8,21 @@
 #include <stdarg.h>
 #include <string.h>
 
-// The file a config being validated came from (a checkpoint's config.json), or NULL
-// (flags and the training JSON: the key itself names the setting).
-static const char *validating = NULL;
+// The first broken rule (config_check hands it over, config_validate prints it).
+static char reason[512];
 
 static void invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void invalid(const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    if (validating) ted_error("%s: invalid config: %s", validating, msg);
-    else ted_error("invalid config: %s", msg);
 }
+
+static int validate_routing_model(const ModelConfig *m);
+
+// A setting as the user named it: its flag when the flag was given, else its JSON key.
+static const char *named(const char *json, const char *flag) { return config_flag_given(flag + 2) ? flag : json; }
 
 #define RULE(bad, ...)                                                                                                 \
     do {                                                                                                               \
@@ -38,11 +39,14 @@ static void invalid(const char *fmt, ...) {
 #define MAX_LAYERS 4096
 #define MAX_EXPERTS 65536
 #define MAX_TENSORS (1L << 20)
+// A step runs its micro-batches one after another before its progress line, a checkpoint or a
+// stop (Ctrl-C, SIGTERM) can happen: at most this many.
+#define MAX_ACCUM 65536
 
 // The widths that size the expert tensors, named: expert_inner, and the shared expert's
 // shared_experts × expert_inner hidden units, each (times n_embd) within an int tensor.
 static int validate_expert_sizes(const ModelConfig *m, int64_t d, int64_t fe) {
-    RULE(m->expert_inner < 0 || m->expert_inner > 4 * MAX_WIDTH, "expert_inner (%d) must be in [0, %d] (0 = n_inner)",
+    RULE(m->expert_inner < 0 || m->expert_inner > 4 * MAX_WIDTH, "expert_inner (%d) must be in [1, %d] (leave it out for n_inner)",
          m->expert_inner, 4 * MAX_WIDTH);
     RULE(m->shared_experts < 0, "shared_experts (%d) must be >= 0", m->shared_experts);
     int64_t fs = (int64_t)m->shared_experts * fe;
@@ -79,7 +83,7 @@ static int validate_sizes(const ModelConfig *m) {
 // The block family (docs/llama.md): llama's own keys, and what gpt2 does not have.
 static int validate_arch(const ModelConfig *m) {
     int kv = cfg_kv_heads(m);
-    RULE(m->n_kv_head < 0, "n_kv_head (%d) must be >= 0 (0 = n_head)", m->n_kv_head);
+    RULE(m->n_kv_head < 0, "n_kv_head (%d) must be >= 1 (leave it out for n_head)", m->n_kv_head);
     if (!cfg_is_llama(m)) {
         RULE(kv != m->n_head, "n_kv_head (%d) needs model.arch llama (gpt2 has one key/value head per head)", kv);
         RULE(!m->tie_word_embeddings, "tie_word_embeddings false needs model.arch llama (gpt2's head is wte)");
@@ -106,40 +110,69 @@ static int validate_model(const ModelConfig *m) {
     RULE(m->n_layer < 1 || m->n_layer > MAX_LAYERS, "n_layer (%d) must be in [1, %d]", m->n_layer, MAX_LAYERS);
     RULE(m->n_head < 1, "n_head (%d) must be >= 1", m->n_head);
     RULE(m->n_embd % m->n_head != 0, "n_embd (%d) is not a multiple of n_head (%d)", m->n_embd, m->n_head);
-    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [0, %d] (0 = 4*n_embd)", m->n_inner,
+    RULE(m->n_inner < 0 || m->n_inner > 4 * MAX_WIDTH, "n_inner (%d) must be in [1, %d] (leave it out for 4*n_embd)", m->n_inner,
          4 * MAX_WIDTH);
     RULE(m->num_experts < 1 || m->num_experts > MAX_EXPERTS, "num_experts (%d) must be in [1, %d]", m->num_experts,
          MAX_EXPERTS);
     RULE(m->moe_every < 1, "moe_every (%d) must be >= 1", m->moe_every);
     RULE(isnan(m->capacity_factor), "capacity_factor must be a number");
-    if (m->num_experts > 1) {   // a dense model has no experts: the MoE keys have no effect (config_warn_unused)
+    if (m->num_experts > 1) {   // a dense model has no experts: the MoE keys have no effect (config_warn)
         RULE(!(m->capacity_factor <= m->num_experts),
              "capacity_factor (%g) must be <= num_experts (%d): beyond that no "
              "token is dropped (<= 0 is dropless)",
              (double)m->capacity_factor, m->num_experts);
-        RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
         RULE(m->top_k > m->num_experts, "top_k (%d) > num_experts (%d)", m->top_k, m->num_experts);
     }
+    RULE(m->top_k < 1, "top_k (%d) must be >= 1", m->top_k);
     RULE(m->min_capacity < 0, "min_capacity (%d) must be >= 0", m->min_capacity);
     RULE(m->group_size < 1, "group_size (%d) must be >= 1", m->group_size);
     RULE(!(m->aux_coef >= 0), "aux_coef (%g) must be >= 0", (double)m->aux_coef);
     RULE(!(m->z_coef >= 0), "z_coef (%g) must be >= 0", (double)m->z_coef);
-    if (validate_arch(m) != 0) return -1;
+    if (validate_arch(m) != 0 || validate_routing_model(m) != 0) return -1;
     return validate_sizes(m);
+}
+
+// A 0 given for a key whose 0 stands for another value (what leaving the key out gives): refused,
+// so that no 0 silently means a default.
+static int validate_given_zeros(const Config *c) {
+    const ModelConfig *m = &c->model;
+    RULE(c->seq_len == 0 && config_given("seq_len"), "%s 0 is not a length (leave it out for n_positions, %d)",
+         named("seq_len", "--seq-len"), m->n_positions);
+    RULE(m->n_inner == 0 && config_given("model.n_inner"), "%s 0 is not a width (leave it out for 4 x n_embd, %d)",
+         named("model.n_inner", "--n-inner"), cfg_ffn(m));
+    RULE(m->expert_inner == 0 && config_given("moe.expert_inner"),
+         "%s 0 is not a width (leave it out for the FFN size n_inner, %d)", named("moe.expert_inner", "--expert-inner"),
+         cfg_ffn(m));
+    RULE(m->n_kv_head == 0 && config_given("model.n_kv_head"),
+         "%s 0 is not a number of heads (leave it out for n_head, %d)", named("model.n_kv_head", "--n-kv-head"),
+         m->n_head);
+    RULE(c->threads == 0 && config_given("threads"), "%s 0 is not a number of threads (leave it out for every core)",
+         named("threads", "--threads"));
+    RULE(c->train_batch_size == 0 && config_given("train_batch_size"),
+         "%s 0 is not a batch (leave it out, and the global batch is not checked)",
+         named("train_batch_size", "--train-batch-size"));
+    RULE(c->peak_tflops == 0 && config_flag_given("peak-tflops"),
+         "--peak-tflops 0 is not a peak (leave it out, and the peak is measured)");
+    return 0;
 }
 
 static int validate_training(const Config *c) {
     const ModelConfig *m = &c->model;
-    RULE(c->seq_len < 0, "seq_len (%d) must be >= 1 (0 = n_positions)", c->seq_len);
+    RULE(c->seq_len < 0, "seq_len (%d) must be >= 1", c->seq_len);
     RULE(c->seq_len > m->n_positions, "seq_len (%d) > n_positions (%d)", c->seq_len, m->n_positions);
     RULE(c->micro_batch < 1, "micro_batch (%d) must be >= 1", c->micro_batch);
     RULE(c->micro_batch % m->group_size != 0, "micro_batch (%d) is not a multiple of group_size (%d)", c->micro_batch,
          m->group_size);
-    RULE(c->grad_accum < 1, "grad_accum (%d) must be >= 1", c->grad_accum);
+    RULE(c->grad_accum < 1 || c->grad_accum > MAX_ACCUM,
+         "%s (%d) must be in [1, %d]: a step runs its micro-batches one after another before its progress line, a "
+         "checkpoint or a stop",
+         named("gradient_accumulation_steps", "--grad-accum"), c->grad_accum, MAX_ACCUM);
     RULE(c->steps < 0, "steps (%d) must be >= 0", c->steps);
     RULE(!(c->lr >= 0), "lr (%g) must be >= 0", (double)c->lr);
     RULE(!(c->min_lr >= 0), "min_lr (%g) must be >= 0", (double)c->min_lr);
-    RULE(c->warmup < 0, "warmup (%d) must be >= 0", c->warmup);
+    RULE(c->warmup < 0, "%s (%d) must be >= 0", named("scheduler.params.warmup_num_steps", "--warmup"), c->warmup);
+    RULE(!(c->clip >= 0), "%s (%g) must be >= 0 (0: no clipping)", named("gradient_clipping", "--clip"),
+         (double)c->clip);
     RULE(!(c->beta1 >= 0 && c->beta1 < 1), "beta1 (%g) must be in [0, 1)", (double)c->beta1);
     RULE(!(c->beta2 >= 0 && c->beta2 < 1), "beta2 (%g) must be in [0, 1)", (double)c->beta2);
     RULE(!(c->eps > 0), "eps (%g) must be > 0", (double)c->eps);
@@ -148,8 +181,13 @@ static int validate_training(const Config *c) {
          c->zero_stage);
     RULE(c->reduce_bucket_size < 1, "zero_optimization.reduce_bucket_size (%ld) must be >= 1", c->reduce_bucket_size);
     RULE(c->onebit && c->zero_stage != 0, "OneBitAdam needs zero_optimization.stage 0 (given %d)", c->zero_stage);
-    RULE(c->onebit && c->freeze_step < 1,
-         "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)", c->freeze_step);
+    RULE(c->freeze_step < 1, "optimizer.params.freeze_step (%d) must be >= 1 (v is frozen from the warm-up)",
+         c->freeze_step);
+    RULE(c->adam_named && !c->adam_w_mode && c->weight_decay > 0,
+         "optimizer.type Adam with optimizer.params.adam_w_mode false adds weight_decay (%g) x w to the gradient (L2); "
+         "ted's Adam decays the weights apart from it (AdamW): set adam_w_mode true, or weight_decay 0 (then the two "
+         "are one)",
+         (double)c->weight_decay);
     RULE(c->onebit && c->device == DEV_CUDA, "OneBitAdam runs on the CPU only (--device cuda given)");
     RULE(c->overlap_degree < 1 || c->overlap_degree > 64, "moe.overlap_degree (%d) must be in [1, 64]",
          c->overlap_degree);
@@ -231,9 +269,9 @@ static int validate_pipeline(const Config *c) {
     return 0;
 }
 
-// The routing family (docs/config.md, Routers and experts): ranges, then the combinations that cannot work.
-static int validate_routing(const Config *c) {
-    const ModelConfig *m = &c->model;
+// The routing family (docs/config.md, Routers and experts): ranges, then the combinations that
+// cannot work, whatever the layout and device.
+static int validate_routing_model(const ModelConfig *m) {
     int E = m->num_experts, k = m->top_k;
     const char *r = router_names[m->router];
     RULE(!(m->jitter_eps >= 0 && m->jitter_eps < 1), "jitter_eps (%g) must be in [0, 1)", (double)m->jitter_eps);
@@ -251,8 +289,6 @@ static int validate_routing(const Config *c) {
     if (E <= 1) return 0;
     RULE(!m->topk_renorm && m->router != ROUTER_TOPK && m->router != ROUTER_MIXTRAL,
          "topk_renorm false (unrenormalised gates) is for router topk or mixtral, not %s", r);
-    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m),
-         c->tp);
     RULE(m->router == ROUTER_SWITCH && k != 1, "router switch routes top-1: top_k must be 1 (got %d)", k);
     RULE(m->router == ROUTER_GSHARD && k != 2, "router gshard routes top-2: top_k must be 2 (got %d)", k);
     RULE(m->router == ROUTER_NOISY_TOPK && k >= E,
@@ -269,6 +305,16 @@ static int validate_routing(const Config *c) {
         RULE(m->bias_update_rate > 0,
              "router expert_choice: a per-expert bias cannot change an expert's choice of tokens");
     }
+    return 0;
+}
+
+// The routing family on the run's layout and device.
+static int validate_routing(const Config *c) {
+    const ModelConfig *m = &c->model;
+    const char *r = router_names[m->router];
+    if (m->num_experts <= 1) return 0;
+    RULE(cfg_expert_inner(m) % c->tp != 0, "expert_inner (%d) is not a multiple of tp (%d)", cfg_expert_inner(m),
+         c->tp);
     if (c->device == DEV_CUDA) {   // the GPU backend has the §2 router and the gelu expert
         RULE(m->router != ROUTER_TOPK || m->use_rts || m->bias_update_rate > 0 || m->num_groups > 1,
              "--device cuda: moe.router %s%s%s%s runs on the CPU only for now", r, m->use_rts ? " with use_rts" : "",
@@ -281,15 +327,16 @@ static int validate_routing(const Config *c) {
     return 0;
 }
 
-// A checkpoint's config.json: the model rules and seq_len, each line naming the file.
+// A checkpoint's config.json: the model rules, seq_len and the sparse layouts, the line naming the file.
 int config_validate_checkpoint_model(const Config *c, const char *path) {
-    validating = path;
+    reason[0] = 0;
     int rc = validate_model(&c->model);
     if (!rc && (c->seq_len < 1 || c->seq_len > c->model.n_positions)) {
         invalid("seq_len (%d) must be in [1, n_positions %d]", c->seq_len, c->model.n_positions);
         rc = -1;
     }
-    validating = NULL;
+    if (!rc) rc = sparse_config_validate(&c->sparse, c->seq_len, reason, sizeof reason);
+    if (rc) ted_error("%s: invalid config: %s", path, reason);
     return rc;
 }
 
@@ -314,7 +361,12 @@ static int validate_schedule(const Config *c) {
         RULE(config_given(path) && !takes, "%s is not a parameter of scheduler %s (it takes warmup_num_steps %s)", path,
              name, sched_params[s->type]);
     }
-    if (s->type == SCHED_WARMUP_COSINE) return 0;
+    if (s->type == SCHED_WARMUP_COSINE) {
+        RULE(c->min_lr > c->lr, "%s (%g) is above the peak %s (%g): the cosine would rise to it",
+             named("scheduler.params.min_lr", "--min-lr"), (double)c->min_lr, named("optimizer.params.lr", "--lr"),
+             (double)c->lr);
+        return 0;
+    }
     RULE(c->warmup < 1, "scheduler %s needs warmup_num_steps >= 1 (given %d)", name, c->warmup);
     RULE(s->type != SCHED_WARMUP_LR && s->total_num_steps < 1,
          "scheduler %s needs scheduler.params.total_num_steps "
@@ -323,9 +375,15 @@ static int validate_schedule(const Config *c) {
     RULE(!(s->warmup_min_lr >= 0), "scheduler.params.warmup_min_lr (%g) must be >= 0", (double)s->warmup_min_lr);
     RULE(config_given("scheduler.params.warmup_max_lr") && !(s->warmup_max_lr >= 0),
          "scheduler.params.warmup_max_lr (%g) must be >= 0", (double)s->warmup_max_lr);
-    RULE(!(s->warmup_min_ratio >= 0), "scheduler.params.warmup_min_ratio (%g) must be >= 0",
-         (double)s->warmup_min_ratio);
-    RULE(!(s->cos_min_ratio >= 0), "scheduler.params.cos_min_ratio (%g) must be >= 0", (double)s->cos_min_ratio);
+    RULE(!(s->warmup_min_ratio >= 0 && s->warmup_min_ratio <= 1),
+         "scheduler.params.warmup_min_ratio (%g) must be in [0, 1] (a fraction of the lr)", (double)s->warmup_min_ratio);
+    RULE(!(s->cos_min_ratio >= 0 && s->cos_min_ratio <= 1),
+         "scheduler.params.cos_min_ratio (%g) must be in [0, 1] (a fraction of the lr)", (double)s->cos_min_ratio);
+    double peak = s->warmup_max_lr >= 0 ? s->warmup_max_lr : s->type == SCHED_WARMUP_LR ? c->lr : 0.001;
+    RULE(s->type != SCHED_WARMUP_COSINE_LR && s->warmup_min_lr > peak,
+         "scheduler.params.warmup_min_lr (%g) is above the warm-up's peak %s (%g): the lr would fall while it warms up",
+         (double)s->warmup_min_lr,
+         s->warmup_max_lr >= 0 ? "warmup_max_lr" : s->type == SCHED_WARMUP_LR ? "(the optimizer lr)" : "(0.001)", peak);
     return 0;
 }
 
@@ -342,14 +400,32 @@ static int validate_scaler(const LossScaleConfig *s) {
     return 0;
 }
 
+// DeepSpeed's metrics sections write under output_path/job_name: an empty output_path would be
+// "/job_name", a folder under the root.
+static int validate_outputs(const Config *c) {
+    RULE(c->tb_enabled && !c->tensorboard_dir[0] && !c->tb_path[0],
+         "tensorboard.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)");
+    RULE(c->csv_enabled && !c->csv_path[0],
+         "csv_monitor.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)");
+    return 0;
+}
+
+int config_check(const Config *c, char *why, size_t n) {
+    reason[0] = 0;
+    int rc = validate_model(&c->model) || validate_given_zeros(c) || validate_training(c) || validate_schedule(c) ||
+                     validate_scaler(&c->scaler) || validate_layout(c) || validate_pipeline(c) ||
+                     validate_outputs(c) || sparse_config_validate(&c->sparse, cfg_seq_len(c), reason, sizeof reason) || validate_routing(c)
+                 ? -1
+                 : 0;
+    if (why && n) snprintf(why, n, "%s", rc ? reason : "");
+    return rc;
+}
+
 int config_validate(const Config *c) {
-    if (validate_model(&c->model) != 0) return -1;
-    if (validate_training(c) != 0) return -1;
-    if (validate_schedule(c) != 0 || validate_scaler(&c->scaler) != 0) return -1;
-    if (validate_layout(c) != 0) return -1;
-    if (validate_pipeline(c) != 0) return -1;
-    if (sparse_config_validate(&c->sparse, cfg_seq_len(c)) != 0) return -1;
-    return validate_routing(c);
+    char why[sizeof reason];
+    if (config_check(c, why, sizeof why) == 0) return 0;
+    ted_error("invalid config: %s", why);
+    return -1;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -378,7 +454,38 @@ static void warn_group(const OffFeature *f, FILE *out) {
     if (count) fprintf(out, "warning: %s %s no effect: %s\n", names, count > 1 ? "have" : "has", f->why);
 }
 
-void config_warn_unused(const Config *c, FILE *out) {
+// The DeepSpeed keys accepted without effect whose value asks for something ted does not do (the
+// JSON reader marks only those as given).
+static void warn_no_effect(FILE *out) {
+    char does;
+    const char *why, *key;
+    for (int i = 0; (key = config_no_effect_key(i, &does, &why)); i++)
+        if (config_json_given(key))
+            fprintf(out, "warning: %s%s has no effect: %s\n", key,
+                    does == 't'   ? " false"
+                    : does == 'f' ? " true"
+                                  : "",
+                    why);
+}
+
+// A warm-up longer than the run (DeepSpeed's schedulers warm up over at least 2 steps), and a
+// DeepSpeed decay that ends before its warm-up does.
+static void note_warmup(const Config *c, FILE *out) {
+    const SchedConfig *s = &c->sched;
+    int W = s->type == SCHED_WARMUP_COSINE || c->warmup > 2 ? c->warmup : 2;
+    if (c->steps > 0 && W > c->steps)
+        fprintf(out,
+                "note: the warm-up (%d steps) is longer than the run (%d steps): the lr never reaches its peak "
+                "(--warmup, scheduler.params.warmup_num_steps)\n",
+                W, c->steps);
+    if ((s->type == SCHED_WARMUP_DECAY_LR || s->type == SCHED_WARMUP_COSINE_LR) && s->total_num_steps < W)
+        fprintf(out,
+                "note: scheduler.params.total_num_steps (%d) ends before the warm-up (%d steps): the decay has no "
+                "steps\n",
+                s->total_num_steps, W);
+}
+
+void config_warn(const Config *c, FILE *out) {
     if (!out) return;
     const ModelConfig *m = &c->model;
     const OffFeature off[] = {
@@ -393,6 +500,11 @@ void config_warn_unused(const Config *c, FILE *out) {
          NULL},
         {"optimizer.params.freeze_step", !c->onebit, "optimizer.type is AdamW (freeze_step is OneBitAdam's)", NULL},
         {"optimizer.params.compression", !c->onebit, "optimizer.type is AdamW (compression is OneBitAdam's)", NULL},
+        {"optimizer.params.adam_w_mode", c->onebit, "optimizer.type is OneBitAdam (adam_w_mode is Adam's)", NULL},
+        {"optimizer.params.adam_w_mode", !c->onebit && !c->adam_named && !c->adam_w_mode,
+         "optimizer.type AdamW decays the weights apart from the gradient whatever adam_w_mode says (as DeepSpeed's "
+         "does)",
+         NULL},
         {"fp16.", !c->fp16, "fp16 is not enabled", "enabled"},
         {"zero_optimization.reduce_bucket_size", c->zero_stage != 2, "the buckets are ZeRO stage 2's", NULL},
         {"pipeline.virtual_stages", c->pp == 1, "pp is 1 (no pipeline)", NULL},
@@ -402,4 +514,6 @@ void config_warn_unused(const Config *c, FILE *out) {
     };
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
         if (off[i].off) warn_group(&off[i], out);
+    warn_no_effect(out);
+    note_warmup(c, out);
 }

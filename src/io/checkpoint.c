@@ -146,9 +146,12 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
         if (!rc) {
-            char *cfg = hf_config_json(&M->cfg);
+            char *cfg = hf_config_json(&M->cfg), *gen = hf_generation_config_json(&M->cfg);
             snprintf(path, sizeof path, "%s/config.json", tmp);
             rc = write_text(path, cfg);
+            snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+            if (!rc) rc = write_text(path, gen);
+            ted_free(gen);
             ted_free(cfg);
         }
         char state[600], ob[96] = "", id[40] = "";

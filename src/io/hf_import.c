@@ -20,10 +20,8 @@ static cJSON *parse(const char *path) {
 
 int hf_import_is_foreign(const char *path) {
     cJSON *j = parse(path);
-    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "model_type") : NULL;
-    int qwen = cJSON_IsString(t) && !strcmp(t->valuestring, "qwen2_moe");   // its num_experts is transformers' key
     int foreign = j && !cJSON_GetObjectItemCaseSensitive(j, CONFIG_TED_SECTION) &&
-                  (qwen || !cJSON_GetObjectItemCaseSensitive(j, "num_experts"));
+                  !cJSON_GetObjectItemCaseSensitive(j, "moe_every");
     cJSON_Delete(j);
     return foreign;
 }

@@ -7,8 +7,8 @@
 #include "config/config.h"
 #include "io/safetensors.h"
 
-// 1 when the config.json at path was not written by ted (no "ted" object, and no num_experts
-// unless it is transformers' Qwen2-MoE key):
+// 1 when the config.json at path was not written by ted (no moe_every, which ted writes at the
+// top level and no transformers class has, and no "ted" object, where an earlier version kept it):
 // a transformers folder for hf_import_config. 0 otherwise, also when it cannot be parsed
 // (ted's reader then says why).
 int hf_import_is_foreign(const char *path);

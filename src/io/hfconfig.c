@@ -27,39 +27,15 @@ static void add_gpt2(cJSON *o, const ModelConfig *m) {
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
 }
 
-// GPT-2's own config keys, which ted's model keys share in name and meaning: they stay at the
-// top level. Every other ted key goes into the "ted" object, so that none of them is read by
-// transformers as a config or generation setting of its own (the MoE top_k as sampling's top_k).
-static const char *const gpt2_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", NULL};
-// Llama's and Mixtral's config keys that ted's share in name and meaning (the others, as
-// hidden_size for n_embd, are written beside ted's own).
-static const char *const llama_keys[] = {"vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings", NULL};
-// Qwen2-MoE's: also num_experts (the routed experts).
-static const char *const qwen_keys[] = {"vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings", "num_experts",
-                                        NULL};
-
-// A llama MoE saved as Qwen2MoeForCausalLM.
-static int is_qwen(const ModelConfig *m) { return cfg_qwen_layout(m) && !hf_llama_layout(m); }
-
-static int is_top_key(const char *const *keys, const char *k) {
-    for (int i = 0; keys[i]; i++)
-        if (strcmp(keys[i], k) == 0) return 1;
-    return 0;
-}
-
-// The flat keys of config_model_json, the ted-only ones moved into "ted".
-static cJSON *namespaced(const Config *c) {
-    const char *const *top = is_qwen(&c->model) ? qwen_keys : cfg_is_llama(&c->model) ? llama_keys : gpt2_keys;
+// ted's model and moe keys, flat at the top level (design §7: config_model_json). Those that GPT-2,
+// Llama, Mixtral or Qwen2-MoE also have mean the same there (vocab_size, n_embd, ..., num_experts,
+// rms_norm_eps); the others transformers keeps as attributes it does not read, except top_k, which
+// it would take as sampling's top_k: generation_config.json (hf_generation_config_json) says the
+// generation settings instead.
+static cJSON *flat_keys(const Config *c) {
     char *flat = config_model_json(c);
-    cJSON *src = cJSON_Parse(flat);
+    cJSON *o = cJSON_Parse(flat);
     ted_free(flat);
-    cJSON *o = cJSON_CreateObject(), *ted = cJSON_CreateObject();
-    while (src->child) {
-        cJSON *j = cJSON_DetachItemViaPointer(src, src->child);
-        cJSON_AddItemToObject(is_top_key(top, j->string) ? o : ted, j->string, j);
-    }
-    cJSON_Delete(src);
-    cJSON_AddItemToObject(o, CONFIG_TED_SECTION, ted);
     return o;
 }
 
@@ -174,18 +150,8 @@ const char *hf_llama_layout(const ModelConfig *m) {
     return NULL;
 }
 
-char *hf_config_json(const Config *c) {
-    cJSON *o = namespaced(c);
-    const ModelConfig *m = &c->model;
-    if (cfg_is_llama(m)) add_llama(o, m);
-    else if (m->num_experts == 1) add_gpt2(o, m);
-    else {
-        cJSON_AddStringToObject(o, "model_type", "ted_moe");
-        cJSON_AddStringToObject(o, "ted_note", "a Mixture-of-Experts GPT (ted.num_experts experts, ted.top_k chosen per token, "
-                                               "an MoE FFN in every ted.moe_every-th block) in GPT-2's layout; the expert FFNs are "
-                                               "transformer.h.N.mlp.experts.E.*; ted eval and ted generate load it, "
-                                               "transformers' GPT2LMHeadModel cannot");
-    }
+// A cJSON object as text with a final newline (allocated through ted_alloc, MEM_TEMP); o deleted.
+static char *json_text(cJSON *o) {
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     size_t n = strlen(text);
@@ -195,4 +161,27 @@ char *hf_config_json(const Config *c) {
     out[n + 1] = 0;
     cJSON_free(text);
     return out;
+}
+
+char *hf_generation_config_json(const Config *c) {
+    cJSON *o = cJSON_CreateObject();
+    int eot = c->model.vocab_size > 50256 ? 50256 : c->model.vocab_size - 1;
+    cJSON_AddNumberToObject(o, "bos_token_id", eot);
+    cJSON_AddNumberToObject(o, "eos_token_id", eot);
+    return json_text(o);
+}
+
+char *hf_config_json(const Config *c) {
+    cJSON *o = flat_keys(c);
+    const ModelConfig *m = &c->model;
+    if (cfg_is_llama(m)) add_llama(o, m);
+    else if (m->num_experts == 1) add_gpt2(o, m);
+    else {
+        cJSON_AddStringToObject(o, "model_type", "ted_moe");
+        cJSON_AddStringToObject(o, "ted_note", "a Mixture-of-Experts GPT (num_experts experts, top_k chosen per token, "
+                                               "an MoE FFN in every moe_every-th block) in GPT-2's layout; the expert FFNs are "
+                                               "transformer.h.N.mlp.experts.E.*; ted eval and ted generate load it, "
+                                               "transformers' GPT2LMHeadModel cannot");
+    }
+    return json_text(o);
 }

@@ -136,18 +136,8 @@ static int open_tb(Monitor *mon, const char *dir, const char *what, const Config
     return 0;
 }
 
-// DeepSpeed's sections write under output_path/job_name: an empty output_path would be "/job_name".
-static int empty_path(const char *section, const char *path) {
-    if (path[0]) return 0;
-    ted_error("%s.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)", section);
-    return -1;
-}
-
 int monitor_open(Monitor *mon, const Config *c, int rank0) {
     memset(mon, 0, sizeof *mon);
-    if ((c->tb_enabled && !c->tensorboard_dir[0] && empty_path("tensorboard", c->tb_path)) ||
-        (c->csv_enabled && empty_path("csv_monitor", c->csv_path)))
-        return -1;
     if (!rank0) return 0;
     char dir[1100];
     if (c->tensorboard_dir[0] && open_tb(mon, c->tensorboard_dir, "--tensorboard-dir", c)) return -1;

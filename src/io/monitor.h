@@ -21,7 +21,7 @@ typedef struct {
 
 // Opens what the config asks for (rank 0 only; others pass rank0 0): 0, or -1 after one line. A
 // folder is the run's as --log is: locked, and another run's files there refused unless --resume
-// (written beside) or --overwrite (removed); an empty output_path is refused on every rank.
+// (written beside) or --overwrite (removed). An empty output_path is refused by the config's rules.
 int monitor_open(Monitor *mon, const Config *c, int rank0);
 // One scalar of a step: tag ("Train/loss"), value. A csv file that cannot be written ends the run.
 void monitor_scalar(Monitor *mon, const char *tag, double value, long step);

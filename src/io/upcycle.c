@@ -153,7 +153,19 @@ static int fill(const Model *D, const Param *p, const UpcycleOpts *o, char *used
     return 0;
 }
 
-// model.safetensors (full tensors: one process) and config.json into dir.
+// dir/name holding text (taken: freed), flushed to the disk; 0, or -1 after one line.
+static int write_file(const char *dir, const char *name, char *text) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    int rc = !f || fputs(text, f) < 0 || fflush(f) || fsync(fileno(f));
+    if (f && fclose(f)) rc = 1;
+    ted_free(text);
+    if (rc) ted_error("%s: cannot write: %s", path, strerror(errno));
+    return rc ? -1 : 0;
+}
+
+// model.safetensors (full tensors: one process), config.json and generation_config.json into dir.
 static int write_folder(const char *dir, const Model *M, const Config *c) {
     const Registry *r = &M->reg;
     StTensor *t = ted_alloc(sizeof(StTensor) * r->n, MEM_TEMP);
@@ -168,14 +180,8 @@ static int write_folder(const char *dir, const Model *M, const Config *c) {
     int rc = st_write(path, t, r->n);
     ted_free(t);
     if (rc) return -1;
-    char *cfg = hf_config_json(c);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    rc = !f || fputs(cfg, f) < 0 || fflush(f) || fsync(fileno(f));
-    if (f && fclose(f)) rc = 1;
-    ted_free(cfg);
-    if (rc) { ted_error("%s: cannot write: %s", path, strerror(errno)); return -1; }
-    return 0;
+    if (write_file(dir, "config.json", hf_config_json(c))) return -1;
+    return write_file(dir, "generation_config.json", hf_generation_config_json(c));
 }
 
 // The MoE model built from D and written to a temporary folder renamed to o->save.

@@ -96,7 +96,7 @@ int run_config(Config *c, int argc, char **argv, void (*defaults)(Config *), Con
     if (ck && read_checkpoint(argc, argv, ck, &from, dir, sizeof dir)) return -1;
     if (config_resolve(c, argc, argv, defaults, from)) return -1;
     after_checkpoint(c, from);
-    if (ck) config_warn_unused(c, comm_world_rank() == 0 ? stdout : NULL);
+    if (ck) config_warn(c, comm_world_rank() == 0 ? stdout : NULL);
     if (c->pp_auto) auto_layers(c);
     return 0;
 }
