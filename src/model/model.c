@@ -236,8 +236,13 @@ static void *take(Bump *b, size_t bytes) {
 }
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
+// A GPU run's dense attention is flash attention: what its backward reads is each query's
+// log-sum-exp [B,H/tp,T], a small exact activation (per block, like the norms' statistics), not
+// the probabilities.
+static int flash(const Model *M) { return M->cfg.device == DEV_CUDA && !M->sl; }
+
 // Attention probabilities of layer l (-1: the most of any layer) for B sequences: T·T per head,
-// or the present blocks of the layer's sparse layout.
+// or the present blocks of the layer's sparse layout (not on a flash run).
 static long att_floats(const Model *M, int l, int B) {
     if (!M->sl) return (long)B * M->Hl * M->T * M->T;
     long n = 0;
@@ -269,7 +274,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     int d = M->d;
     x->ln1 = TAKE(a, float, N * d);
     x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
-    x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
+    if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, N * M->Hl * M->hd);
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
@@ -290,6 +295,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
     int G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
     x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
     x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+    if (flash(M)) x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T);   // the log-sum-exp
     if (!moe) return;
     MoeActs *e = &x->moe;
     e->probs = TAKE(a, float, N * E); e->lse = TAKE(a, float, N);
@@ -302,7 +308,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
 // The big activations of block l at the largest batch: what its 16-bit store must hold.
 static long packed_floats(const Model *M, int l) {
     long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
-    long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
+    long n = 4 * N * d + N * 4 * Dl + (flash(M) ? 0 : att_floats(M, l, M->Bmax));
     if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
     n += (mult + 1) * (M->moe.Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
@@ -389,7 +395,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     int k = 0;
     t[k].p = x->ln1; t[k++].n = N * d;
     t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
-    t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T;
+    if (!flash(M)) { t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T; }
     t[k].p = x->atty; t[k++].n = N * Dl;
     t[k].p = x->mid; t[k++].n = N * d;
     t[k].p = x->ln2; t[k++].n = N * d;
@@ -422,12 +428,12 @@ static void layout_grads(Model *M, Bump *a) {
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
-    // attention backward: a strip per OpenMP thread on the CPU, T·T for every (b, h) at once on the GPU
-    long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
-    long per_row = !M->sl ? (ted_device == DEV_CUDA ? (long)M->T * M->T : attention_scratch_floats(M->T))
-                   : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
+    // attention backward: a strip per OpenMP thread on the CPU, Δ (T) for every (b, h) on the GPU
+    int gpu = M->cfg.device == DEV_CUDA;
+    long att_rows = gpu ? (long)M->Bmax * M->Hl : omp_get_max_threads();
+    long per_row = !M->sl ? (gpu ? (long)M->T : attention_scratch_floats(M->T)) : gpu ? 0 : sparse_scratch_floats(M);
     long chunk = 0;   // sparse recompute: the backward's chunk of recomputed strips
-    for (int l = 0; M->sl && ted_device != DEV_CUDA && l < M->L; l++) {
+    for (int l = 0; M->sl && !gpu && l < M->L; l++) {
         long c = sparse_attention_recompute_floats(&M->sl[l], M->Bmax);
         chunk = c > chunk ? c : chunk;
     }

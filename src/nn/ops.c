@@ -275,7 +275,7 @@ static void attention_backward_one(float *dq, const float *dO, const float *O, c
 
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                         int T, int H, int hd, float *scratch) {
-    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
+    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, out, B, T, H, hd, scratch));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)

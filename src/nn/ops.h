@@ -31,9 +31,10 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 // Causal multi-head attention. qkv[N,3H·hd] (q|k|v), att[B,H,T,T] probabilities, out[N,H·hd].
 // ld is the row stride of qkv (3·H·hd) and of out (H·hd), so a TP shard of heads works as is.
+// On a GPU it is flash attention: att holds only each query's log-sum-exp [B,H,T] (ops_cuda.h).
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
 // dqkv[N,3H·hd] written (not added); out: the forward's output; scratch holds
-// attention_scratch_floats(T) floats per OpenMP thread (on the GPU: B·H·T·T floats).
+// attention_scratch_floats(T) floats per OpenMP thread (on the GPU: B·H·T floats).
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                         int T, int H, int hd, float *scratch);
 long attention_scratch_floats(int T);
