@@ -144,14 +144,14 @@ static void test_attention(int B, int T, int H, int hd) {
     cu_memcpy(d_att, att, sizeof(float) * na);
     cu_attention_tt_backward(d_dqkv, d_dout, d_att, d_qkv, B, T, H, hd, d_scratch);
     snprintf(what, sizeof what, "attention_tt_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
-    if (!bf16) {   // the ops' twins: flash attention (the log-sum-exp and bf16: test_cuda_fused)
-        cu_memcpy(d_out, junk, sizeof(float) * no);
-        cu_memcpy(d_dqkv, junk, sizeof(float) * nq);
-        cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
-        cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, d_out, B, T, H, hd, d_scratch);
-        snprintf(what, sizeof what, "attention_forward (flash) T=%d out", T);  check(what, d_out, out, no, tol);
-        snprintf(what, sizeof what, "attention_backward (flash) T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
-    }
+    // the ops' twins: flash attention (its log-sum-exp: test_cuda_fused); bf16: over bf16 copies
+    // of q, k, v, dout and out, the outputs rounded to bf16
+    cu_memcpy(d_out, junk, sizeof(float) * no);
+    cu_memcpy(d_dqkv, junk, sizeof(float) * nq);
+    cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
+    cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, d_out, B, T, H, hd, d_scratch);
+    snprintf(what, sizeof what, "attention_forward (flash) T=%d out", T);  check(what, d_out, out, no, tol);
+    snprintf(what, sizeof what, "attention_backward (flash) T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
     cu_free(d_qkv); cu_free(d_dout); cu_free(d_out); cu_free(d_att); cu_free(d_dqkv); cu_free(d_scratch);
     free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk); free(qr);
 }
