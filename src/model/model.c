@@ -349,7 +349,7 @@ static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bu
     if (M->ch_id[i] != M->chunks - 1) return;
     v->lnf = TAKE(a, float, N * d); v->lnf_mean = TAKE(a, float, N); v->lnf_rstd = TAKE(a, float, N);
     v->logits = TAKE(a, float, N * M->Vl); v->losses = TAKE(a, float, N);
-    v->ce_max = TAKE(a, float, N); v->ce_sum = TAKE(a, float, N); v->ce_tl = TAKE(a, float, N);
+    v->ce_max = TAKE(a, float, 3 * N); v->ce_sum = v->ce_max + N; v->ce_tl = v->ce_max + 2 * N;
 }
 
 // a: the run's device; h: host (the exchange plan, whole logits, the router's host copies).
@@ -703,6 +703,10 @@ static void gather_logits(Model *M, long N) {
     ted_free(all); ted_free(mine);
 }
 
+// A training forward of an unsharded head writes the logits' gradient with the loss (the step's
+// scale, pipe_train_step): one pass over the logits (crossentropy_fused).
+static int fused_loss(const Model *M) { return M->ce_scale != 0 && M->topo->tp == 1; }
+
 // The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
 // token losses (without targets: whole rows of logits into full_logits, and 0).
 static double head_forward(Model *M, long N, int has_targets) {
@@ -711,6 +715,10 @@ static double head_forward(Model *M, long N, int has_targets) {
     else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
     if (!has_targets) { gather_logits(M, N); return 0; }
+    if (fused_loss(M)) {   // the loss and, in place, its gradient
+        crossentropy_fused(M->losses, M->logits, M->ce_max, M->tgt, N, M->V, M->Vl, M->ce_scale);
+        return sum_forward(M->losses, N);
+    }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
     comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
@@ -787,10 +795,15 @@ static void head_backward(Model *M, long N, float lm_scale) {
     int d = M->d;
     float *dlogits = M->logits;
     watchdog_block(-1, 0, NULL);
-    crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
-    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
+    if (fused_loss(M)) {   // the forward wrote the gradient; one shard: both products at once
+        CHECK(lm_scale == M->ce_scale, "loss scale %g in the backward, %g in the forward", lm_scale, M->ce_scale);
+        linear_backward(M->dln, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);
+    } else {
+        crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
+        linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
+        comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+        linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
+    }
     buf_zero(M->dres, sizeof(float) * N * d);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
     else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,

@@ -88,7 +88,8 @@ typedef struct {
     float **resid;              // [L+1][N,d]   (the view in use)
     BlockActs *ba;              // [L]          (the view in use)
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
-    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
+    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics (one [3N] buffer)
+    float ce_scale;             // the loss gradient's scale in a training step (pipe_train_step), else 0
     float *full_logits;                                    // [N,V] after a forward without targets (host)
     void *host_act;                                        // the host side of the activations: the above, the exchange plans
     // backward scratch

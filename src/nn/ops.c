@@ -423,6 +423,16 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
     }
 }
 
+void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
+                        float scale) {
+    ON_GPU(cu_fused_classifier(losses, logits, targets, N, V, Vl, scale));
+    float *mx = stats, *sum = stats + N, *tl = stats + 2 * N;
+    crossentropy_max(mx, tl, logits, targets, N, 0, Vl, V);
+    crossentropy_exp(sum, logits, mx, N, 0, Vl, V);
+    crossentropy_finish(losses, logits, mx, sum, tl, N, Vl);
+    crossentropy_backward(logits, targets, N, 0, Vl, scale);
+}
+
 // ---------------------------------------------------------------------------------------
 // plumbing: GEMM for the LM head, residual, 16-bit conversions, sum
 

@@ -64,6 +64,11 @@ void crossentropy_finish(float *losses, float *probs, const float *mx, const flo
                          int Vl);
 // dlogits = (probs − onehot)·scale, in place over probs
 void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
+// The four above on an unsharded head (v0 0, one shard) in training: losses[N], and logits
+// overwritten by crossentropy_backward's gradient (scale). stats [3N]: the CPU's mx | sum | tl.
+// On a GPU one kernel that reads each row twice and writes it once (ops_cuda.h: cu_fused_classifier).
+void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
+                        float scale);
 
 // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products; the CPU: gemm_cpu).
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
