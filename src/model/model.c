@@ -349,7 +349,8 @@ static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bu
     if (M->ch_id[i] != M->chunks - 1) return;
     v->lnf = TAKE(a, float, N * d); v->lnf_mean = TAKE(a, float, N); v->lnf_rstd = TAKE(a, float, N);
     v->logits = TAKE(a, float, N * M->Vl); v->losses = TAKE(a, float, N);
-    v->ce_max = TAKE(a, float, 3 * N); v->ce_sum = v->ce_max + N; v->ce_tl = v->ce_max + 2 * N;
+    v->ce_max = TAKE(a, float, 3 * N);   // mx | sum | tl: crossentropy_fused's stats
+    if (v->ce_max) { v->ce_sum = v->ce_max + N; v->ce_tl = v->ce_max + 2 * N; }
 }
 
 // a: the run's device; h: host (the exchange plan, whole logits, the router's host copies).
