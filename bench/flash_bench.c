@@ -42,9 +42,9 @@ static void flash_fwd_fp32(Bufs *b) {
 static void flash_bwd_fp32(Bufs *b) {
     cu_flash_attention_backward(b->dqkv, b->delta, b->dout, b->out, b->qkv, b->lse, b->o->B, b->o->T, b->o->H, b->o->hd);
 }
-static void tt_fwd(Bufs *b) { cu_attention_forward(b->out, b->att, b->qkv, b->o->B, b->o->T, b->o->H, b->o->hd); }
+static void tt_fwd(Bufs *b) { cu_attention_tt_forward(b->out, b->att, b->qkv, b->o->B, b->o->T, b->o->H, b->o->hd); }
 static void tt_bwd(Bufs *b) {
-    cu_attention_backward(b->dqkv, b->dout, b->att, b->qkv, b->o->B, b->o->T, b->o->H, b->o->hd, b->scratch);
+    cu_attention_tt_backward(b->dqkv, b->dout, b->att, b->qkv, b->o->B, b->o->T, b->o->H, b->o->hd, b->scratch);
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -1,5 +1,6 @@
-// test_cuda_moe.c — the CUDA attention, router, dispatcher and experts (src/cuda/attention.cu,
-// src/cuda/moe.cu) against the CPU ops on the same random inputs: outputs within 1e-4 (GEMMs)
+// test_cuda_moe.c — the CUDA attention (the T×T path of src/cuda/attention.cu, and the ops'
+// flash twins), router, dispatcher and experts (src/cuda/moe.cu) against the CPU ops on the
+// same random inputs: outputs within 1e-4 (GEMMs)
 // or 1e-5 (the rest) of the CPU's, relative to the largest CPU value; router choices, slots,
 // kept and the statistics' counts exactly. Then attention and the experts as a --bf16 run has
 // them (bf16 weights, bf16 GEMM operands, fp32 accumulation) against the CPU on bf16-rounded
@@ -136,13 +137,21 @@ static void test_attention(int B, int T, int H, int hd) {
     float *junk = frandom(nq > na ? nq : na, 100.0f);   // outputs start as garbage: all must be written
     float *d_out = dev_copy(junk, sizeof(float) * no), *d_att = dev_copy(junk, sizeof(float) * na);
     float *d_dqkv = dev_copy(junk, sizeof(float) * nq), *d_scratch = dev_copy(junk, sizeof(float) * na);
-    cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
-    snprintf(what, sizeof what, "attention_forward T=%d att", T);  check(what, d_att, att, na, bf16 ? 1e-5 : 1e-4);
-    snprintf(what, sizeof what, "attention_forward T=%d out", T);  check(what, d_out, out, no, tol);
+    cu_attention_tt_forward(d_out, d_att, d_qkv, B, T, H, hd);
+    snprintf(what, sizeof what, "attention_tt_forward T=%d att", T);  check(what, d_att, att, na, bf16 ? 1e-5 : 1e-4);
+    snprintf(what, sizeof what, "attention_tt_forward T=%d out", T);  check(what, d_out, out, no, tol);
     // backward from the CPU's att, so that it is tested on its own
     cu_memcpy(d_att, att, sizeof(float) * na);
-    cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, B, T, H, hd, d_scratch);
-    snprintf(what, sizeof what, "attention_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
+    cu_attention_tt_backward(d_dqkv, d_dout, d_att, d_qkv, B, T, H, hd, d_scratch);
+    snprintf(what, sizeof what, "attention_tt_backward T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
+    // the ops' twins: flash attention (its log-sum-exp: test_cuda_fused); bf16: over bf16 copies
+    // of q, k, v, dout and out, the outputs rounded to bf16
+    cu_memcpy(d_out, junk, sizeof(float) * no);
+    cu_memcpy(d_dqkv, junk, sizeof(float) * nq);
+    cu_attention_forward(d_out, d_att, d_qkv, B, T, H, hd);
+    cu_attention_backward(d_dqkv, d_dout, d_att, d_qkv, d_out, B, T, H, hd, d_scratch);
+    snprintf(what, sizeof what, "attention_forward (flash) T=%d out", T);  check(what, d_out, out, no, tol);
+    snprintf(what, sizeof what, "attention_backward (flash) T=%d dqkv", T);  check(what, d_dqkv, dqkv, nq, tol);
     cu_free(d_qkv); cu_free(d_dout); cu_free(d_out); cu_free(d_att); cu_free(d_dqkv); cu_free(d_scratch);
     free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk); free(qr);
 }

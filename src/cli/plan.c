@@ -167,14 +167,23 @@ static void config_rows(const Config *c, int g, int T, int P, int pp, double mem
 }
 
 // The attention probabilities a config's run stores per micro-batch (fp32, every layer, no activation
-// checkpointing) on a rank with n_head/tp heads: dense B·H·T² floats per layer, a sparse layout its
-// present blocks (B·nnz·block² floats), counted from the layouts themselves.
+// checkpointing) on a rank with n_head/tp heads: dense B·H·T² floats per layer (on a GPU none: flash
+// attention keeps B·H·T), a sparse layout its present blocks (B·nnz·block² floats), counted from the
+// layouts themselves.
 static void attention_rows(const Config *c, int tp) {
     const ModelConfig *m = &c->model;
     int T = cfg_seq_len(c), B = c->micro_batch, H = m->n_head / tp;
     double dense = 4.0 * B * H * T * (double)T * m->n_layer, sparse = 0;
     char b[32], s[32];
     human(dense, b, sizeof b);
+    if (c->sparse.mode == SPARSE_DENSE && c->device == DEV_CUDA) {   // flash attention: B·H·T floats per layer
+        double lse = 4.0 * B * H * T * m->n_layer;
+        char l[32];
+        human(lse, l, sizeof l);
+        printf("attention (tp %d, micro-batch %d, T %d): dense, flash on the GPU: no probabilities kept (%.0f bytes "
+               "(%s) on the CPU), the log-sum-exp, %.0f bytes (%s) over %d layers\n", tp, B, T, dense, b, lse, l, m->n_layer);
+        return;
+    }
     if (c->sparse.mode == SPARSE_DENSE) {
         printf("attention (tp %d, micro-batch %d, T %d): dense, %.0f bytes (%s) of probabilities over %d layers\n", tp, B,
                T, dense, b, m->n_layer);

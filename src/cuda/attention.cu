@@ -1,15 +1,15 @@
-// attention.cu — causal multi-head attention on the GPU (see cuda_ops.h; the CPU version is
-// attention_forward / attention_backward in ops.c, whose GEMMs and loops this follows step
-// by step). Per batch index b, the H heads are one strided batched GEMM: the q, k, v of head h
+// attention.cu — causal multi-head attention over the whole T×T probability matrix on the GPU
+// (see ops_cuda.h; the CPU version is attention_forward / attention_backward in ops.c, whose
+// GEMMs and loops this follows step by step). The model runs flash attention instead
+// (flash_attention.cu); this stays as the baseline flash_bench times it against. Per batch index b, the H heads are one strided batched GEMM: the q, k, v of head h
 // are the columns [h·hd, (h+1)·hd) of the q, k, v thirds of qkv (row stride 3·H·hd), so
 // consecutive heads are hd floats apart; att[b, h] is T·T floats after att[b, h−1].
 #include "common.cuh"
 #include <math.h>
 
-// The GEMMs run on operands of the run's type (cuda_ops.h): on a --bf16 run q, k, v, the
-// probabilities and the output gradient are copied to bf16 once per call (part 2 of the bf16
-// contract replaces this attention by a fused one on bf16 activations). The probabilities and
-// the softmax stay fp32.
+// fp32 storage; the GEMMs run on operands of the run's type (cuda_ops.h): with cu_set_bf16(1)
+// q, k, v, the probabilities and the output gradient are copied to bf16 once per call. The
+// probabilities and the softmax stay fp32.
 
 enum { WARPS = 4 };   // warps per block in the row kernels: one warp per row
 
@@ -48,7 +48,7 @@ static __global__ void causal_softmax_backward_kernel(float *g, const float *att
 
 static unsigned row_blocks(long rows) { return (unsigned)((rows + WARPS - 1) / WARPS); }
 
-extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+extern "C" void cu_attention_tt_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
     PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;
     long TT = (long)T * T, rows = (long)B * H * T;
@@ -71,7 +71,7 @@ extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, i
     }
 }
 
-extern "C" void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B,
+extern "C" void cu_attention_tt_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B,
                                       int T, int H, int hd, float *scratch) {
     PROF(PROF_ATTENTION);
     int D = H * hd, ld = 3 * D;

@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) fused_classifier_kernel(float *losse
 }
 
 template <class E> void classifier(float *losses, E *logits, const int *targets, long N, int V, int Vl, float scale) {
+    PROF(PROF_LOSS);
     if (N <= 0) return;
     if (N > 0x7fffffffL || V < 1 || V > Vl) {
         fprintf(stderr, "ted: fused classifier: %ld rows of %d columns (%d real) are out of its range\n", N, Vl, V);

@@ -25,6 +25,7 @@ cublasHandle_t cu_blas(void);
 // slots (two operands of one GEMM take two slots). Part 2 of the bf16 contract keeps the
 // activations in bf16 and drops these copies.
 const void *cu_operand(const float *x, long n, int slot);   // x[n] as an operand: x, or its bf16 copy
+uint16_t *cu_half_slot(long n, int slot);                  // slot's buffer, room for n bf16 (not written)
 const void *cu_at(const void *p, long i);                   // element i of an operand
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,

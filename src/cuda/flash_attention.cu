@@ -17,7 +17,9 @@
 // about 1e-6 of fp32. The code never assumes where a fragment keeps an element (CUDA leaves it
 // unspecified): the softmax reads scores staged in shared memory, and element-wise work on
 // accumulators reads each element's row and column from the fragment `pos`, loaded from a table
-// of r·16 + c (fragments of one type share one layout).
+// of r·16 + c (fragments of one type share one layout). A warp leaves out the products that only
+// add zeros: its rows past T, the 16-key fragments the causal mask hides from all its rows, the
+// head-dim columns past hd (Span).
 //
 // Backward, deterministic (no atomics): kernel 1 per query tile: Δ = rowsum(dO∘O), then
 // dQ = Σ over key tiles of dS·K; kernel 2 per key tile: dV = Σ Pᵀ·dO and dK = Σ dSᵀ·Q over the
@@ -87,24 +89,45 @@ template <class E, class A, class B> __device__ __forceinline__ void mma_split(A
     wmma::mma_sync(c, a[0], b[0], c);
 }
 
-// acc[j] += A·B_j for j < NF (a warp): A the [16, KD] rows at a (row stride lda); B_j the 16
-// columns from 16·j of a [KD, 16·NF] matrix stored row-major (L = row_major: b[k·ldb + n]) or
-// as its transpose (col_major: b[n·ldb + k]).
+// The part of a product a warp computes: its accumulators [j0, j1) over the K range [k0, k1); the
+// rest adds exact zeros (rows or keys past T, fragments the causal mask covers, head-dim columns
+// past hd), so leaving it out changes no bit.
+struct Span { int j0, j1, k0, k1; };
+
+// acc[j] += A·B_j for j in [sp.j0, sp.j1) of NF (a warp): A the [16, KD] rows at a (row stride
+// lda); B_j the 16 columns from 16·j of a [KD, 16·NF] matrix stored row-major (L = row_major:
+// b[k·ldb + n]) or as its transpose (col_major: b[n·ldb + k]); the products over k in [sp.k0, sp.k1).
 template <class E, class L, int NF, int KD>
-__device__ void warp_mma(Acc<E> (&acc)[NF], const E *a, int lda, const E *b, int ldb) {
+__device__ void warp_mma(Acc<E> (&acc)[NF], const E *a, int lda, const E *b, int ldb, Span sp) {
     constexpr bool col = std::is_same<L, wmma::col_major>::value;
     #pragma unroll 1   // j unrolled keeps acc[j] in registers; k unrolled would only add live fragments
-    for (int k = 0; k < KD; k += Wmma<E>::K) {
+    for (int k = sp.k0; k < sp.k1 && k < KD; k += Wmma<E>::K) {
         FragA<E> fa[2];
         load_split<E>(fa, a + k, lda);
         #pragma unroll
         for (int j = 0; j < NF; j++) {
+            if (j < sp.j0 || j >= sp.j1) continue;
             FragB<E, L> fb[2];
             load_split<E>(fb, b + (col ? 16 * j * ldb + k : k * ldb + 16 * j), ldb);
             mma_split<E>(acc[j], fa, fb);
         }
     }
 }
+// head-dim columns a product needs: hd rounded up to the step K; output fragments: hd over 16
+template <class E> __device__ __forceinline__ int hd_k(int hd) { return (hd + Wmma<E>::K - 1) / Wmma<E>::K * Wmma<E>::K; }
+__device__ __forceinline__ int hd_frags(int hd) { return (hd + 15) / 16; }
+// key fragments of the tile from key u0 that queries [t0, t0 + 16) see: a prefix (causal, keys < T)
+__device__ __forceinline__ int key_frags(int t0, int u0, int T) {
+    int last = t0 + 15 < T - 1 ? t0 + 15 : T - 1, n = (last - u0) / 16 + 1;
+    return last < u0 ? 0 : n < kTile / 16 ? n : kTile / 16;
+}
+// query fragments of the tile from query u0 that keys [k0, k0 + 16) are seen by: [lo, hi)
+__device__ __forceinline__ Span query_frags(int k0, int u0, int T) {
+    int x = k0 - u0 - 15, lo = x <= 0 ? 0 : (x + 15) / 16, hi = (T - u0 + 15) / 16;
+    hi = k0 >= T ? 0 : hi < kTile / 16 ? hi : kTile / 16;
+    return Span{lo < hi ? lo : hi, hi, 0, 0};
+}
+
 template <class E, int NF> __device__ __forceinline__ void zero(Acc<E> (&acc)[NF]) {
     for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
 }
@@ -251,19 +274,20 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(E *out, float *
         __pipeline_commit();
         Acc<E> s[kTile / 16];
         zero<E>(s);
-        warp_mma<E, wmma::col_major, kTile / 16, HD>(s, sm.q + 16 * w * LD, LD, sm.k, LD);
+        int nf = key_frags(t0, j * kTile, T);
+        warp_mma<E, wmma::col_major, kTile / 16, HD>(s, sm.q + 16 * w * LD, LD, sm.k, LD, Span{0, nf, 0, hd_k<E>(hd)});
         for (int n = 0; n < kTile / 16; n++)
             wmma::store_matrix_sync(sm.s + 16 * w * kLdScores + 16 * n, s[n], kLdScores, wmma::mem_row_major);
         __syncwarp();
         E *p = sm.p + 16 * w * ld_strip<E>();
-        if (softmax_rows<E>(p, sm.s + 16 * w * kLdScores, m, l, a, t0, j * kTile, T, c))
+        if (t0 < T && softmax_rows<E>(p, sm.s + 16 * w * kLdScores, m, l, a, t0, j * kTile, T, c))
             for (int n = 0; n < NO; n++)
                 for (int i = 0; i < pos.num_elements; i++) o[n].x[i] *= a[(int)pos.x[i] >> 4];
         __pipeline_wait_prior(0);
         __syncthreads();   // V_j is in; every warp is done with K_j
         if (j + 1 < nk) load_tile<E, HD>(sm.k, k, ld, (j + 1) * kTile, T, hd, vec);
         __pipeline_commit();
-        warp_mma<E, wmma::row_major, NO, kTile>(o, p, ld_strip<E>(), sm.v, LD);
+        warp_mma<E, wmma::row_major, NO, kTile>(o, p, ld_strip<E>(), sm.v, LD, Span{0, hd_frags(hd), 0, 16 * nf});
     }
     if (lane < 16) {
         if (t0 + lane < T) lse[(long)blockIdx.y * T + t0 + lane] = (m[lane] + log2f(l[lane])) * kLn2;
@@ -359,8 +383,9 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
         Acc<E> s[NS], dp[NS];
         zero<E>(s);
         zero<E>(dp);
-        warp_mma<E, wmma::col_major, NS, HD>(s, sm.q + 16 * w * LD, LD, sm.k, LD);
-        warp_mma<E, wmma::col_major, NS, HD>(dp, sm.dO + 16 * w * LD, LD, sm.v, LD);
+        int nf = key_frags(t0, j * kTile, T);
+        warp_mma<E, wmma::col_major, NS, HD>(s, sm.q + 16 * w * LD, LD, sm.k, LD, Span{0, nf, 0, hd_k<E>(hd)});
+        warp_mma<E, wmma::col_major, NS, HD>(dp, sm.dO + 16 * w * LD, LD, sm.v, LD, Span{0, nf, 0, hd_k<E>(hd)});
         __syncthreads();   // every warp is done with V_j: V_{j+1} loads during dS and dQ
         if (j + 1 < nk) load_tile<E, HD>(sm.v, v, ld, (j + 1) * kTile, T, hd, vec);
         __pipeline_commit();
@@ -368,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
         softmax_grad<E, true>(dp, (E *)NULL, s, pos, lse2, dl, t0, j * kTile, T, scale * kLog2e, scale);
         scatter<E, NS>(ds, ld_strip<E>(), dp, pos, (const float *)NULL);
         __syncwarp();
-        warp_mma<E, wmma::row_major, NO, kTile>(dq, ds, ld_strip<E>(), sm.k, LD);
+        warp_mma<E, wmma::row_major, NO, kTile>(dq, ds, ld_strip<E>(), sm.k, LD, Span{0, hd_frags(hd), 0, 16 * nf});
         __syncthreads();   // every warp is done with K_j
         if (j + 1 < nk) load_tile<E, HD>(sm.k, k, ld, (j + 1) * kTile, T, hd, vec);
         __pipeline_commit();
@@ -411,18 +436,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(E *dqkv, const E *d
         Acc<E> st[NS], dpt[NS];
         zero<E>(st);
         zero<E>(dpt);
-        warp_mma<E, wmma::col_major, NS, HD>(st, sm.k + 16 * w * LD, LD, sm.q, LD);
-        warp_mma<E, wmma::col_major, NS, HD>(dpt, sm.v + 16 * w * LD, LD, sm.dO, LD);
+        Span qf = query_frags(k0 + 16 * w, i * kTile, T), sq = {qf.j0, qf.j1, 0, hd_k<E>(hd)};
+        Span so = {0, hd_frags(hd), 16 * qf.j0, 16 * qf.j1};   // the products over those queries
+        warp_mma<E, wmma::col_major, NS, HD>(st, sm.k + 16 * w * LD, LD, sm.q, LD, sq);
+        warp_mma<E, wmma::col_major, NS, HD>(dpt, sm.v + 16 * w * LD, LD, sm.dO, LD, sq);
         E *strip = sm.strip + 16 * w * ld_strip<E>();   // Pᵀ, then dSᵀ
         softmax_grad<E, false>(dpt, strip, st, pos, sm.lse2, sm.dl, k0 + 16 * w, i * kTile, T, scale * kLog2e, scale);
         __syncwarp();
-        warp_mma<E, wmma::row_major, NO, kTile>(dv, strip, ld_strip<E>(), sm.dO, LD);
+        warp_mma<E, wmma::row_major, NO, kTile>(dv, strip, ld_strip<E>(), sm.dO, LD, so);
         __syncthreads();   // every warp is done with dO_i (and its Pᵀ): dO_{i+1} loads during dS and dK
         if (i + 1 < nq) load_tile<E, HD>(sm.dO, dO, D, (i + 1) * kTile, T, hd, vec);
         __pipeline_commit();
         scatter<E, NS>(strip, ld_strip<E>(), dpt, pos, (const float *)NULL);
         __syncwarp();
-        warp_mma<E, wmma::row_major, NO, kTile>(dk, strip, ld_strip<E>(), sm.q, LD);
+        warp_mma<E, wmma::row_major, NO, kTile>(dk, strip, ld_strip<E>(), sm.q, LD, so);
         __syncthreads();   // every warp is done with Q_i, lse2 and dl
         if (i + 1 < nq) load_tile<E, HD>(sm.q, q, ld, (i + 1) * kTile, T, hd, vec);
         __pipeline_commit();
@@ -527,4 +554,29 @@ extern "C" void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, c
                                                  int T, int H, int hd) {
     backward_any<__nv_bfloat16>((__nv_bfloat16 *)dqkv, delta, (const __nv_bfloat16 *)dout,
                                 (const __nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
+}
+
+// ops.c's attention_forward / attention_backward on a GPU: att holds the log-sum-exp, the
+// backward's scratch Δ (ops_cuda.h). A --bf16 run (cu_bf16) attends over bf16 copies of its fp32
+// activations in the GEMM operand slots (cuda_ops.h), as its GEMMs do, and widens the result;
+// the bf16 output's rounding is exact in fp32, so the backward's copy of out is the forward's.
+extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
+    if (!cu_bf16()) { forward_any<float>(out, att, qkv, B, T, H, hd); return; }
+    long n = (long)B * T * H * hd;
+    uint16_t *o = cu_half_slot(n, 1);
+    cu_flash_attention_forward_bf16(o, att, (const uint16_t *)cu_operand(qkv, 3 * n, 0), B, T, H, hd);
+    cu_half_to_f32(out, o, n, 1);
+}
+
+extern "C" void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv,
+                                      const float *out, int B, int T, int H, int hd, float *scratch) {
+    PROF(PROF_ATTENTION);
+    if (!cu_bf16()) { backward_any<float>(dqkv, scratch, dout, out, qkv, att, B, T, H, hd); return; }
+    long n = (long)B * T * H * hd;
+    const uint16_t *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0), *g = (const uint16_t *)cu_operand(dout, n, 1);
+    const uint16_t *o = (const uint16_t *)cu_operand(out, n, 2);
+    uint16_t *dx = cu_half_slot(3 * n, 3);
+    cu_flash_attention_backward_bf16(dx, scratch, g, o, x, att, B, T, H, hd);
+    cu_half_to_f32(dqkv, dx, 3 * n, 1);
 }

@@ -135,17 +135,22 @@ enum { kSlots = 4 };
 static void *slot_buf[kSlots];
 static size_t slot_cap[kSlots];
 
-const void *cu_operand(const float *x, long n, int slot) {
-    if (!bf16_run || !x || n <= 0) return x;
+uint16_t *cu_half_slot(long n, int slot) {
     if (slot < 0 || slot >= kSlots) { fprintf(stderr, "ted: GEMM operand slot %d out of range\n", slot); exit(1); }
-    size_t bytes = sizeof(uint16_t) * (size_t)n;
+    size_t bytes = sizeof(uint16_t) * (size_t)(n > 0 ? n : 1);
     if (bytes > slot_cap[slot]) {
         ted_free_buf(slot_buf[slot]);   // waits for the stream first
         slot_buf[slot] = ted_alloc_dev(bytes, MEM_TEMP);
         slot_cap[slot] = bytes;
     }
-    cu_f32_to_half((uint16_t *)slot_buf[slot], x, n, 1);
-    return slot_buf[slot];
+    return (uint16_t *)slot_buf[slot];
+}
+
+const void *cu_operand(const float *x, long n, int slot) {
+    if (!bf16_run || !x || n <= 0) return x;
+    uint16_t *h = cu_half_slot(n, slot);
+    cu_f32_to_half(h, x, n, 1);
+    return h;
 }
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.

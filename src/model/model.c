@@ -236,8 +236,13 @@ static void *take(Bump *b, size_t bytes) {
 }
 #define TAKE(b, type, n) ((type *)take(b, sizeof(type) * (size_t)(n)))
 
+// A GPU run's dense attention is flash attention: what its backward reads is each query's
+// log-sum-exp [B,H/tp,T], a small exact activation (per block, like the norms' statistics), not
+// the probabilities.
+static int flash(const Model *M) { return M->cfg.device == DEV_CUDA && !M->sl; }
+
 // Attention probabilities of layer l (-1: the most of any layer) for B sequences: T·T per head,
-// or the present blocks of the layer's sparse layout.
+// or the present blocks of the layer's sparse layout (not on a flash run).
 static long att_floats(const Model *M, int l, int B) {
     if (!M->sl) return (long)B * M->Hl * M->T * M->T;
     long n = 0;
@@ -269,7 +274,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     int d = M->d;
     x->ln1 = TAKE(a, float, N * d);
     x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
-    x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
+    if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, N * M->Hl * M->hd);
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
@@ -290,6 +295,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
     int G = router_ngroups(N, M->m.group_size * M->T), E = M->E;
     x->ln1_mean = TAKE(a, float, N); x->ln1_rstd = TAKE(a, float, N);
     x->ln2_mean = TAKE(a, float, N); x->ln2_rstd = TAKE(a, float, N);
+    if (flash(M)) x->att = TAKE(a, float, (long)M->Bmax * M->Hl * M->T);   // the log-sum-exp
     if (!moe) return;
     MoeActs *e = &x->moe;
     e->probs = TAKE(a, float, N * E); e->lse = TAKE(a, float, N);
@@ -302,7 +308,7 @@ static void take_small(Model *M, BlockActs *x, Bump *a, Bump *h, int moe) {
 // The big activations of block l at the largest batch: what its 16-bit store must hold.
 static long packed_floats(const Model *M, int l) {
     long N = (long)M->Bmax * M->T, d = M->d, Dl = (long)M->Hl * M->hd;
-    long n = 4 * N * d + N * 4 * Dl + att_floats(M, l, M->Bmax);
+    long n = 4 * N * d + N * 4 * Dl + (flash(M) ? 0 : att_floats(M, l, M->Bmax));
     if (!M->bp[l].moe) return n + (M->ffn_mult + 1) * N * M->fl;
     int mult = M->kind->hidden_mult;
     n += (mult + 1) * (M->moe.Rr * M->fel + N * M->fsl) + (M->bp[l].shg >= 0 ? N * d : 0);
@@ -343,7 +349,8 @@ static void take_view(Model *M, ActView *v, const BlockActs *common, Bump *a, Bu
     if (M->ch_id[i] != M->chunks - 1) return;
     v->lnf = TAKE(a, float, N * d); v->lnf_mean = TAKE(a, float, N); v->lnf_rstd = TAKE(a, float, N);
     v->logits = TAKE(a, float, N * M->Vl); v->losses = TAKE(a, float, N);
-    v->ce_max = TAKE(a, float, N); v->ce_sum = TAKE(a, float, N); v->ce_tl = TAKE(a, float, N);
+    v->ce_max = TAKE(a, float, 3 * N);   // mx | sum | tl: crossentropy_fused's stats
+    if (v->ce_max) { v->ce_sum = v->ce_max + N; v->ce_tl = v->ce_max + 2 * N; }
 }
 
 // a: the run's device; h: host (the exchange plan, whole logits, the router's host copies).
@@ -389,7 +396,7 @@ static void pack_block(Model *M, int l, int B, int T, int unpack) {
     int k = 0;
     t[k].p = x->ln1; t[k++].n = N * d;
     t[k].p = x->qkv; t[k++].n = N * 3 * Dl;
-    t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T;
+    if (!flash(M)) { t[k].p = x->att; t[k++].n = M->sl ? att_floats(M, l, B) : (long)B * M->Hl * T * T; }
     t[k].p = x->atty; t[k++].n = N * Dl;
     t[k].p = x->mid; t[k++].n = N * d;
     t[k].p = x->ln2; t[k++].n = N * d;
@@ -422,12 +429,12 @@ static void layout_grads(Model *M, Bump *a) {
     M->datty = TAKE(a, float, N * M->Hl * M->hd);
     M->dqkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
     M->dbig = TAKE(a, float, big);
-    // attention backward: a strip per OpenMP thread on the CPU, T·T for every (b, h) at once on the GPU
-    long att_rows = ted_device == DEV_CUDA ? (long)M->Bmax * M->Hl : omp_get_max_threads();
-    long per_row = !M->sl ? (ted_device == DEV_CUDA ? (long)M->T * M->T : attention_scratch_floats(M->T))
-                   : ted_device == DEV_CUDA ? 0 : sparse_scratch_floats(M);
+    // attention backward: a strip per OpenMP thread on the CPU, Δ (T) for every (b, h) on the GPU
+    int gpu = M->cfg.device == DEV_CUDA;
+    long att_rows = gpu ? (long)M->Bmax * M->Hl : omp_get_max_threads();
+    long per_row = !M->sl ? (gpu ? (long)M->T : attention_scratch_floats(M->T)) : gpu ? 0 : sparse_scratch_floats(M);
     long chunk = 0;   // sparse recompute: the backward's chunk of recomputed strips
-    for (int l = 0; M->sl && ted_device != DEV_CUDA && l < M->L; l++) {
+    for (int l = 0; M->sl && !gpu && l < M->L; l++) {
         long c = sparse_attention_recompute_floats(&M->sl[l], M->Bmax);
         chunk = c > chunk ? c : chunk;
     }
@@ -697,6 +704,10 @@ static void gather_logits(Model *M, long N) {
     ted_free(all); ted_free(mine);
 }
 
+// A training forward of an unsharded head writes the logits' gradient with the loss (the step's
+// scale, pipe_train_step): one pass over the logits (crossentropy_fused).
+static int fused_loss(const Model *M) { return M->ce_scale != 0 && M->topo->tp == 1; }
+
 // The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
 // token losses (without targets: whole rows of logits into full_logits, and 0).
 static double head_forward(Model *M, long N, int has_targets) {
@@ -705,6 +716,10 @@ static double head_forward(Model *M, long N, int has_targets) {
     else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
     linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
     if (!has_targets) { gather_logits(M, N); return 0; }
+    if (fused_loss(M)) {   // the loss and, in place, its gradient
+        crossentropy_fused(M->losses, M->logits, M->ce_max, M->tgt, N, M->V, M->Vl, M->ce_scale);
+        return sum_forward(M->losses, N);
+    }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
     comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
@@ -781,10 +796,15 @@ static void head_backward(Model *M, long N, float lm_scale) {
     int d = M->d;
     float *dlogits = M->logits;
     watchdog_block(-1, 0, NULL);
-    crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
-    linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
-    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
-    linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
+    if (fused_loss(M)) {   // the forward wrote the gradient; one shard: both products at once
+        CHECK(lm_scale == M->ce_scale, "loss scale %g in the backward, %g in the forward", lm_scale, M->ce_scale);
+        linear_backward(M->dln, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);
+    } else {
+        crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
+        linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte
+        comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+        linear_backward(NULL, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dwte += dlogitsᵀ·lnf
+    }
     buf_zero(M->dres, sizeof(float) * N * d);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
     else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,

@@ -25,13 +25,14 @@ typedef struct {
 // Views into the activation buffer; [N,·] rows are tokens. All fp32, also on a GPU --bf16 run,
 // whose GEMMs read them through bf16 copies (cuda_ops.h: cu_operand). The second half of the GPU
 // bf16 contract (docs/gpus.md) makes ln1, qkv, atty, mid, ln2, fch, fchg and the MoE layer's
-// xexp, h, hg, ysend bf16, drops att (a flash attention keeps only its log-sum-exp), and turns
+// xexp, h, hg, ysend bf16, and turns
 // the backward scratch (dres, dln, datty, dqkv, dbig) and the logits bf16; LayerNorm's mean and
 // rstd, the router's probs, lse and gate stay fp32.
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;   // [N,d] [N] [N]
     float *qkv;                         // [N,3d/tp]
-    float *att;                         // [B,H/tp,T,T]; sparse: [B][present blocks][blk][blk]
+    float *att;                         // [B,H/tp,T,T]; sparse: [B][present blocks][blk][blk]; a GPU's
+                                        // dense attention (flash): the log-sum-exp [B,H/tp,T]
     float *atty;                        // [N,d/tp]
     float *mid;                         // [N,d] residual after attention
     float *ln2, *ln2_mean, *ln2_rstd;
@@ -87,7 +88,8 @@ typedef struct {
     float **resid;              // [L+1][N,d]   (the view in use)
     BlockActs *ba;              // [L]          (the view in use)
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   // logits [N,Vl]: this rank's vocabulary shard
-    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics
+    float *ce_max, *ce_sum, *ce_tl;                        // [N] cross-entropy statistics (one [3N] buffer)
+    float ce_scale;             // the loss gradient's scale in a training step (pipe_train_step), else 0
     float *full_logits;                                    // [N,V] after a forward without targets (host)
     void *host_act;                                        // the host side of the activations: the above, the exchange plans
     // backward scratch

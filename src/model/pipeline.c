@@ -130,12 +130,14 @@ double pipe_train_step(Pipeline *P, PipeBatchFn batch, void *ctx, float lm_scale
     FILE *trace = open_trace(P);
     double loss = 0;
     P->wait_ms = 0;
+    P->M->ce_scale = lm_scale;   // the head's forward writes the loss gradient (model.c: fused_loss)
     for (int k = 0; k < P->sched.n; k++) {
         const PipeInstr *in = &P->sched.ins[k];
         loss += run_instr(P, in, batch, ctx, scale);
         if (trace) fprintf(trace, "%s %d %d\n", names[in->op], in->mb, in->chunk);
     }
     wait_sends(P);
+    P->M->ce_scale = 0;
     if (trace) fclose(trace);
     P->steps_run++;
     return loss;

@@ -276,7 +276,7 @@ static void attention_backward_one(float *dq, const float *dO, const float *O, c
 
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                         int T, int H, int hd, float *scratch) {
-    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, B, T, H, hd, scratch));
+    ON_GPU(cu_attention_backward(dqkv, dout, att, qkv, out, B, T, H, hd, scratch));
     int D = H * hd, ld = 3 * D;
     float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel for schedule(static)
@@ -421,6 +421,16 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
         int t = targets[i] - v0;
         if (t >= 0 && t < Vl) r[t] -= scale;
     }
+}
+
+void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
+                        float scale) {
+    ON_GPU(cu_fused_classifier(losses, logits, targets, N, V, Vl, scale));
+    float *mx = stats, *sum = stats + N, *tl = stats + 2 * N;
+    crossentropy_max(mx, tl, logits, targets, N, 0, Vl, V);
+    crossentropy_exp(sum, logits, mx, N, 0, Vl, V);
+    crossentropy_finish(losses, logits, mx, sum, tl, N, Vl);
+    crossentropy_backward(logits, targets, N, 0, Vl, scale);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 // Causal multi-head attention. qkv[N,3H·hd] (q|k|v), att[B,H,T,T] probabilities, out[N,H·hd].
 // ld is the row stride of qkv (3·H·hd) and of out (H·hd), so a TP shard of heads works as is.
+// On a GPU it is flash attention: att holds only each query's log-sum-exp [B,H,T] (ops_cuda.h).
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
 // dqkv[N,3H·hd] written (not added); out: the forward's output; scratch holds
-// attention_scratch_floats(T) floats per OpenMP thread (on the GPU: B·H·T·T floats).
+// attention_scratch_floats(T) floats per OpenMP thread (on the GPU: B·H·T floats).
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                         int T, int H, int hd, float *scratch);
 long attention_scratch_floats(int T);
@@ -63,6 +64,11 @@ void crossentropy_finish(float *losses, float *probs, const float *mx, const flo
                          int Vl);
 // dlogits = (probs − onehot)·scale, in place over probs
 void crossentropy_backward(float *probs, const int *targets, long N, int v0, int Vl, float scale);
+// The four above on an unsharded head (v0 0, one shard) in training: losses[N], and logits
+// overwritten by crossentropy_backward's gradient (scale). stats [3N]: the CPU's mx | sum | tl.
+// On a GPU one kernel that reads each row twice and writes it once (ops_cuda.h: cu_fused_classifier).
+void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
+                        float scale);
 
 // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products; the CPU: gemm_cpu).
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,

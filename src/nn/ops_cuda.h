@@ -63,11 +63,18 @@ void cu_f32_to_half(uint16_t *dst, const float *src, long n, int half);         
 void cu_half_accumulate(uint16_t *dst, const float *src, long n, int half);           // dst = half(dst + src)
 double cu_sum(const float *x, long n);   // returns Σ x (in double) to the host
 
-// ---- attention (attention.cu) -----------------------------------------------------------
+// ---- attention: the ops' twins are flash attention (flash_attention.cu) over the run's
+// activations. On a GPU, att is the log-sum-exp [B,H,T] (fp32) of each query's scores in place of
+// the CPU's probabilities [B,H,T,T]; the backward recomputes the probabilities from it; its
+// scratch holds Δ = rowsum(dO∘O), B·H·T floats.
 void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
-// scratch: B·H·T·T floats (device)
-void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
-                           int hd, float *scratch);
+void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
+                           int T, int H, int hd, float *scratch);
+// The T×T attention (attention.cu) the model ran before: att [B,H,T,T] as on the CPU, scratch
+// B·H·T·T floats, fp32 storage. No longer the model's: flash_bench's baseline.
+void cu_attention_tt_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
+void cu_attention_tt_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T, int H,
+                              int hd, float *scratch);
 
 // ---- flash attention (flash_attention.cu): causal attention as attention_forward/_backward, but
 // no T×T probabilities: the forward keeps lse[B,H,T] (fp32, natural log of each query's sum of
