@@ -107,9 +107,11 @@ set(TED_TEST_LABELS
   test_trust=io,run
   test_mpi_trust=io,run,mpi
   test_monitor=io,run
-  test_progress=io,run
+  test_progress=io,run,model
   test_plan=perf,cli
   test_tune=perf,cli
+  test_tune_line=perf,cli,run
+  test_frictions=cli,run,io
   test_cluster=perf,parallel,mpi
   test_mpi_failure=run,parallel,mpi
   test_generate=run,cli

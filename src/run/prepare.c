@@ -84,6 +84,7 @@ static int read_checkpoint(int argc, char **argv, ConfigCheckpoint *ck, ConfigCh
 // the training keys that changed since its run (rank 0); the resolved folder of --init-from.
 static void after_checkpoint(Config *c, const ConfigCheckpoint *ck) {
     if (!ck) return;
+    if (c->resume[0] && runinfo_ckpt_step(ck->dir) >= c->steps) return;   // complete: run_prepare says so
     if (c->resume[0]) {
         save_where_resumed(c, ck->dir);
         if (comm_world_rank() == 0) runinfo_warn_changes(c, ck->dir);
