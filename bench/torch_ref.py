@@ -715,8 +715,8 @@ class OneBitAdamExact:
     """1-bit Adam of design §6.3 on one process with compression "none" (the average of m over a
     group of one is m itself), written out from the formulas: steps 1..freeze are AdamW; from then
     on v is frozen and v_hat = v/(1-b2^freeze), while m keeps accumulating and m_hat = m/(1-b1^t)
-    with the step t. Weight decay as AdamW (decoupled, >= 2-D tensors only). The steps after the
-    freeze are not clipped (train() leaves their gradients as they are)."""
+    with the step t. Weight decay as AdamW (decoupled, >= 2-D tensors only). train() clips every
+    step's gradient first, those after the freeze too (design §3)."""
 
     def __init__(self, P, lr, weight_decay, freeze, betas=(0.9, 0.95), eps=1e-8):
         self.params = list(P.values())
@@ -765,8 +765,9 @@ def train(P, cfg, data, steps, micro_batch, grad_accum, lr, min_lr, warmup, weig
         for t in P.values():
             t.grad = None
         r = step_loss(P, cfg, data.micro_batches(s, micro_batch, grad_accum))
-        # 1-bit Adam's compressed steps sum nothing global, so nothing is clipped (design §6.3)
-        norm = clip_grads(P, 0 if 0 < onebit_freeze <= s else clip)
+        # 1-bit Adam's compressed steps are clipped as every step (design §3): on one process the
+        # local gradient's norm is the global one
+        norm = clip_grads(P, clip)
         for g in opt.param_groups:
             g["lr"] = lr_s
         opt.step()

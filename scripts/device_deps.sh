@@ -18,7 +18,7 @@ pkgs=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 li
       openmpi-common libhwloc15 libhwloc-plugins libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7
       libevent-2.1-7 libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1 libnl-3-200
       libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libnuma1 libltdl7 libmunge2 libxnvctrl0 libpciaccess0
-      libxml2 libicu72 ocl-icd-libopencl1)
+      libxml2 libicu72 ocl-icd-libopencl1 libdnnl2)
 
 # The folders to search for a missing shared library, in order.
 lib_roots() {

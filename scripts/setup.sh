@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev libdnnl-dev
       libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy nodejs npm
       clang    # clang: the ASan + UBSan build and the libFuzzer harnesses (tests/test_sanitize.sh)
-      python3-protobuf)   # an independent reader of the TensorBoard event files (tests/test_monitor.sh)
+      python3-protobuf    # an independent reader of the TensorBoard event files (tests/test_monitor.sh)
+      qemu-user)          # an x86-64-v2 CPU emulated: the portable build's default paths (tests/test_portable.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

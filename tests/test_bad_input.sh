@@ -11,7 +11,9 @@
 # seq_len > n_positions, micro_batch not a multiple of group_size), checkpoints (another model
 # shape, corrupt safetensors header, missing config.json, not a checkpoint), `ted eval` (too many
 # windows, missing data, ids >= vocab_size), `ted generate` (no --load, a missing --load) and
-# `ted tokenize` (missing input). Two controls check that the base command line is good and
+# `ted tokenize` (missing input); sizes beyond this node's memory (a 4 TB text file, shard and
+# safetensors file, sparse), named before anything is allocated; `ted tune` cluster files with a key
+# twice or more devices than its bound. Two controls check that the base command line is good and
 # that a text file of exactly one training window is accepted. All cases run; the failed ones
 # are listed at the end.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
@@ -64,6 +66,15 @@ printf 'this is not a JSON header at all!' | dd of="$IN/ck_corrupt/model.safeten
 cp -a "$IN/ck64/step_00000000" "$IN/ck_nocfg"
 rm "$IN/ck_nocfg/config.json"
 mkdir "$IN/not_a_ckpt"
+# files larger than this node's memory (sparse: 4 TB that take no disk), outside in/ (never checksummed)
+BIG=$W/big
+mkdir -p "$BIG/ck" && cp "$IN/ck64/step_00000000/config.json" "$BIG/ck/"
+truncate -s 4T "$BIG/text.txt" "$BIG/tokens_train.bin" "$BIG/ck/model.safetensors" ||
+  { echo "FAIL: setup: cannot make sparse files of 4 TB here"; exit 1; }
+# cluster files (ted tune): a key twice, and more devices than tune's --gpus bound
+sed 's/"nodes": 8,/"nodes": 8, "nodes": 2,/' configs/clusters/dgx-a100.json >"$IN/dup_cluster.json"
+sed 's/"nodes": 8,/"nodes": 1000000,/; s/"devices_per_node": 8/"devices_per_node": 1024/' configs/clusters/dgx-a100.json \
+  >"$IN/huge_cluster.json"
 # the files that must survive: a log with content, a whole checkpoint directory
 setup_ok keep "$TED" train "${MODEL[@]}" --data "$BOOK" "${KEEPS[@]}"
 [ -s "$KEEP/log.jsonl" ] && [ -d "$KEEP/ckpt/step_00000002" ] || { echo "FAIL: setup: no log or checkpoint"; exit 1; }
@@ -137,6 +148,8 @@ train_bad "truncated shard"            trunc_train.bin  --data "$IN/trunc_train.
 train_bad "shard shorter than header"  hdr_train.bin    --data "$IN/hdr_train.bin"
 train_bad "token ids >= vocab_size"    gpt2_train_000000.bin --data "$IN/gpt2_train_000000.bin"
 train_bad "data is a directory"        "$IN"            --data "$IN"
+train_bad "text larger than memory"    text.txt         --data "$BIG/text.txt"
+train_bad "shards larger than memory"  tokens_train.bin --data "$BIG/tokens_train.bin"
 # --- JSON configs
 D=(--data "$BOOK")
 train_bad "malformed JSON config"      bad.json         "${D[@]}" --config "$IN/bad.json"
@@ -171,6 +184,11 @@ bad "eval: no config.json"     config.json    eval --load "$IN/ck_nocfg" --data 
 bad "eval: missing data file"  no-such-file.txt eval --load "$IN/ck64" --data "$IN/no-such-file.txt" --windows 2
 bad "eval: ids >= vocab_size"  gpt2_train_000000.bin eval --load "$IN/ck64" --data "$IN/gpt2_train_000000.bin" --windows 2
 bad "eval: --windows 0"        --windows      eval --load "$IN/ck64" --data "$BOOK" --windows 0
+bad "eval: safetensors larger than memory" model.safetensors eval --load "$BIG/ck" --data "$BOOK" --windows 2
+# --- ted tune: cluster files
+bad "tune: a cluster key twice"  'key "nodes" appears twice' tune --config configs/moby.json --cluster "$IN/dup_cluster.json"
+bad "tune: 1e9 devices"          'huge_cluster.json: "nodes" x "devices_per_node"' tune --config configs/moby.json \
+  --cluster "$IN/huge_cluster.json"
 # --- ted generate
 bad "generate: no --load"      --load         generate --tokens 4
 bad "generate: missing --load" no-such-ckpt   generate --load "$IN/no-such-ckpt" --tokens 4

@@ -2,7 +2,8 @@
 # 1-bit Adam (design):
 #  - with freeze_step past the last step it is AdamW (stage 0) bit for bit;
 #  - with compression "none" (the same two phases, fp32 chunks), dp 4 and (tp 2, ep 2) on 4 ranks
-#    give the one-process losses within 1e-5 (freeze_step 3 of 10 steps);
+#    give the one-process losses within 1e-5 (freeze_step 3 of 10 steps; clip 1.0 binds on every
+#    step, the compressed ones clipped by the averaged gradient's norm as one process's);
 #  - with signs, from freeze_step on the bytes that the DP and expert-DP groups send per step are
 #    at most 1/20 of stage 0's (dp 4: measured against a stage-0 run, whose bytes the warm-up steps
 #    must equal; (tp 2, ep 2): against its own warm-up steps);

@@ -35,10 +35,19 @@ for zs in "0 16 16" "1 7 10" "2 5.5 9" "2o 2.5 3"; do
 done
 for bad in "--experts 8 --gpus 8" "--base-params x --experts 8 --gpus 8" "--base-params 1e9 --experts 8 --gpus 8 --tp 3" \
            "--base-params 1e9 --experts 8 --gpus 8 --precision fp8" "--base-params 1e9 --experts 8 --gpus 8 --frob 1" "--base-params 1e9 --experts 8 --gpus 8 --pp 3" \
-           "--base-params 1e9 --experts 8 --gpus 8 --zero-stage 3" "--base-params 1e9 --experts 8 --gpus 8 --device tpu"; do
+           "--base-params 1e9 --experts 8 --gpus 8 --zero-stage 3" "--base-params 1e9 --experts 8 --gpus 8 --device tpu" \
+           "--base-params inf --experts 8 --gpus 8" "--base-params nan --experts 8 --gpus 8" \
+           "--base-params -1e9 --experts 8 --gpus 8" "--base-params 1e9 --experts 8 --gpus 8 --gpu-mem inf" \
+           "--base-params 1e9 --experts 1e30 --gpus 8" "--base-params 1e9 --experts 8 --gpus 1e12" \
+           "--base-params 1e9 --experts 8.5 --gpus 8" "--base-params 1e9 --experts 8 --gpus 8 --pp 2 --micro-batches 1e15" \
+           "--base-params 1e9 --experts 8 --gpus 8 --hidden 1e12 --layers 2 --seq-len 8 --micro-batch 1 --heads 2"; do
   set +e; err=$("$TED" plan $bad 2>&1 >/dev/null); rc=$?; set -e
   expect "bad input ($bad): exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <<<"$err") -eq 1 ] && grep -q "^ted: plan" <<<"$err"'
 done
+# the shape flags get ted train's bounds (a million layers would be registered one by one)
+set +e; err=$("$TED" plan --base-params 1e9 --experts 8 --gpus 8 --hidden 64 --layers 1000000 --seq-len 8 --micro-batch 1 \
+              --heads 2 2>&1 >/dev/null); rc=$?; set -e
+expect "--layers 1000000 refused: $err" '[ $rc -eq 2 ] && [ "$err" = "ted: invalid config: n_layer (1000000) must be in [1, 4096]" ]'
 # sizes with suffixes: 1.3B and 80GB are 1.3e9 and 80e9
 expect "6.7B / 80GB suffixes" '[ "$("$TED" plan --base-params 1.3B --experts 8 --gpus 8 --gpu-mem 80GB)" = "$("$TED" plan --base-params 1.3e9 --experts 8 --gpus 8)" ]'
 # --config: the exact tensors of a train config; one process: what ted train predicts and allocates

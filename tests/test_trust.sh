@@ -14,7 +14,13 @@
 #    which checkpoints were saved meanwhile (with the last trained weights); skipped steps print
 #    "loss skipped", not NaN
 #  - a second run on a --save folder in use: exit 2 before training; the first run is intact
-#  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise
+#  - a --save folder of another run: refused unless --overwrite; a --log of another run likewise; a new
+#    run (no --resume) on a folder holding checkpoints of its own settings too; a resume keeps its run id
+#    (another lr: a warning) and is refused a folder of another run; a running job's --log is locked
+#  - trainer_state.json with a key twice
+#  - --log on a full device stops the run naming it (exit 1); an empty tensorboard/csv_monitor
+#    output_path is refused (it would write under /); a csv_monitor folder of another run is refused
+#    unless --resume (appends) or --overwrite (replaces)
 #  - a --save folder that cannot be written: refused before step 1
 #  - leftover .step_*.tmp directories of an interrupted save are removed at the next start
 #  - SIGTERM/SIGINT mid-run: the last complete step is saved, exit 128+sig, the save resumes
@@ -154,10 +160,22 @@ expect "fp16: overflow skipped until the bound" 1 "steps 2 to 41 were skipped an
 # --- the --save folder: one run at a time, its own run, writable, cleaned
 S=$W/save
 run_ok train "${MODEL[@]}" --steps 2 --save "$S"
-"$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" >"$W/long.out" 2>"$W/long.err" &
+# a new run (no --resume) on a folder holding checkpoints: refused, with these settings or others (another
+# lr is another run: its run id differs), the folder left as it was
+expect "a new run on a folder with this run's checkpoints" 2 "of a run with these settings" "$S" train "${MODEL[@]}" \
+  --steps 3 --save "$S" --log "$W/refused.jsonl"
+[ ! -e "$W/refused.jsonl" ] && ok "the refused run left no --log file" || fail "the refused run left $W/refused.jsonl"
+expect "a new run with another lr on it" 2 "of another run (run id $(cat "$S/run_id"); this run" "$S" train "${MODEL[@]}" \
+  --steps 2 --save "$S" --lr 1e-3
+"$TED" train "${MODEL[@]}" --steps 1000000 --save "$S" --log "$W/long.jsonl" --overwrite >"$W/long.out" 2>"$W/long.err" &
 pid=$!
 for _ in $(seq 100); do [ -s "$W/long.jsonl" ] && break; sleep 0.1; done
 expect "second run on a locked --save" 2 "in use by another ted run" "$S" train "${MODEL[@]}" --steps 2 --save "$S"
+cp "$W/long.jsonl" "$W/long.before"
+expect "--log of a running job, --overwrite" 2 "--log $W/long.jsonl: in use by another ted run" - train "${MODEL[@]}" \
+  --steps 2 --log "$W/long.jsonl" --overwrite
+cmp -s "$W/long.before" <(head -c "$(stat -c %s "$W/long.before")" "$W/long.jsonl") &&
+  ok "the running job's log was not replaced" || fail "the running job's log was replaced"
 kill -TERM $pid; wait $pid; rc=$?
 last=$(ls "$S" | grep step_ | sort | tail -1)
 [ "$rc" -eq 143 ] && grep -q "stopped by signal 15" "$W/long.err" && [ -n "$last" ] &&
@@ -175,9 +193,26 @@ expect "--save of another run" 2 "another run" "$S" train "${MODEL[@]}" --steps 
 "$TED" train "${MODEL[@]}" --steps 2 --save "$S" --seed 7 --overwrite >"$W/out" 2>"$W/err" &&
   [ "$(ls "$S" | grep step_)" = step_00000002 ] && ok "--overwrite replaces the other run's checkpoints" ||
   fail "--overwrite: $(ls "$S")"
+# a resumed run keeps its checkpoint's run id, with another lr too (a warning names it); it may not
+# save into a folder of another run unless --overwrite
+id7=$(cat "$S/run_id")
+"$TED" train "${MODEL[@]}" --steps 3 --save "$S" --seed 7 --resume "$S" --lr 1e-3 >"$W/out" 2>"$W/err" &&
+  [ "$(cat "$S/run_id")" = "$id7" ] && grep -q "\"run_id\": \"$id7\"" "$S/step_00000003/trainer_state.json" &&
+  grep -q "lr 0.0006 -> 0.001" "$W/out" && ok "resume with another lr: run id $id7 kept, the change warned" ||
+  { fail "resume with another lr: $(cat "$W/err")"; cat "$S/run_id"; }
+run_ok train "${MODEL[@]}" --steps 2 --save "$W/other" --seed 9
+expect "resume into a folder of another run" 2 "of another run (run id $(cat "$W/other/run_id")) than the one resumed ($id7)" \
+  "$W/other" train "${MODEL[@]}" --steps 4 --seed 7 --resume "$S" --save "$W/other"
+"$TED" train "${MODEL[@]}" --steps 4 --seed 7 --resume "$S" --save "$W/other" --overwrite >"$W/out" 2>"$W/err" &&
+  [ "$(ls "$W/other" | grep step_)" = step_00000004 ] && [ "$(cat "$W/other/run_id")" = "$id7" ] &&
+  ok "resume into another run's folder with --overwrite: its checkpoints replaced, run id $id7" ||
+  fail "resume --overwrite: $(ls "$W/other") $(cat "$W/err")"
+# trainer_state.json: a key twice is refused (cJSON would read the first, Python the last)
+rm -rf "$W/dup" && cp -a "$CK" "$W/dup" && sed -i 's/^{"step": 2,/{"step": 2, "step": 1,/' "$W/dup/trainer_state.json"
+expect "trainer_state.json with a key twice" 2 'key "step" appears twice' "$W/dup" train "${MODEL[@]}" --steps 4 --resume "$W/dup"
 # an interrupted save's temporaries are removed at the next start
 mkdir -p "$S/.step_00000009.tmp.12345" && echo partial >"$S/.step_00000009.tmp.12345/model.safetensors"
-run_ok train "${MODEL[@]}" --steps 2 --save "$S" --seed 7
+run_ok train "${MODEL[@]}" --steps 2 --save "$S" --seed 7 --overwrite
 [ -z "$(ls -a "$S" | grep '^\.step_')" ] && ok "leftover .step_*.tmp removed" || fail "leftovers: $(ls -a "$S")"
 # --keep-last 2
 run_ok train "${MODEL[@]}" --steps 5 --save "$W/keep" --save-every 1 --keep-last 2
@@ -202,6 +237,29 @@ rc=0
 [ "$rc" -eq 2 ] && grep -q -- "--save $RO/ro" "$W/ro.err" && ! grep -q "^model:" "$W/ro.out" &&
   ok "read-only --save refused before training: $(cat "$W/ro.err")" || { fail "read-only --save: exit $rc"; cat "$W/ro.err"; }
 rm -rf "$RO"
+
+# --- every file a run writes is checked: a failed write stops the run naming the file (exit 1); the
+#     full-disk cases of the other files are test_full_disk.sh (a tmpfs, as root)
+expect "--log on a full device" 1 "/dev/full: write failed: No space left on device" - train "${MODEL[@]}" --steps 3 \
+  --log /dev/full
+# DeepSpeed's metrics sections write under output_path/job_name: an empty output_path is refused (it
+# would write under /), and a folder holding another run's metrics is refused as --log is
+job=ted-trust-$$
+for sec in tensorboard csv_monitor; do
+  printf '{"%s": {"enabled": true, "output_path": "", "job_name": "%s"}}' "$sec" "$job" >"$W/empty.json"
+  expect "$sec.output_path empty" 2 "$sec.output_path is empty" - train "${MODEL[@]}" --steps 1 --config "$W/empty.json"
+  [ ! -e "/$job" ] || { fail "$sec: /$job was written"; rm -rf "/${job:?}"; }
+done
+printf '{"csv_monitor": {"enabled": true, "output_path": "%s", "job_name": "j"}}' "$W/csv" >"$W/csv.json"
+run_ok train "${MODEL[@]}" --steps 2 --config "$W/csv.json" --save "$W/csvck"
+expect "csv_monitor folder of another run" 2 "csv_monitor $W/csv/j: holds" "$W/csv" train "${MODEL[@]}" --steps 3 \
+  --config "$W/csv.json"
+run_ok train "${MODEL[@]}" --steps 3 --config "$W/csv.json" --save "$W/csvck" --resume "$W/csvck"
+[ "$(cut -d, -f1 "$W/csv/j/Train_loss.csv" | tr '\n' ' ')" = "step 1 2 3 " ] && ok "csv_monitor: --resume goes on in the files" ||
+  fail "csv_monitor --resume: $(cat "$W/csv/j/Train_loss.csv")"
+run_ok train "${MODEL[@]}" --steps 1 --config "$W/csv.json" --overwrite
+[ "$(cut -d, -f1 "$W/csv/j/Train_loss.csv" | tr '\n' ' ')" = "step 1 " ] && ok "csv_monitor: --overwrite replaces the files" ||
+  fail "csv_monitor --overwrite: $(cat "$W/csv/j/Train_loss.csv")"
 
 # --- ted compare and the debug switch refuse what they cannot do
 echo 'not json' >"$W/notjson.jsonl"

@@ -12,7 +12,9 @@
 #  - the same for llama: a transformers-style Llama folder starts a run with the ted folder's loss;
 #    upcycled into Mixtral-layout experts (G 1, G 2, Mixtral's router at top-1) the first-step loss is the
 #    dense one's; the upcycled folder saves as Mixtral and reads back without ted's keys
-#  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten
+#  - a llama with q/k/v biases upcycles with them (the first-step loss is the dense one's)
+#  - bad input: one line on stderr, a non-zero exit, no --save folder made, nothing overwritten; a model
+#    past this node's memory (65536 experts) is refused before it is built
 # Environment (from CTest): TED, TED_ROOT, TED_TMP (and TED_EMU where built).
 source "${TED_ROOT:?}/tests/lib.sh"
 PY=/usr/bin/python3
@@ -166,6 +168,17 @@ to_hf "$W/lg1" "$W/mhf"
 l_mhf=$(first "$W/mhf") || l_mhf=nan
 near "$l_mhf" "$l_dense" 1e-6 && ok "--init-from a transformers Mixtral folder (dropless, Mixtral's router): step-1 lm_loss $l_mhf" ||
   bad "transformers Mixtral folder: $l_mhf vs $l_dense"
+# q/k/v biases (Qwen2's attention, model.qkv_bias) come through upcycling: the MoE's first step is the
+# dense model's; no Hugging Face class computes a Mixtral with them, so it saves as ted's own
+"$TED" train "${M[@]}" --arch llama --n-kv-head 2 --qkv-bias --steps 40 --save "$W/lbias" >/dev/null 2>&1 ||
+  bad "llama qkv_bias dense run"
+LB=$W/lbias/step_00000040
+l_dense=$(first "$LB") || l_dense=nan
+e_dense=$(evl "$LB") || e_dense=nan
+up lbias_up "$LB" 4 1 2
+grep -q '"model_type":	"ted_moe"' "$W/lbias_up/config.json" && grep -q '"qkv_bias":	true' "$W/lbias_up/config.json" &&
+  ok "an upcycled llama with q/k/v biases keeps them (qkv_bias true, model_type ted_moe)" ||
+  bad "lbias_up config: $(tr -d '\n' <"$W/lbias_up/config.json" | head -c 300)"
 l_dense=$g_dense e_dense=$g_eval
 
 # bad input: one line naming the problem, a non-zero exit, no folder made, nothing overwritten
@@ -191,6 +204,12 @@ refuse "router gshard" "gshard" "${U[@]}" --load "$D" --num-experts 4 --router g
 refuse "router expert_choice" "expert_choice" "${U[@]}" --load "$D" --num-experts 4 --router expert_choice
 refuse "top-k above the copies" "exceeds the 2 copies" "${U[@]}" --load "$D" --num-experts 4 --granularity 2 --top-k 3
 refuse "missing --num-experts" "required" "${U[@]}" --load "$D"
+# sizes are bounded before anything is built: 65536 experts of a 512-wide FFN in 3 blocks (4e11
+# parameters) are refused with the bytes they need and this node's memory
+"$TED" train --data data/moby-dick.txt --n-layer 3 --n-embd 512 --n-head 4 --n-positions 32 --steps 0 \
+  --save "$W/wide" >/dev/null 2>&1 || bad "wide dense run"
+refuse "65536 experts past this node's memory" "upcycle: --num-experts 65536: the MoE model's 4.1" "${U[@]}" \
+  --load "$W/wide" --num-experts 65536
 refuse "under mpirun" "one process" mpiexec --oversubscribe --allow-run-as-root -np 2 "${U[@]}" --load "$D" --num-experts 4
 sum=$(cat "$W/g1/model.safetensors" "$W/g1/config.json" | md5sum)
 refuse "--save exists" "overwrites nothing" "$TED" upcycle --load "$D" --num-experts 4 --save "$W/g1"

@@ -105,6 +105,7 @@ set(TED_TEST_LABELS
   test_mpi_resume_layouts=io,run,mpi
   test_mpi_init_from=io,run,mpi
   test_trust=io,run
+  test_full_disk=io,run,mpi
   test_mpi_trust=io,run,mpi
   test_monitor=io,run
   test_progress=io,run,model
@@ -125,6 +126,7 @@ set(TED_TEST_LABELS
   test_cuda_fused=cuda,nn,gpu
   test_gpu_scripts=gpu,house
   test_layers=house
+  test_portable=house,nn,parallel
   test_doc_refs=house)
 foreach(entry ${TED_TEST_LABELS})
   string(REPLACE "=" ";" kv ${entry})

@@ -13,6 +13,8 @@
 #include "model/memplan.h"
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +35,20 @@ static int num(const char *flag, const char *s, double lo, double *out) {
         ok = at != NULL && (!end[1] || (toupper((unsigned char)end[1]) == 'B' && !end[2] && *end != 'B' && *end != 'b'));
         if (ok) v *= scale[at - u];
     }
-    if (!ok || !(v >= lo)) { ted_error("plan: %s must be a number >= %g (suffixes K M B T, e.g. 6.7B), got \"%s\"", flag, lo, s); return -1; }
+    if (!ok || !(v >= lo) || !isfinite(v)) {
+        ted_error("plan: %s must be a finite number >= %g (suffixes K M B T, e.g. 6.7B), got \"%s\"", flag, lo, s);
+        return -1;
+    }
     *out = v;
     return 0;
+}
+
+// A count: a whole number in [lo, hi] (hi bounds the layouts plan loops over, and fits an int).
+static int count(const char *flag, const char *s, double lo, double hi, double *out) {
+    if (num(flag, s, lo, out)) return -1;
+    if (*out == floor(*out) && *out <= hi) return 0;
+    ted_error("plan: %s must be a whole number in [%.0f, %.0f], got \"%s\"", flag, lo, hi, s);
+    return -1;
 }
 
 static void human(double b, char *out, size_t n) {
@@ -291,17 +304,19 @@ int cmd_plan(int argc, char **argv) {
     int given[NOPT] = {0}, offload = 0, rc = parse(argc, argv, vals, given, &offload);
     if (rc) return rc == 1 ? 0 : rc;
     double N = 0, E = 0, G, T = 0, P = 0, mem, zero;
-    if ((vals[0] && num("--base-params", vals[0], 1, &N)) || (vals[1] && num("--experts", vals[1], 1, &E)) || num("--gpus", vals[2], 1, &G) ||
-        (vals[3] && num("--tp", vals[3], 1, &T)) || (vals[4] && num("--ep", vals[4], 1, &P)) ||
-        num("--gpu-mem", vals[5], 1, &mem) || num("--zero-stage", vals[16], 0, &zero))
+    if ((vals[0] && num("--base-params", vals[0], 1, &N)) || (vals[1] && count("--experts", vals[1], 1, 65536, &E)) ||
+        count("--gpus", vals[2], 1, 1e6, &G) || (vals[3] && count("--tp", vals[3], 1, 1e6, &T)) ||
+        (vals[4] && count("--ep", vals[4], 1, 1e6, &P)) || num("--gpu-mem", vals[5], 1, &mem) ||
+        num("--zero-stage", vals[16], 0, &zero))
         return TED_EXIT_USAGE;
     if (strcmp(vals[16], "0") && strcmp(vals[16], "1") && strcmp(vals[16], "2")) {
         ted_error("plan: --zero-stage must be 0, 1 or 2, got \"%s\"", vals[16]);
         return TED_EXIT_USAGE;
     }
     double pipe[3], shape[5];
-    for (int j = 0; j < 3; j++) if (num(names[8 + j], vals[8 + j], 1, &pipe[j])) return TED_EXIT_USAGE;
-    for (int j = 0; j < 5; j++) if (num(names[11 + j], vals[11 + j], 0, &shape[j])) return TED_EXIT_USAGE;
+    const double pipe_max[3] = {1e6, 1e6, 1024};   // pp, micro-batches, virtual stages
+    for (int j = 0; j < 3; j++) if (count(names[8 + j], vals[8 + j], 1, pipe_max[j], &pipe[j])) return TED_EXIT_USAGE;
+    for (int j = 0; j < 5; j++) if (count(names[11 + j], vals[11 + j], 0, INT_MAX, &shape[j])) return TED_EXIT_USAGE;
     int wbytes = !strcmp(vals[6], "fp32") ? 4 : !strcmp(vals[6], "bf16") || !strcmp(vals[6], "fp16") ? 2 : 0;
     if (!wbytes) { ted_error("plan: --precision must be bf16, fp16 or fp32, got \"%s\"", vals[6]); return TED_EXIT_USAGE; }
     if (strcmp(vals[17], "cpu") && strcmp(vals[17], "cuda")) {
@@ -312,5 +327,8 @@ int cmd_plan(int argc, char **argv) {
     if (vals[7]) return plan_config(vals[7], given, offload, (int)G, (int)T, (int)P, (int)pipe[0], pipe, mem, &o);
     Config sc;
     int has_shape = shape_config(&sc, shape, (int)E, (int)pipe[1], (int)pipe[2], &o);
+    Config chk = sc;   // the shape flags: ted train's bounds (the virtual stages are the interleaved rows')
+    chk.pp_virtual = 1;
+    if (has_shape && config_validate(&chk)) return TED_EXIT_USAGE;
     return plan_base(N, (int)E, (int)G, (int)T, (int)P, (int)pipe[0], pipe, has_shape ? &sc : NULL, mem, &o);
 }

@@ -5,6 +5,7 @@
 #include "core/device.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef TED_CUDA
 #endif
 
@@ -61,6 +62,11 @@ char *ted_strdup(const char *s) {
     char *d = ted_alloc(n, MEM_TEMP);
     memcpy(d, s, n);
     return d;
+}
+
+double mem_physical_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
 }
 
 void mem_set_phase(MemPhase p) {

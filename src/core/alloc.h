@@ -27,6 +27,8 @@ void *ted_alloc(size_t bytes, MemCategory cat);
 void *ted_realloc(void *p, size_t bytes, MemCategory cat);  // keeps the category
 void ted_free(void *p);
 char *ted_strdup(const char *s);
+// This node's physical memory in bytes (0 when unknown): the bound on what one process can hold.
+double mem_physical_bytes(void);
 
 typedef struct {
     size_t current[MEM_NCAT];

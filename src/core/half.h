@@ -4,8 +4,9 @@
 #include <string.h>
 #include "core/precision.h"
 
-#if defined(__F16C__) && defined(__AVX__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)   // clang's builtin has no "f16c"
 #include <immintrin.h>
+#define TED_F16C
 #endif
 
 static inline uint16_t bf16_from_f32(float f) {
@@ -39,20 +40,34 @@ static inline float fp16_to_f32(uint16_t u) {
     memcpy(&h, &u, 2);
     return (float)h;
 }
-// n fp16 values to fp32 and back (round to nearest even), 8 at a time with the F16C
-// instructions where the target has them: gcc does not vectorise the _Float16 conversions.
+// n fp16 values to fp32 and back (round to nearest even), 8 at a time with the F16C instructions
+// where the CPU has them (gcc does not vectorise the _Float16 conversions): compiled for AVX + F16C
+// whatever the build's ISA level, and taken when this CPU runs them (every x86-64-v3 CPU).
+#ifdef TED_F16C
+static inline int cpu_f16c(void) { return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"); }
+__attribute__((target("avx,f16c"))) static inline long fp16_to_f32_f16c(float *out, const uint16_t *in, long n) {
+    long j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + j))));
+    return j;
+}
+__attribute__((target("avx,f16c"))) static inline long fp16_from_f32_f16c(uint16_t *out, const float *in, long n) {
+    long j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(in + j), _MM_FROUND_TO_NEAREST_INT));
+    return j;
+}
+#endif
 static inline void fp16_to_f32_n(float *out, const uint16_t *in, long n) {
     long j = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + j))));
+#ifdef TED_F16C
+    if (cpu_f16c()) j = fp16_to_f32_f16c(out, in, n);
 #endif
     for (; j < n; j++) out[j] = fp16_to_f32(in[j]);
 }
 static inline void fp16_from_f32_n(uint16_t *out, const float *in, long n) {
     long j = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; j + 8 <= n; j += 8)
-        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(in + j), _MM_FROUND_TO_NEAREST_INT));
+#ifdef TED_F16C
+    if (cpu_f16c()) j = fp16_from_f32_f16c(out, in, n);
 #endif
     for (; j < n; j++) out[j] = fp16_from_f32(in[j]);
 }

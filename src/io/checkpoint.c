@@ -151,14 +151,15 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
             rc = write_text(path, cfg);
             ted_free(cfg);
         }
-        char state[512], ob[96] = "";
+        char state[600], ob[96] = "", id[40] = "";
         if (z->onebit)   // the layout whose per-rank error files this checkpoint holds
             snprintf(ob, sizeof ob, ", \"onebit_layout\": [%d, %d, %d]", M->topo->world, M->topo->tp, M->topo->ep);
+        if (savedir_current_id()[0]) snprintf(id, sizeof id, ", \"run_id\": \"%s\"", savedir_current_id());
         snprintf(state, sizeof state,
                  "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\", "
-                 "\"tokens\": %.0f, \"global_batch\": %ld%s}\n",
+                 "\"tokens\": %.0f, \"global_batch\": %ld%s%s}\n",
                  st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
-                 st->tokens, st->gbatch, ob);
+                 st->tokens, st->gbatch, ob, id);
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         if (!rc) rc = write_text(path, state);
         if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
@@ -261,6 +262,33 @@ static float *adam_of(const Model *M, const void *ctx, int i, long *lo, long *hi
     return (float *)buf + z->sh[i].base;
 }
 
+// Buffers transformers saves beside the weights, which are no tensors of the model: GPT-2's
+// attention masks (h.N.attn.bias, attn.masked_bias) and rotary frequencies.
+static int is_buffer(const char *name) {
+    static const char *const tails[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", NULL};
+    size_t n = strlen(name);
+    for (int i = 0; tails[i]; i++)
+        if (n >= strlen(tails[i]) && !strcmp(name + n - strlen(tails[i]), tails[i])) return 1;
+    return 0;
+}
+
+// The file's tensors the model did not read (config.json with fewer layers than the weights, a bias
+// its attention does not have): a warning names them, as transformers does (world rank 0, when its
+// model holds every tensor: no pipeline stages or expert ranks).
+static void warn_unread(const StFile *f, const char *file) {
+    char names[400] = "";
+    int n = 0;
+    for (int i = 0; i < st_count(f); i++) {
+        if (st_read(f, i) || is_buffer(st_name(f, i))) continue;
+        size_t k = strlen(names);
+        if (k < sizeof names - 4) snprintf(names + k, sizeof names - k, "%s%s", n ? ", " : "", st_name(f, i));
+        n++;
+    }
+    if (n && comm_world_rank() == 0)
+        fprintf(stderr, "warning: %s: %d tensor%s the model of its config.json does not read (ignored): %s%s\n", file, n,
+                n == 1 ? "" : "s", names, strlen(names) >= sizeof names - 4 ? " ..." : "");
+}
+
 int ckpt_load_weights(const char *dir, Model *M) {
     Config c = M->cfg;
     if (ckpt_read_config(dir, &c)) return -1;
@@ -275,6 +303,7 @@ int ckpt_load_weights(const char *dir, Model *M) {
     const char *emb = cfg_is_llama(&M->m) ? "model.embed_tokens.weight" : "transformer.wte.weight";
     int tied = M->m.tie_word_embeddings;   // tied: a transformers folder's lm_head must be the embedding
     int rc = tied && hf_import_check_head(f, p, emb) ? -1 : load_tensors(f, p, M, "", weights_of, scratch);
+    if (!rc && M->topo->pp == 1 && M->topo->ep == 1) warn_unread(f, p);   // a rank that holds every tensor
     ted_free(scratch);
     st_close(f);
     return rc;

@@ -2,6 +2,7 @@
 #include "io/ckpt_meta.h"
 #include "io/hf_import.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/util.h"
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -90,13 +91,21 @@ static int onebit_layout(const char *path, const cJSON *j, int out[3]) {
     return 0;
 }
 
+// "run_id": 16 hex digits, optional (checkpoints from before run ids lack it). 0 or -1.
+static int state_run_id(const char *path, const cJSON *j, char out[17]) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "run_id");
+    out[0] = 0;
+    if (!v) return 0;
+    int ok = cJSON_IsString(v) && strlen(v->valuestring) == 16;
+    for (int i = 0; ok && i < 16; i++) ok = isxdigit((unsigned char)v->valuestring[i]);
+    if (!ok) { ted_error("%s: \"run_id\" must be a string of 16 hex digits", path); return -1; }
+    snprintf(out, 17, "%s", v->valuestring);
+    return 0;
+}
+
 int read_trainer_state(const char *path, TrainerState *st) {
-    size_t len;
-    char *text = read_file(path, &len);
-    if (!text) { ted_error("%s: cannot read: %s", path, strerror(errno)); return -1; }
-    cJSON *j = cJSON_Parse(text);
-    ted_free(text);
-    if (!cJSON_IsObject(j)) { ted_error("%s: malformed trainer state (not a JSON object)", path); cJSON_Delete(j); return -1; }
+    cJSON *j = json_read_object(path);   // a key twice is refused, not read as its first
+    if (!j) return -1;
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(j, "seed"), *o = cJSON_GetObjectItemCaseSensitive(j, "data_order");
     int rc = state_int(path, j, "steps", 0, INT_MAX, &st->steps) || state_int(path, j, "step", 0, st->steps, &st->step) ||
              state_int(path, j, "adam_t", 0, st->step, &st->adam_t);
@@ -113,6 +122,7 @@ int read_trainer_state(const char *path, TrainerState *st) {
     }
     if (!rc) st->sequential = !strcmp(o->valuestring, "sequential");
     if (!rc) rc = onebit_layout(path, j, st->onebit_layout);
+    if (!rc) rc = state_run_id(path, j, st->run_id);
     st->tokens = st->gbatch = -1;   // optional: older checkpoints lack them
     long tokens = 0;
     if (!rc && cJSON_GetObjectItemCaseSensitive(j, "tokens")) {

@@ -13,6 +13,7 @@
 typedef struct {
     long step, adam_t, steps; uint64_t seed; int sequential; double tokens; long gbatch;
     int onebit_layout[3];   // world, tp, ep that saved 1-bit Adam's per-rank errors (0s: none recorded)
+    char run_id[17];        // the run that saved it (io/savedir.h; "" in checkpoints from before run ids)
 } TrainerState;
 
 // Resolves a checkpoint directory: path itself when it holds model.safetensors, else its

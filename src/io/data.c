@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <glob.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int ends_with(const char *s, const char *t) {
     size_t a = strlen(s), b = strlen(t);
@@ -58,10 +59,26 @@ static int load_text(Split *all, const char *path) {
     return 0;
 }
 
+// The files' bytes as 16-bit tokens fit this node's memory: loading holds about 4 bytes per byte of
+// text or shard at its peak (the bytes read, the tokens, the train/val splits). 0 or -1 after one line.
+static int fits(const char *path, double bytes) {
+    double mem = mem_physical_bytes();
+    if (!(mem > 0 && 4 * bytes > mem)) return 0;
+    ted_error("%s: %.4g bytes of data need about %.4g bytes of memory to load as tokens, more than this node's %.4g",
+              path, bytes, 4 * bytes, mem);
+    return -1;
+}
+
+static double file_bytes(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) ? 0 : (double)sb.st_size;
+}
+
 int data_load(Dataset *ds, const char *path) {
     memset(ds, 0, sizeof *ds);
     if (!path[0]) { ted_error("--data: no data file given"); return -1; }
     if (!ends_with(path, ".bin")) {
+        if (fits(path, file_bytes(path))) return -1;
         Split all = {0};
         if (load_text(&all, path)) return -1;
         long ntr = (long)(0.9 * (double)all.n);
@@ -77,6 +94,9 @@ int data_load(Dataset *ds, const char *path) {
         ted_error("%s: no such file", path);
         return -1;
     }
+    double total = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) total += file_bytes(g.gl_pathv[i]);
+    if (fits(path, total)) { globfree(&g); return -1; }
     for (size_t i = 0; i < g.gl_pathc; i++) {   // glob sorts the names
         const char *f = g.gl_pathv[i];
         if (load_shard(strstr(f, "_val_") ? &ds->val : &ds->train, f, &ds->max_token)) { globfree(&g); data_free(ds); return -1; }

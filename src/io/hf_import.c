@@ -1,6 +1,7 @@
 // hf_import.c — a transformers folder as a starting point (see hf_import.h).
 #include "io/hf_import.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/util.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -38,6 +39,29 @@ static int num(const char *path, const cJSON *j, const char *key, double deflt, 
 static int flag(const cJSON *j, const char *key, int deflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : deflt;
+}
+
+// The type of each non-number key ted reads: 'b' a bool, 's' a string, 'a' an array, 'w' a number or
+// null. A key present with another type is refused, never read as its default ("true" is not true,
+// 1 is not a bool). Number keys are num()'s.
+static const struct { const char *key; char type; } typed[] = {
+    {"model_type", 's'}, {"activation_function", 's'}, {"hidden_act", 's'}, {"scale_attn_weights", 'b'},
+    {"scale_attn_by_inverse_layer_idx", 'b'}, {"tie_word_embeddings", 'b'}, {"add_cross_attention", 'b'},
+    {"attention_bias", 'b'}, {"use_sliding_window", 'b'}, {"norm_topk_prob", 'b'}, {"qkv_bias", 'b'},
+    {"mlp_only_layers", 'a'}, {"sliding_window", 'w'}};
+
+static int check_types(const char *path, const cJSON *j) {
+    static const char *const want[] = {"a bool (true or false)", "a string", "an array", "a number or null"};
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, typed[i].key);
+        char t = typed[i].type;
+        if (!v || (t == 'b' && cJSON_IsBool(v)) || (t == 's' && cJSON_IsString(v)) || (t == 'a' && cJSON_IsArray(v)) ||
+            (t == 'w' && (cJSON_IsNumber(v) || cJSON_IsNull(v))))
+            continue;
+        ted_error("%s: \"%s\" must be %s", path, typed[i].key, want[strchr("bsaw", t) - "bsaw"]);
+        return -1;
+    }
+    return 0;
 }
 
 // GPT-2 (transformers' GPT2Config, its defaults where a key is absent): the keys that change
@@ -91,27 +115,46 @@ static int whole(const char *path, const cJSON *j, const char *const *keys, cons
     return 0;
 }
 
-// Llama and Mixtral (transformers' LlamaConfig / MixtralConfig): the forward keys must be ted's
-// llama block (silu, no attention bias, no rope scaling, pretraining_tp 1); a Mixtral runs dropless
-// with Mixtral's router, as transformers runs it.
+// A sliding window ted's full causal attention does not compute: one below the sequences the model
+// takes (max_position_embeddings) would attend differently past it. null or absent: none. 0 or -1.
+static int no_window(const char *path, const cJSON *j, double n_positions) {
+    double win;
+    if (num(path, j, "sliding_window", 0, 0, &win)) return -1;
+    if (!cJSON_GetObjectItemCaseSensitive(j, "sliding_window") || cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window")) ||
+        win >= n_positions)
+        return 0;
+    ted_error("%s: sliding_window %g is below max_position_embeddings %g: ted's attention is full causal, not a sliding "
+              "window (the same for sequences of at most %g tokens: set max_position_embeddings to it)", path, win,
+              n_positions, win > 0 ? win : 0);
+    return -1;
+}
+
+// Llama, Mixtral and Qwen2 (transformers' LlamaConfig / MixtralConfig / Qwen2Config): the forward keys
+// must be ted's llama block (silu, no rope scaling, pretraining_tp 1; Llama's attention_bias would bias
+// o_proj too, which ted's llama has not; Qwen2's q/k/v biases are qkv_bias; no sliding window); a
+// Mixtral runs dropless with Mixtral's router, as transformers runs it.
 static int llama_config(const char *path, const cJSON *j, Config *c) {
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act"), *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    int mixtral = !strcmp(t->valuestring, "mixtral"), qwen2 = !strcmp(t->valuestring, "qwen2");
     double tp1 = 1;
     if (num(path, j, "pretraining_tp", 1, 1, &tp1)) return -1;
-    const char *bad = cJSON_IsString(act) && strcmp(act->valuestring, "silu") ? "hidden_act is not silu"
-                    : flag(j, "attention_bias", 0) ? "attention_bias true (ted's llama has no biases)"
+    const char *bad = act && strcmp(act->valuestring, "silu") ? "hidden_act is not silu"
+                    : flag(j, "attention_bias", 0) ? "attention_bias true (it biases o_proj too; ted's llama has q/k/v "
+                                                    "biases only, as Qwen2)"
                     : rs && !cJSON_IsNull(rs) ? "rope_scaling is set (ted applies plain rotary positions)"
+                    : flag(j, "use_sliding_window", 0) ? "use_sliding_window true (ted's attention is full causal)"
                     : tp1 != 1 ? "pretraining_tp is not 1" : NULL;
     if (bad) { ted_error("%s: %s: not a model ted computes", path, bad); return -1; }
     static const char *const keys[] = {"vocab_size", "max_position_embeddings", "hidden_size", "num_hidden_layers",
                                        "num_attention_heads", "num_key_value_heads", "intermediate_size",
                                        "num_local_experts", "num_experts_per_tok"};
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-    int mixtral = cJSON_IsString(t) && !strcmp(t->valuestring, "mixtral");
-    const double deflt[] = {32000, mixtral ? 4096 * 32 : 2048, -1, -1, -1, 0, -1, mixtral ? 8 : 1, 2};   // v4.39's
+    const double deflt[] = {qwen2 ? 151936 : 32000, mixtral ? 4096 * 32 : qwen2 ? 32768 : 2048, -1, -1, -1, 0, -1,
+                            mixtral ? 8 : 1, 2};   // v4.39's (Qwen2: v4.40's)
     double v[9], eps, theta, aux, eps0 = mixtral ? 1e-5 : 1e-6, theta0 = mixtral ? 1e6 : 1e4;
     if (whole(path, j, keys, deflt, v, 9) || num(path, j, "rms_norm_eps", eps0, eps0, &eps) ||
-        num(path, j, "rope_theta", theta0, theta0, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux))
+        num(path, j, "rope_theta", theta0, theta0, &theta) || num(path, j, "router_aux_loss_coef", 0.001, 0, &aux) ||
+        (!qwen2 && no_window(path, j, v[1])))   // Qwen2 slides only with use_sliding_window
         return -1;
     Config d;
     config_defaults(&d);
@@ -120,6 +163,7 @@ static int llama_config(const char *path, const cJSON *j, Config *c) {
     m->vocab_size = (int)v[0]; m->n_positions = (int)v[1]; m->n_embd = (int)v[2]; m->n_layer = (int)v[3];
     m->n_head = (int)v[4]; m->n_kv_head = (int)v[5]; m->rms_norm_eps = (float)eps; m->rope_theta = (float)theta;
     m->tie_word_embeddings = flag(j, "tie_word_embeddings", 0);
+    m->qkv_bias = qwen2;
     m->num_experts = (int)v[7];
     if (m->num_experts > 1) {   // Mixtral: MoE in every block
         m->expert_inner = (int)v[6]; m->n_inner = (int)v[6]; m->top_k = (int)v[8]; m->moe_every = 1;
@@ -190,17 +234,18 @@ static int qwen_config(const char *path, const cJSON *j, Config *c) {
 // The architectures ted reads from a transformers folder, by model_type.
 typedef struct { const char *model_type; int (*read)(const char *path, const cJSON *j, Config *c); } Arch;
 static const Arch archs[] = {{"gpt2", gpt2_config}, {"llama", llama_config}, {"mixtral", llama_config},
-                             {"qwen2_moe", qwen_config}};
+                             {"qwen2", llama_config}, {"qwen2_moe", qwen_config}};
 
 int hf_import_config(const char *path, Config *c) {
-    cJSON *j = parse(path);
-    if (!j) { ted_error("%s: cannot read it as a JSON object: %s", path, errno ? strerror(errno) : "malformed"); return -1; }
+    cJSON *j = json_read_object(path);   // a key twice is refused: Python's json reads the last, cJSON the first
+    if (!j) return -1;
+    if (check_types(path, j)) { cJSON_Delete(j); return -1; }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     const char *type = cJSON_IsString(t) ? t->valuestring : "";
     int rc = -1, found = 0;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(type, archs[i].model_type)) { found = 1; rc = archs[i].read(path, j, c); }
-    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, llama, mixtral, qwen2_moe, or a folder ted saved)", path, type);
+    if (!found) ted_error("%s: model_type \"%.40s\" is not one ted reads (gpt2, llama, mixtral, qwen2, qwen2_moe, or a folder ted saved)", path, type);
     cJSON_Delete(j);
     return rc;
 }

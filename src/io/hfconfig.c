@@ -115,11 +115,18 @@ static void add_qwen(cJSON *o, const ModelConfig *m) {
     cJSON_AddNumberToObject(o, "max_window_layers", m->n_layer);
 }
 
-// A dense llama as LlamaForCausalLM, an MoE llama in Mixtral's form as MixtralForCausalLM or with
-// shared experts as Qwen2MoeForCausalLM; another MoE llama stays ted's own (hf_llama_layout says why).
+// A dense llama as LlamaForCausalLM, or with q/k/v biases as Qwen2ForCausalLM (Llama's attention_bias
+// would bias o_proj too); an MoE llama in Mixtral's form as MixtralForCausalLM or with shared experts as
+// Qwen2MoeForCausalLM; another MoE llama stays ted's own (hf_llama_layout says why).
 static void add_llama(cJSON *o, const ModelConfig *m) {
     const char *why = hf_llama_layout(m);
-    if (m->num_experts == 1) {
+    if (m->num_experts == 1 && m->qkv_bias) {   // transformers v4.40's Qwen2Config
+        add_class(o, "qwen2", "Qwen2ForCausalLM");
+        add_llama_shape(o, m, cfg_ffn(m));
+        cJSON_AddFalseToObject(o, "use_sliding_window");
+        cJSON_AddNullToObject(o, "sliding_window");
+        cJSON_AddNumberToObject(o, "max_window_layers", m->n_layer);
+    } else if (m->num_experts == 1) {
         add_class(o, "llama", "LlamaForCausalLM");
         add_llama_shape(o, m, cfg_ffn(m));
         cJSON_AddNumberToObject(o, "pretraining_tp", 1);
@@ -159,6 +166,7 @@ const char *hf_llama_layout(const ModelConfig *m) {
     if (m->shared_experts > 0) return qwen_layout(m);
     if (m->moe_every != 1) return "MoE in every k-th block only (moe_every > 1) without shared experts; Mixtral has it in "
                                   "every block";
+    if (m->qkv_bias) return "q/k/v biases without shared experts (Mixtral's attention has no biases)";
     if (m->router != ROUTER_MIXTRAL && !(m->router == ROUTER_TOPK && m->top_k > 1))
         return "a router other than Mixtral's (moe.router mixtral, or topk with top_k >= 2)";
     if (!m->topk_renorm) return "unrenormalised gates (moe.topk_renorm false; Mixtral renormalises the k weights)";

@@ -53,7 +53,7 @@ static cJSON *mem_json(void) {
 static void emit(FILE *f, cJSON *o) {
     char *text = cJSON_PrintUnformatted(o);
     fprintf(f, "%s\n", text);
-    fflush(f);
+    write_check(f, NULL);   // a full disk stops the run, naming the log
     cJSON_free(text);
     cJSON_Delete(o);
 }

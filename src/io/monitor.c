@@ -1,6 +1,8 @@
 // monitor.c — TensorBoard event files and csv_monitor files (see monitor.h).
 #include "io/monitor.h"
+#include "io/savedir.h"
 #include "core/util.h"
+#include <dirent.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -95,30 +97,68 @@ static int make_dirs(const char *dir) {
     return mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
 }
 
-static int open_tb(Monitor *mon, const char *dir) {
-    if (make_dirs(dir)) { ted_error("tensorboard: cannot create %s: %s", dir, strerror(errno)); return -1; }
+static int is_event_file(const char *name) { return !strncmp(name, "events.out.tfevents.", 20); }
+static int is_csv(const char *name) { size_t n = strlen(name); return n > 4 && !strcmp(name + n - 4, ".csv"); }
+
+// A metrics folder is one run's, as --log: locked while the run writes (DIR/.lock), and the files of
+// an earlier run there (ours() names them) are refused unless --resume (this run goes on beside
+// them) or --overwrite (they are removed). 0 or -1 after one line.
+static int claim(const char *what, const char *dir, int (*ours)(const char *), const Config *c) {
+    char p[1400];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    if (savedir_lock(p, what, dir)) return -1;
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!ours(e->d_name)) continue;
+        n++;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (c->overwrite && !c->resume[0]) unlink(p);
+    }
+    if (d) closedir(d);
+    if (!n || c->resume[0]) return 0;
+    if (c->overwrite) { printf("--overwrite: removed %d files of another run from %s\n", n, dir); return 0; }
+    ted_error("%s %s: holds %d files of another run's metrics: give another folder, --overwrite to replace them, or "
+              "--resume to go on beside them", what, dir, n);
+    return -1;
+}
+
+static int open_tb(Monitor *mon, const char *dir, const char *what, const Config *c) {
+    if (make_dirs(dir)) { ted_error("%s: cannot create %s: %s", what, dir, strerror(errno)); return -1; }
+    if (claim(what, dir, is_event_file, c)) return -1;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(mon->tb_file, sizeof mon->tb_file, "%s/events.out.tfevents.%ld.%s.%d", dir, (long)time(NULL), host, (int)getpid());
     mon->tb = fopen(mon->tb_file, "wb");
-    if (!mon->tb) { ted_error("tensorboard: cannot create %s: %s", mon->tb_file, strerror(errno)); return -1; }
+    if (!mon->tb) { ted_error("%s: cannot create %s: %s", what, mon->tb_file, strerror(errno)); return -1; }
     event(mon->tb, 0, "brain.Event:2", NULL, 0);
-    fflush(mon->tb);
+    write_check(mon->tb, mon->tb_file);
     return 0;
+}
+
+// DeepSpeed's sections write under output_path/job_name: an empty output_path would be "/job_name".
+static int empty_path(const char *section, const char *path) {
+    if (path[0]) return 0;
+    ted_error("%s.output_path is empty: give the folder to write under (default \"runs\"; \".\" for this one)", section);
+    return -1;
 }
 
 int monitor_open(Monitor *mon, const Config *c, int rank0) {
     memset(mon, 0, sizeof *mon);
+    if ((c->tb_enabled && !c->tensorboard_dir[0] && empty_path("tensorboard", c->tb_path)) ||
+        (c->csv_enabled && empty_path("csv_monitor", c->csv_path)))
+        return -1;
     if (!rank0) return 0;
     char dir[1100];
-    if (c->tensorboard_dir[0] && open_tb(mon, c->tensorboard_dir)) return -1;
+    if (c->tensorboard_dir[0] && open_tb(mon, c->tensorboard_dir, "--tensorboard-dir", c)) return -1;
     if (!c->tensorboard_dir[0] && c->tb_enabled) {
         snprintf(dir, sizeof dir, "%s/%s", c->tb_path, c->tb_job);
-        if (open_tb(mon, dir)) return -1;
+        if (open_tb(mon, dir, "tensorboard", c)) return -1;
     }
     if (c->csv_enabled) {
         snprintf(mon->csv_dir, sizeof mon->csv_dir, "%s/%s", c->csv_path, c->csv_job);
         if (make_dirs(mon->csv_dir)) { ted_error("csv_monitor: cannot create %s: %s", mon->csv_dir, strerror(errno)); return -1; }
+        if (claim("csv_monitor", mon->csv_dir, is_csv, c)) return -1;
     }
     if (mon->tb) printf("tensorboard: %s\n", mon->tb_file);
     if (mon->csv_dir[0]) printf("csv_monitor: %s/<metric>.csv\n", mon->csv_dir);
@@ -134,10 +174,11 @@ static void csv_scalar(const Monitor *mon, const char *tag, double value, long s
     struct stat sb;
     int fresh = stat(p, &sb) != 0;
     FILE *f = fopen(p, "a");
-    if (!f) return;
+    if (!f) ted_fatal(1, "%s: cannot write: %s: stopping the run", p, strerror(errno));
     if (fresh) fprintf(f, "step,%s\n", tag);
     fprintf(f, "%ld,%.9g\n", step, value);
-    fclose(f);
+    write_check(f, p);
+    if (fclose(f)) ted_fatal(1, "%s: write failed: %s: stopping the run", p, strerror(errno));
 }
 
 void monitor_scalar(Monitor *mon, const char *tag, double value, long step) {
@@ -146,7 +187,7 @@ void monitor_scalar(Monitor *mon, const char *tag, double value, long step) {
 }
 
 void monitor_flush(Monitor *mon) {
-    if (mon->tb) fflush(mon->tb);
+    write_check(mon->tb, mon->tb_file);   // a full disk stops the run, naming the file
 }
 
 void monitor_close(Monitor *mon) {

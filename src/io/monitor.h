@@ -19,11 +19,14 @@ typedef struct {
     char tb_file[1400];
 } Monitor;
 
-// Opens what the config asks for (rank 0 only; others pass rank0 0): 0, or -1 after one line.
+// Opens what the config asks for (rank 0 only; others pass rank0 0): 0, or -1 after one line. A
+// folder is the run's as --log is: locked, and another run's files there refused unless --resume
+// (written beside) or --overwrite (removed); an empty output_path is refused on every rank.
 int monitor_open(Monitor *mon, const Config *c, int rank0);
-// One scalar of a step: tag ("Train/loss"), value.
+// One scalar of a step: tag ("Train/loss"), value. A csv file that cannot be written ends the run.
 void monitor_scalar(Monitor *mon, const char *tag, double value, long step);
-// Makes what was written visible to a reader (after each step).
+// Makes what was written visible to a reader (after each step); a failed write ends the run,
+// naming the file (core/util.h's write_check).
 void monitor_flush(Monitor *mon);
 void monitor_close(Monitor *mon);
 // The masked CRC-32C of a TensorBoard record (exposed for tests).

@@ -170,7 +170,7 @@ void runinfo_log(FILE *f) {
     if (!f || !record) return;
     char *text = cJSON_PrintUnformatted(record);
     fprintf(f, "%s\n", text);
-    fflush(f);
+    write_check(f, NULL);
     cJSON_free(text);
 }
 

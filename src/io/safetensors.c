@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------
@@ -143,6 +144,7 @@ typedef struct {
     int64_t shape[4];
     uint64_t begin, end;   // byte offsets in the data section
     uint64_t at;           // where its first float is in f->data (4-byte aligned)
+    int read;              // st_get looked it up
 } Entry;
 
 struct StFile {
@@ -304,6 +306,12 @@ static void place_data(StFile *f, uint64_t start) {
 StFile *st_open(const char *path) {
     size_t len = 0;
     char *file = read_file(path, &len);
+    struct stat sb;
+    if (!file && errno == ENOMEM && !stat(path, &sb)) {
+        ted_error("%s: %lld bytes, more than this node's memory (%.4g bytes): ted reads a safetensors file whole", path,
+                  (long long)sb.st_size, mem_physical_bytes());
+        return NULL;
+    }
     if (!file) { ted_error("%s: cannot read: %s", path, strerror(errno)); return NULL; }
     if (len < 8) {
         ted_error("%s: file too short (%zu bytes) to be a safetensors file", path, len);
@@ -331,11 +339,11 @@ StFile *st_open(const char *path) {
     return f;
 }
 
-static const Entry *find(const StFile *f, const char *name) {
+static Entry *find(const StFile *f, const char *name) {
     int lo = 0, hi = f->n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const Entry *e = f->by_name[mid];
+        Entry *e = (Entry *)f->by_name[mid];   // f's own entries: by_name views them read-only
         int c = strcmp(name, e->name);
         if (c == 0) return e;
         if (c < 0) hi = mid - 1; else lo = mid + 1;
@@ -344,8 +352,9 @@ static const Entry *find(const StFile *f, const char *name) {
 }
 
 const float *st_get(StFile *f, const char *name, int *ndim, int64_t shape[4]) {
-    const Entry *e = f ? find(f, name) : NULL;
+    Entry *e = f ? find(f, name) : NULL;
     if (!e) return NULL;
+    e->read = 1;
     if (ndim) *ndim = e->ndim;
     if (shape) {
         for (int d = 0; d < 4; d++) shape[d] = d < e->ndim ? e->shape[d] : 0;
@@ -358,6 +367,8 @@ int st_count(const StFile *f) { return f ? f->n : 0; }
 const char *st_name(const StFile *f, int i) {
     return f && i >= 0 && i < f->n ? f->entries[i].name : NULL;
 }
+
+int st_read(const StFile *f, int i) { return f && i >= 0 && i < f->n && f->entries[i].read; }
 
 void st_close(StFile *f) {
     if (!f) return;

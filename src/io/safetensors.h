@@ -21,8 +21,10 @@ typedef struct StFile StFile;
 // Returns NULL after printing one line naming the file and the problem.
 StFile *st_open(const char *path);
 // Looks up a tensor: returns its data (owned by the StFile) and fills ndim/shape,
-// or NULL when absent.
+// or NULL when absent. The tensor counts as read (st_read).
 const float *st_get(StFile *f, const char *name, int *ndim, int64_t shape[4]);
 int st_count(const StFile *f);
 const char *st_name(const StFile *f, int i);
+// Whether tensor i (header order, as st_name) was looked up by st_get.
+int st_read(const StFile *f, int i);
 void st_close(StFile *f);

@@ -75,7 +75,7 @@ static void write_line(const TensorLog *t, const Model *M, FILE *log, long step,
     fprintf(log, "}");
     if (isfinite(margin)) fprintf(log, ", \"route_margin\": %.3g", (double)margin);
     fprintf(log, "}\n");
-    fflush(log);
+    write_check(log, NULL);
 }
 
 void tensorlog_write(TensorLog *t, const Model *M, const Zero *z, FILE *log, long step) {

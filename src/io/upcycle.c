@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 // Where an expert tensor comes from: the dense FFN tensor of its block with the same role, cut
@@ -90,6 +91,7 @@ static Config moe_config(const Config *dense, const UpcycleOpts *o, int K) {
     m->n_layer = keep.n_layer; m->n_head = keep.n_head; m->n_inner = f;
     m->arch = keep.arch; m->n_kv_head = keep.n_kv_head; m->rope_theta = keep.rope_theta;
     m->rms_norm_eps = keep.rms_norm_eps; m->tie_word_embeddings = keep.tie_word_embeddings;
+    m->qkv_bias = keep.qkv_bias;   // the attention is the dense model's, biases and all
     m->num_experts = o->experts; m->top_k = K * o->granularity; m->moe_every = o->moe_every;
     m->expert_inner = f / o->granularity; m->router = router_kind(o->router);
     m->expert_type = cfg_is_llama(m) ? EXPERT_SWIGLU : EXPERT_GELU;   // the dense FFN's kind
@@ -120,8 +122,9 @@ static void init_router(const Param *p, int G, uint64_t seed, int rows) {
             p->w[rows ? e * D + a : a * E + e] = ROUTER_STD * rng_normal(seed, stream, (uint64_t)(a * C + e / G));
 }
 
-// Parameter p of the MoE model from the dense model D. 0 or -1 after one line.
-static int fill(const Model *D, const Param *p, const UpcycleOpts *o) {
+// Parameter p of the MoE model from the dense model D (used[i]: D's tensor i was read). 0 or -1
+// after one line.
+static int fill(const Model *D, const Param *p, const UpcycleOpts *o, char *used) {
     const ArchNames *a = names_of(&D->m);
     char name[160];
     int layer, end = 0;
@@ -143,6 +146,7 @@ static int fill(const Model *D, const Param *p, const UpcycleOpts *o) {
     int i = reg_find(&D->reg, name);
     if (i < 0) { ted_error("upcycle: the dense model has no tensor %s (for %s)", name, p->name); return -1; }
     const Param *src = &D->reg.p[i];
+    used[i] = 1;
     if (r) from_dense(p, src, r, o->granularity);
     else if (src->numel != p->numel) { ted_error("upcycle: %s differs in size from the dense model's", p->name); return -1; }
     else memcpy(p->w, src->w, sizeof(float) * p->numel);
@@ -179,7 +183,11 @@ static int build_and_write(const Model *D, const Config *mc, const UpcycleOpts *
     Model M;
     model_build(&M, mc, D->topo, 1, D->T);
     int rc = 0;
-    for (int i = 0; i < M.reg.n && !rc; i++) rc = fill(D, &M.reg.p[i], o);
+    char *used = ted_alloc((size_t)D->reg.n, MEM_TEMP);
+    for (int i = 0; i < M.reg.n && !rc; i++) rc = fill(D, &M.reg.p[i], o, used);
+    for (int i = 0; i < D->reg.n && !rc; i++)   // nothing of the dense model is dropped on the way
+        if (!used[i]) { ted_error("upcycle: the MoE model has no place for the dense model's %s", D->reg.p[i].name); rc = -1; }
+    ted_free(used);
     char tmp[1300];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", o->save, (int)getpid());
     if (!rc && mkdir(tmp, 0777)) { ted_error("--save %s: cannot create %s: %s", o->save, tmp, strerror(errno)); rc = -1; }
@@ -196,6 +204,41 @@ static int build_and_write(const Model *D, const Config *mc, const UpcycleOpts *
     return rc;
 }
 
+// Bytes model_build allocates for c: fp32 weights and gradients, and the activations; *params the count.
+static double build_bytes(const Config *c, const Topology *t, int T, double *params) {
+    ModelSize z;
+    model_size(&z, c, t, 1, T);
+    *params = z.params[0] + z.params[1];
+    double b = 8 * *params + z.act;
+    model_size_free(&z);
+    return b;
+}
+
+// Before anything is built: both models fit this node's memory, and the new folder's filesystem
+// has room for the MoE weights. Then a line says what is being built (a large E takes a while).
+static int check_room(const Config *dc, const Config *mc, const Topology *t, int T, const UpcycleOpts *o) {
+    double pd, pm, need = build_bytes(dc, t, T, &pd) + build_bytes(mc, t, T, &pm), mem = mem_physical_bytes();
+    if (mem > 0 && need > mem) {
+        ted_error("upcycle: --num-experts %d: the MoE model's %.4g parameters and the dense model's need %.4g bytes "
+                  "(weights, gradients, activations), more than this node's %.4g bytes of memory", o->experts, pm, need, mem);
+        return -1;
+    }
+    char parent[1100];
+    snprintf(parent, sizeof parent, "%s", o->save);
+    char *slash = strrchr(parent, '/');   // the folder it goes into: "a/x" → "a", "/x" → "/", "x" → "."
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else slash[slash == parent] = 0;
+    struct statvfs fs;
+    double bytes = 4 * pm + (1 << 20), room = statvfs(parent, &fs) ? -1 : (double)fs.f_bavail * fs.f_frsize;
+    if (room >= 0 && bytes > room) {
+        ted_error("upcycle: --save %s: needs %.0f bytes, its filesystem has %.0f free", o->save, bytes, room);
+        return -1;
+    }
+    printf("upcycle: building %d experts, %.4g parameters (%.4g bytes to write)\n", o->experts, pm, 4 * pm);
+    fflush(stdout);
+    return 0;
+}
+
 int upcycle_run(const UpcycleOpts *o, UpcycleResult *res) {
     struct stat sb;
     if (!stat(o->save, &sb)) { ted_error("--save %s: exists; upcycle writes a new folder and overwrites nothing", o->save); return -1; }
@@ -210,6 +253,7 @@ int upcycle_run(const UpcycleOpts *o, UpcycleResult *res) {
     topo_init(&topo, 1, 1, 1);
     Model D;
     int T = cfg_seq_len(&dc);
+    if (check_room(&dc, &mc, &topo, T, o)) return -1;
     model_build(&D, &dc, &topo, 1, T);
     int rc = ckpt_load_weights(res->dense, &D);   // names, shapes, finiteness
     if (!rc) rc = build_and_write(&D, &mc, o, res);

@@ -2,10 +2,10 @@
 #include "model/memplan.h"
 #include "model/model.h"
 #include "parallel/zero.h"
+#include "core/alloc.h"
 #include "core/util.h"
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void memplan_topology(Topology *t, int tp, int ep, int pp, int dp, int stage) {
     memset(t, 0, sizeof *t);
@@ -49,15 +49,10 @@ double memplan_state_formula(double np_nonexp, double np_exp, int dp, int edp, i
     return per_param(dp, wbytes, zero, offload) * np_nonexp + per_param(edp, wbytes, zero, offload) * np_exp;
 }
 
-static double physical_bytes(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? (double)pages * size : 0;
-}
-
 int memplan_check(const MemPlan *p, const Config *c, int rank) {
     const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");   // ranks of this job on this node
     int local = l && atoi(l) > 0 ? atoi(l) : 1;
-    double avail = physical_bytes(), need = (p->total + p->host_optimizer) * local;
+    double avail = mem_physical_bytes(), need = (p->total + p->host_optimizer) * local;
     if (!(avail > 0 && need > avail)) return 0;
     ted_error("predicted memory: the model has %ld parameters; rank %d needs %.4g bytes of model state (params %.4g, "
               "grads %.4g, optimizer %.4g under ZeRO-%d) and %.4g of activations (micro-batch %d, checkpointing %s), "

@@ -3,6 +3,7 @@
 #include "nn/ops.h"
 #include "nn/ops_cuda.h"
 #include "core/half.h"
+#include "core/simd.h"
 #include "nn/gemm.h"
 #include <math.h>
 #include <omp.h>
@@ -301,13 +302,13 @@ static inline float gelu_slope(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-void gelu_forward(float *out, const float *inp, long n) {
+TED_CLONES void gelu_forward(float *out, const float *inp, long n) {
     ON_GPU(cu_gelu_forward(out, inp, n));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) out[i] = gelu_value(inp[i]);
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
+TED_CLONES void gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
     ON_GPU(cu_gelu_backward(dinp, inp, dout, n));
     #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) dinp[i] = dout[i] * gelu_slope(inp[i]);
@@ -322,7 +323,7 @@ void matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float
 
 // dh = dhg ⊙ GELU'(h) and dbias += Σ rows dh in one pass: threads split the columns and each sums its
 // columns over the rows in order, so the bias gradient is the same whatever the thread count.
-static void gelu_bias_backward(float *dh, float *dbias, const float *dhg, const float *h, long N, int OC) {
+TED_CLONES static void gelu_bias_backward(float *dh, float *dbias, const float *dhg, const float *h, long N, int OC) {
     #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();

@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "core/backend.h"
 #include "core/half.h"
+#include "core/simd.h"
 #include "core/util.h"
 #include <math.h>
 #include <omp.h>
@@ -51,7 +52,7 @@ void adamw_mixed_host(float *restrict w, float *restrict m, float *restrict v, f
 
 // Each loop reads the gradient and writes zero over it while its cache line is still in the
 // cache: no pass of its own for zeroing the gradients before the next step.
-void adamw_f32_host(float *restrict w, float *restrict m, float *restrict v, float *restrict g, long n,
+TED_CLONES void adamw_f32_host(float *restrict w, float *restrict m, float *restrict v, float *restrict g, long n,
                     float gscale, const AdamHyper *a, float *wout) {
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
     if (!wout) {
@@ -67,7 +68,7 @@ void adamw_f32_host(float *restrict w, float *restrict m, float *restrict v, flo
 // fp16: the gradient up-cast and the weights rounded by core/half.h's F16C conversions, a block
 // at a time around the vectorised update (4.5 times faster than the scalar _Float16 casts).
 enum { FP16_BLOCK = 512 };
-static void adamw_fp16_host(float *restrict w, float *restrict m, float *restrict v, uint16_t *restrict g16, long n,
+TED_CLONES static void adamw_fp16_host(float *restrict w, float *restrict m, float *restrict v, uint16_t *restrict g16, long n,
                             float gscale, const AdamHyper *a, uint16_t *restrict w16) {
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);
     #pragma omp parallel for schedule(static)
@@ -83,7 +84,7 @@ static void adamw_fp16_host(float *restrict w, float *restrict m, float *restric
 }
 
 // bf16 as one loop that vectorises (its conversions are integer operations).
-void adamw_half_host(float *restrict w, float *restrict m, float *restrict v, uint16_t *restrict g16, long n,
+TED_CLONES void adamw_half_host(float *restrict w, float *restrict m, float *restrict v, uint16_t *restrict g16, long n,
                      float gscale, const AdamHyper *a, uint16_t *restrict w16, int half) {
     if (half == PREC_FP16) { adamw_fp16_host(w, m, v, g16, n, gscale, a, w16); return; }
     float step = a->lr / a->bc1, sb2 = sqrtf(a->bc2);

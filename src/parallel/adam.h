@@ -1,12 +1,12 @@
 // adam.h — the AdamW element update (design), one pass over a shard: written as plain loops over
 // restrict pointers with `omp parallel for simd`, so that gcc vectorises them for the vector
-// width it targets (-march=native: AVX2 / AVX-512) and OpenMP threads split them. Used by the
-// ZeRO optimizer on the CPU and by ZeRO-Offload's host step; a GPU run's fp32 gradients take
-// zero.c's one-launch step instead (adam_cuda.h), its fp16 ones adamw_half's CUDA kernels. Each
-// call consumes its gradient: it is left zero, ready for the next step's backward to accumulate
-// into (in the same pass, so that the gradient's bytes cross the cache once; adamw_half on a GPU
-// by a memset after the kernel). The clip norm needs every gradient before the first update, so
-// its sum of squares stays a pass of its own (zero.c).
+// width of each clone (core/simd.h: x86-64-v2, AVX2, AVX-512, picked at run time by the CPU) and
+// OpenMP threads split them. Used by the ZeRO optimizer on the CPU and by ZeRO-Offload's host
+// step; a GPU run's fp32 gradients take zero.c's one-launch step instead (adam_cuda.h), its fp16
+// ones adamw_half's CUDA kernels. Each call consumes its gradient: it is left zero, ready for the
+// next step's backward to accumulate into (in the same pass, so that the gradient's bytes cross
+// the cache once; adamw_half on a GPU by a memset after the kernel). The clip norm needs every
+// gradient before the first update, so its sum of squares stays a pass of its own (zero.c).
 #pragma once
 #include <stdint.h>
 

@@ -124,27 +124,72 @@ static void compressed_average(OneBitGroup *b, Group *g, int sign) {
     for (int q = 0; q < S; q++) decode(b->recv + q * b->rec, chunk_len(b, q), c, sign, 1.0f, b->x + q * c, 0);
 }
 
-// Every tensor's momentum averaged over its group: gathered flat per group kind, averaged, put back.
-static void average_momenta(Zero *z) {
+// the local gradient, element j of tensor p, times s
+static inline float grad_at(const Registry *r, const Param *p, long j, float s) {
+    return (r->ghalf ? half_to_f32(r->ghalf, p->g16[j]) : p->g[j]) * s;
+}
+
+// Each group kind's flat vector of this step's local momenta, β1·m + (1−β1)·S·g_local (z->m keeps the
+// last step's m), averaged over its group: b->x then holds the averaged momenta m̄.
+static void average_momenta(Zero *z, float b1, float unscale) {
     OneBit *o = z->onebit;
     const Registry *r = z->reg;
     for (int k = 0; k < 4; k++) {
         OneBitGroup *b = &o->g[k];
         if (!b->n) continue;
         long pos = 0;
-        for (int i = 0; i < r->n; i++)
-            if (kind_of(&r->p[i]) == k) { memcpy(b->x + pos, z->m + z->sh[i].base, sizeof(float) * r->p[i].numel); pos += r->p[i].numel; }
+        for (int i = 0; i < r->n; i++) {
+            const Param *p = &r->p[i];
+            if (kind_of(p) != k) continue;
+            const float *m = z->m + z->sh[i].base, s = unscale * zero_group(z, p)->size;
+            float *x = b->x + pos;
+            #pragma omp parallel for schedule(static)
+            for (long j = 0; j < p->numel; j++) x[j] = b1 * m[j] + (1 - b1) * grad_at(r, p, j, s);
+            pos += p->numel;
+        }
         memset(b->x + pos, 0, sizeof(float) * (group_of(z, k)->size * b->c - pos));
         compressed_average(b, group_of(z, k), o->sign);
-        pos = 0;
-        for (int i = 0; i < r->n; i++)
-            if (kind_of(&r->p[i]) == k) { memcpy(z->m + z->sh[i].base, b->x + pos, sizeof(float) * r->p[i].numel); pos += r->p[i].numel; }
     }
 }
 
-// the local gradient, element j of tensor p, times s
-static inline float grad_at(const Registry *r, const Param *p, long j, float s) {
-    return (r->ghalf ? half_to_f32(r->ghalf, p->g16[j]) : p->g[j]) * s;
+// The clipping of a compressed step: Σ (m̄ − β1·m)² over the world, then the coefficient.
+typedef struct { double sq; float b1, coef; } Clip;
+
+// Calls fn(tensor i, its m, its averaged m̄ in b->x) for every tensor, group kind by group kind.
+typedef void (*TensorFn)(Zero *z, int i, float *m, const float *avg, Clip *k);
+static void each_tensor(Zero *z, TensorFn fn, Clip *ctx) {
+    long pos[4] = {0};
+    for (int i = 0; i < z->reg->n; i++) {
+        int k = kind_of(&z->reg->p[i]);
+        fn(z, i, z->m + z->sh[i].base, z->onebit->g[k].x + pos[k], ctx);
+        pos[k] += z->reg->p[i].numel;
+    }
+}
+
+// Σ (m̄ − β1·m)² over the elements this rank counts once in the world (a tensor split over TP on each
+// TP rank, a replicated one on TP rank 0; the DP replicas, which hold the same m̄, share it).
+static void step_sq(Zero *z, int i, float *m, const float *avg, Clip *k) {
+    const Param *p = &z->reg->p[i];
+    const float b1 = k->b1;
+    double acc = 0;
+    #pragma omp parallel for reduction(+ : acc) schedule(static)
+    for (long j = 0; j < p->numel; j++) { double d = avg[j] - b1 * m[j]; acc += d * d; }
+    if ((p->split_dim >= 0 || z->topo->tp_idx == 0) && !p->tied_copy) k->sq += acc / zero_group(z, p)->size;
+}
+
+// m = β1·m + coef·(m̄ − β1·m): the averaged step with its gradient part clipped; the gradient,
+// consumed, is left zero for the next step (adam.h).
+static void clipped_momentum(Zero *z, int i, float *m, const float *avg, Clip *k) {
+    Param *p = &z->reg->p[i];
+    const float b1 = k->b1, coef = k->coef;
+    Precision half = z->reg->ghalf;
+    if (coef == 1.0f) memcpy(m, avg, sizeof(float) * p->numel);   // unclipped: m̄ itself
+    else {
+        #pragma omp parallel for schedule(static)
+        for (long j = 0; j < p->numel; j++) m[j] = b1 * m[j] + coef * (avg[j] - b1 * m[j]);
+    }
+    if (half) memset(p->g16, 0, sizeof(uint16_t) * p->numel);
+    else memset(p->g, 0, sizeof(float) * p->numel);
 }
 
 double onebit_norm(Zero *z, float unscale) {
@@ -162,24 +207,22 @@ double onebit_norm(Zero *z, float unscale) {
     return sqrt(sq);
 }
 
-void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
+double onebit_update(Zero *z, const Config *c, float lr, float unscale) {
     Registry *r = z->reg;
     z->t++;
+    float b1 = c->beta1;
+    average_momenta(z, b1, unscale);
+    // the averaged gradient ḡ = (m̄ − β1·m)/(1−β1): with compression "none" the global gradient, so its
+    // norm clips the step as one process's would (design §3)
+    Clip k = {0, b1, 1.0f};
+    each_tensor(z, step_sq, &k);
+    comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], &k.sq, 1, DT_F64);
+    double norm = b1 < 1 ? sqrt(k.sq) / (1 - b1) : 0;
+    if (c->clip > 0 && norm > c->clip) k.coef = (float)(c->clip / (norm + 1e-6));
+    each_tensor(z, clipped_momentum, &k);
     // 1-bit Adam (docs/parallel.md): v̂ = v/(1−β2^freeze_step) stays frozen with v; m keeps accumulating, so
     // m̂ = m/(1−β1^t) goes on with the step t (this step's count, as Adam's)
-    float b1 = c->beta1;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->onebit->freeze_step);
-    for (int i = 0; i < r->n; i++) {   // m = β1·m + (1−β1)·S·g_local: the group average is the full gradient's
-        const Param *p = &r->p[i];     // the gradient is consumed: left zero for the next step (adam.h)
-        float s = unscale * zero_group(z, p)->size, *m = z->m + z->sh[i].base;
-        #pragma omp parallel for schedule(static)
-        for (long j = 0; j < p->numel; j++) {
-            m[j] = b1 * m[j] + (1 - b1) * grad_at(r, p, j, s);
-            if (r->ghalf) p->g16[j] = 0;
-            else p->g[j] = 0;
-        }
-    }
-    average_momenta(z);
     for (int i = 0; i < r->n; i++) {
         Param *p = &r->p[i];
         long base = z->sh[i].base;
@@ -192,6 +235,7 @@ void onebit_update(Zero *z, const Config *c, float lr, float unscale) {
             else p->w[j] = w[j];
         }
     }
+    return norm;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -39,12 +39,14 @@ void onebit_init(OneBit *o, Zero *z, const Config *c);
 void onebit_free(OneBit *o);
 // Steps at or after freeze_step use the compressed update.
 int onebit_active(const Zero *z);
-// The compressed phase's gradient norm: each rank's gradient estimate (its own gradient times
-// the group size, whose group average is the gradient) has a norm; the log gets the root mean
-// square over the DP ranks. Nothing global is summed in this phase, so nothing is clipped.
+// Before a compressed step, the root mean square over the DP ranks of each rank's gradient
+// estimate's norm (its own gradient times the group size): not finite, an fp16 step is skipped.
 double onebit_norm(Zero *z, float unscale);
-// One compressed step: momentum from the local gradients (times unscale), averaged, weights updated.
-void onebit_update(Zero *z, const Config *c, float lr, float unscale);
+// One compressed step: local momenta from the local gradients (times unscale), averaged; the
+// averaged step's gradient part ḡ = (m̄ − β1·m)/(1−β1) clipped by its norm as every step is
+// (design §3): with compression "none" ḡ is the global gradient, so every layout clips as one
+// process; then the weights. Returns ‖ḡ‖ (the step's grad_norm).
+double onebit_update(Zero *z, const Config *c, float lr, float unscale);
 // The errors of this rank in a checkpoint directory (one file per rank, checksummed and fsynced;
 // collective-free). 0 or -1 after one line.
 int onebit_save(const Zero *z, const char *dir);

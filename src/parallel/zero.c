@@ -382,9 +382,8 @@ static double step(Zero *z, const Config *c, float lr) {
     if (device) { zero_unconsumed(z, z->skipped); finish_stage2(z); return norm; }
 #endif
     if (!z->skipped) {
-        float coef = 1.0f;
-        if (c->clip > 0 && norm > c->clip) coef = (float)(c->clip / (norm + 1e-6));
-        if (compressed) onebit_update(z, c, lr, unscale);
+        float coef = c->clip > 0 && norm > c->clip ? (float)(c->clip / (norm + 1e-6)) : 1.0f;
+        if (compressed) norm = onebit_update(z, c, lr, unscale);   // clipped by the averaged gradient's norm
         else update(z, c, lr, z->reg->ghalf ? unscale * coef : coef, tile);
     }
     // the updates left the gradients they read at zero; the rest now. The next step's backward

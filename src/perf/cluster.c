@@ -1,6 +1,7 @@
 // cluster.c — reading a cluster file (see cluster.h).
 #include "perf/cluster.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/util.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -81,6 +82,10 @@ static int parse(Cluster *c, const char *file, const cJSON *root) {
     if (cJSON_GetObjectItemCaseSensitive(d, "meet_us") && member(file, d, "device", "meet_us", -1e-9, 1e7, &meet)) return -1;
     c->meet = meet * 1e-6;
     if (nodes != floor(nodes) || per != floor(per)) { ted_error("%s: \"nodes\" and \"devices_per_node\" must be integers", file); return -1; }
+    if (nodes * per > 1e6) {   // the layouts tune enumerates grow with the devices: ted tune --gpus's bound
+        ted_error("%s: \"nodes\" x \"devices_per_node\" = %.0f devices, more than 1000000", file, nodes * per);
+        return -1;
+    }
     snprintf(c->name, sizeof c->name, "%s", name->valuestring);
     c->nodes = (int)nodes; c->per_node = (int)per;
     c->peak = tf * 1e12; c->mem = mem * 1e9;
@@ -106,15 +111,12 @@ static void resolve(const char *what, char *path, size_t n) {
 int cluster_load(Cluster *c, const char *what) {
     char path[1400];
     resolve(what, path, sizeof path);
-    size_t len;
-    char *text = read_file(path, &len);
-    if (!text) {
+    if (access(path, R_OK)) {
         ted_error("--cluster %s: cannot read %s: %s (a file, or a preset of configs/clusters/)", what, path, strerror(errno));
         return -1;
     }
-    cJSON *root = cJSON_Parse(text);
-    ted_free(text);
-    if (!cJSON_IsObject(root)) { ted_error("%s: malformed JSON (not an object)", path); cJSON_Delete(root); return -1; }
+    cJSON *root = json_read_object(path);   // a key twice is refused, not read as its first
+    if (!root) return -1;
     memset(c, 0, sizeof *c);
     int rc = parse(c, path, root);
     cJSON_Delete(root);
