@@ -127,7 +127,8 @@ set(TED_TEST_LABELS
   test_gpu_scripts=gpu,house
   test_layers=house
   test_portable=house,nn,parallel
-  test_doc_refs=house)
+  test_doc_refs=house
+  test_doc_commands=house,cli,run)
 foreach(entry ${TED_TEST_LABELS})
   string(REPLACE "=" ";" kv ${entry})
   list(GET kv 0 name)
