@@ -45,5 +45,6 @@ import json, sys
 for line in open(sys.argv[1]):
     o = json.loads(line)
     if "val_loss" in o:
-        print(f"  step {o['step']:5d}  val_loss {o['val_loss']:.4f}")
+        lm = f" = lm {o['val_lm_loss']:.4f} nats/byte + aux {o['val_aux_loss']:.4f}" if "val_lm_loss" in o else ""
+        print(f"  step {o['step']:5d}  val_loss {o['val_loss']:.4f}{lm}")
 PY

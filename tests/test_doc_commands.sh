@@ -3,6 +3,7 @@
 # docs cannot drift from the binary again:
 # - every `ted CMD ...` (or build/ted) in a code span or an indented code line names a command of
 #   `ted --help`, and every --flag after it is in `ted CMD --help` (bench takes train's flags too);
+#   a code span of flags alone (`--overlap-comm`) names flags of some ted command (or mpirun's);
 #   every `make TARGET` is a target of the Makefile;
 # - every complete `ted train` line (no placeholder, no checkpoint to read, no GPU) passes ted
 #   train's own checks: it is run as written with --dry-run (and --ranks N under mpirun -np N);
@@ -30,6 +31,8 @@ helps["bench"] = (helps["bench"][0], helps["bench"][1] + helps["train"][1])
 for c, (rc, _) in helps.items():
     if rc != 0:
         bad.append(f"ted {c} --help exits {rc}")
+every_help = "".join(h for _, h in helps.values())
+mpirun_flags = {"--allow-run-as-root", "--oversubscribe", "--map-by", "--mca", "--bind-to", "--hostfile", "--tune"}
 targets = set(re.findall(r"^([\w-]+):", open(os.path.join(root, "Makefile")).read(), re.M))
 
 def pieces(path):
@@ -83,6 +86,11 @@ for p in files:
                     bad.append(f"{p}:{n}: ted {cmd} {flag}: not in ted {cmd} --help")
             if cmd == "train" and block:
                 dry.append((p, n, code))
+        if code.startswith("--"):   # flags on their own: some ted command's, or mpirun's
+            for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", code):
+                checked += 1
+                if flag not in mpirun_flags and not re.search(re.escape(flag) + r"(?![\w-])", every_help):
+                    bad.append(f"{p}:{n}: {flag}: not a flag of any ted command")
         for t in re.findall(r"(?:^|\s)make ([a-z][\w-]*)", code):
             if t not in targets:
                 bad.append(f"{p}:{n}: make {t}: no such target in the Makefile")
