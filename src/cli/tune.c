@@ -344,7 +344,8 @@ static int calibrate(const TuneArgs *a) {
 }
 
 static void help(void) {
-    printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]\n"
+    printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--data FILE]\n"
+           "                [--device cpu|cuda] [--json]\n"
            "  Predicts the step time and memory of every layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC,\n"
            "  activation checkpointing, micro-batch and accumulation) of the model on the cluster and prints\n"
            "  the ten fastest that fit, with the mpirun line of the best. --cluster: a JSON file or a preset of\n"
@@ -355,6 +356,10 @@ static void help(void) {
            "  --activation-checkpointing --overlap-degree --overlap-comm fix that part of the layout (od: the\n"
            "  all-to-all's overlap degree, oc: overlap_comm). --traffic: the first stage's predicted\n"
            "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n"
+           "  Every layout ranked passes ted train's own checks, on the device the run would use (--device:\n"
+           "  default cuda on a GPU cluster, cpu elsewhere); the best line runs as printed (this binary,\n"
+           "  --data FILE, --device cuda on a GPU cluster, --bf16 for an fp32 config); add --dry-run --ranks N\n"
+           "  to check it here.\n"
            "usage: [mpirun -np R --hostfile H] ted tune --calibrate [--out FILE]\n"
            "  Measures the machines it runs on (one rank per device) and writes a cluster file: nodes and\n"
            "  ranks per node from the host names, the fp32 GEMM rate with every rank busy, memory per rank,\n"
