@@ -46,7 +46,7 @@ run_script 3; rc3=$?
 records3=$(grep -c '"run"' "$W/moby/log.jsonl")
 expect "make train: the first run trains and prints samples" '[ $rc1 -eq 0 ] && grep -q "^--- sample" "$W/moby1.out"'
 expect "make train again on a finished run: exit 0, 'already complete', no samples, no new run record ($records1 -> $records3)" \
-  '[ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && grep -q "already complete: step 2 of --steps 2" "$W/moby3.out" &&
+  '[ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && grep -q "already complete at step 2 (--steps 2)" "$W/moby3.out" &&
    ! grep -q "^--- sample" "$W/moby2.out" "$W/moby3.out" && [ "$records1" = "$records3" ]'
 out=$("$TED" train --data data/moby-dick.txt --steps 2 --resume "$W/moby" 2>&1); rc=$?
 expect "ted train --resume of a finished run: exit 0, one line: $out" \

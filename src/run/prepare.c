@@ -162,9 +162,9 @@ static int already_complete(const Config *c, const ConfigCheckpoint *ck) {
     long step = c->resume[0] ? runinfo_ckpt_step(ck->dir) : -1;
     if (step < c->steps) return 0;
     if (comm_world_rank() == 0)
-        printf("ted train: the run in %s is already complete: step %ld of --steps %d; raise --steps to train on, "
-               "or delete %s (or --save elsewhere without --resume) to start again\n",
-               c->resume, step, c->steps, c->resume);
+        printf("ted train: the run in %s is already complete at step %ld (--steps %d); raise --steps to train on, "
+               "or start a new run without --resume (--save elsewhere, or --overwrite to replace this one)\n",
+               c->resume, step, c->steps);
     return 1;
 }
 
