@@ -157,12 +157,18 @@ int run_check_layout(const Config *c, int world) {
     return model_overlap_check(c, cfg_seq_len(c)) ? -1 : 0;
 }
 
-// --resume of a run that reached --steps: nothing to train (one line, exit 0).
+// --resume of a run that reached --steps: nothing to train (one line, exit 0); -1 when its
+// trainer_state.json is refused (one line).
 static int already_complete(const Config *c, const ConfigCheckpoint *ck) {
-    long step = c->resume[0] ? runinfo_ckpt_step(ck->dir) : -1;
+    if (!c->resume[0]) return 0;
+    char path[1300];
+    snprintf(path, sizeof path, "%s/trainer_state.json", ck->dir);
+    TrainerState st;
+    if (read_trainer_state(path, &st)) return -1;
+    int step = st.step;
     if (step < c->steps) return 0;
     if (comm_world_rank() == 0)
-        printf("ted train: the run in %s is already complete at step %ld (--steps %d); raise --steps to train on, "
+        printf("ted train: the run in %s is already complete at step %d (--steps %d); raise --steps to train on, "
                "or start a new run without --resume (--save elsewhere, or --overwrite to replace this one)\n",
                c->resume, step, c->steps);
     return 1;
@@ -185,7 +191,9 @@ int run_prepare(Run *R, int argc, char **argv) {
     static ConfigCheckpoint ck;
     if (run_config(c, argc, argv, config_defaults, &ck)) return TED_EXIT_USAGE;
     if (c->resume[0]) snprintf(R->ckdir, sizeof R->ckdir, "%s", ck.dir);
-    if ((R->done = already_complete(c, &ck))) return 0;
+    int complete = already_complete(c, &ck);
+    if (complete < 0) return TED_EXIT_USAGE;
+    if ((R->done = complete)) return 0;
     watchdog_start(c->watchdog, comm_launcher_keepalive_s());   // from here every collective is watched
     if (check_ranks(c)) return TED_EXIT_USAGE;
     R->world = c->dry_run_ranks ? c->dry_run_ranks : comm_world_size();
