@@ -26,10 +26,10 @@ test: setup
 	cd $(BUILD) && ctest --output-on-failure -j1
 
 # the default run: the configs/moby.json model on Moby-Dick, then samples; an interrupted run
-# continues from its last checkpoint
+# continues from its last checkpoint; ARGS go to ted train (make train ARGS="--steps 50")
 train: setup
 	@$(MAKE) --no-print-directory ted-only
-	bash scripts/train_moby.sh
+	bash scripts/train_moby.sh $(ARGS)
 
 plot:
 	@bash scripts/plot.sh $(LOG)

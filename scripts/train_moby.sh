@@ -2,14 +2,17 @@
 # The default run (make train): configs/moby.json on Moby-Dick, then samples from the
 # final checkpoint. Outputs go to runs/moby/ (log.jsonl, checkpoints; `make plot` draws it).
 # A run interrupted after a checkpoint continues from it (its log appended); one interrupted
-# before any checkpoint starts again. Ctrl-C saves the step and prints how to continue.
+# before any checkpoint starts again. Ctrl-C saves the step and prints how to continue. A run
+# already complete says so and stops. Arguments go to ted train (make train ARGS="--steps 50").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TED=${TED:-build/ted}
 OUT=${OUT:-runs/moby}
 mkdir -p "$OUT"
 args=(--config configs/moby.json --data data/moby-dick.txt --log "$OUT/log.jsonl" --save "$OUT")
-if compgen -G "$OUT/step_*/model.safetensors" >/dev/null; then
+last_checkpoint() { compgen -G "$OUT/step_*/model.safetensors" | sort | tail -1 || true; }
+before=$(last_checkpoint)
+if [ -n "$before" ]; then
   echo "make train: continuing the run in $OUT from its last checkpoint"
   args+=(--resume "$OUT")
 else
@@ -22,6 +25,11 @@ if [ $rc -ne 0 ]; then
     echo "make train: interrupted; \`make train\` continues from the last checkpoint (or: $TED train ${args[*]:0:8} --resume $OUT)"
   fi
   exit $rc
+fi
+# a resumed run that trained nothing was already complete (ted said so): no samples again
+if [ -n "$before" ] && [ "$(last_checkpoint)" = "$before" ]; then
+  echo "make train: nothing to train (make train ARGS=\"--steps N\" trains on to step N)"
+  exit 0
 fi
 echo
 seed=7
@@ -37,5 +45,6 @@ import json, sys
 for line in open(sys.argv[1]):
     o = json.loads(line)
     if "val_loss" in o:
-        print(f"  step {o['step']:5d}  val_loss {o['val_loss']:.4f}")
+        lm = f" = lm {o['val_lm_loss']:.4f} nats/byte + aux {o['val_aux_loss']:.4f}" if "val_lm_loss" in o else ""
+        print(f"  step {o['step']:5d}  val_loss {o['val_loss']:.4f}{lm}")
 PY

@@ -9,6 +9,11 @@
 #     and the data summary; the log's first record and the checkpoint's run.json hold the same
 #     settings.
 # (c) --peak-tflops: MFU is against the stated peak; above 100 % one warning.
+# (e) a measured peak a person can believe: with the start-up's all-thread GEMM measurement lowered
+#     1000x (TED_DEBUG_PEAK_SCALE, as a busy machine lowers it) the peak is the cores times one
+#     core's rate, the run record names it (kind and GFLOP/s, as the console's model line), and
+#     every step's MFU is at most 1; with one core's rate lowered too, a step above the peak raises
+#     it to the step's rate: one note, a record in the log, MFU still at most 1.
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 source "${TED_ROOT:?}/tests/lib.sh"
 MODEL=(--data data/moby-dick.txt --n-layer 1 --n-embd 16 --n-head 2 --n-positions 16 --micro-batch 2 --threads 1)
@@ -70,6 +75,29 @@ import json, sys
 s = [o for o in map(json.loads, open('$W/mfu.jsonl')) if 'mfu' in o]
 assert len(s) == 3 and all(o['mfu'] > 1 for o in s), [o['mfu'] for o in s]" || fail "log mfu"
 echo "ok   --peak-tflops: MFU against the stated peak, one warning above 100 %"
+
+# (e) a disturbed start-up measurement
+for scale in 0.001 0.001,0.001; do
+  TED_DEBUG_PEAK_SCALE=$scale "$TED" train "${MODEL[@]}" --threads 2 --steps 3 --eval-windows 2 --log "$W/peak.jsonl" \
+    --overwrite >"$W/peak.out" 2>&1 || { cat "$W/peak.out"; fail "TED_DEBUG_PEAK_SCALE=$scale run"; }
+  r=$(/usr/bin/python3 - "$W/peak.jsonl" "$W/peak.out" "$scale" <<'PY'
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+peak = recs[0]["run"]["mfu_peak"]
+line = re.search(r"MFU against (.*) peak ([0-9.]+) GFLOP/s", open(sys.argv[2]).read())
+assert line and line.group(1) == peak["kind"] and abs(float(line.group(2)) - peak["gflops"]) < 0.1, (line, peak)
+assert re.fullmatch(r"[0-9.]+ cores x one core's (sgemm|bf16 gemm)", peak["kind"]), peak
+mfu = [o["mfu"] for o in recs if "mfu" in o]
+assert len(mfu) == 3 and all(0 < m <= 1 for m in mfu), mfu
+raised = [o["mfu_peak"] for o in recs[1:] if "mfu_peak" in o]
+notes = open(sys.argv[2]).read().count(f"above the {peak['kind']} peak measured at start")
+if "," in sys.argv[3]:
+    assert raised and raised[0]["step"] == 1 and notes == 1 and mfu[0] == 1, (raised, notes, mfu)
+print(f"peak {peak['kind']} {peak['gflops']} GFLOP/s, MFU {mfu}, raised {len(raised)}x")
+PY
+  ) || fail "TED_DEBUG_PEAK_SCALE=$scale: $r"
+  echo "ok   TED_DEBUG_PEAK_SCALE=$scale: $r"
+done
 
 # (d) the MoE load under every pipeline schedule: with pp 2 interleaved (v 2) over 4 blocks and an
 #     MoE FFN in every other block, rank 0 (which prints) holds blocks 0 and 2, both dense; the

@@ -109,9 +109,11 @@ set(TED_TEST_LABELS
   test_mpi_trust=io,run,mpi
   test_mpi_signals=run,io,mpi
   test_monitor=io,run
-  test_progress=io,run
+  test_progress=io,run,model
   test_plan=perf,cli
   test_tune=perf,cli
+  test_tune_line=perf,cli,run
+  test_frictions=cli,run,io
   test_cluster=perf,parallel,mpi
   test_mpi_failure=run,parallel,mpi
   test_generate=run,cli
@@ -126,7 +128,8 @@ set(TED_TEST_LABELS
   test_gpu_scripts=gpu,house
   test_layers=house
   test_portable=house,nn,parallel
-  test_doc_refs=house)
+  test_doc_refs=house
+  test_doc_commands=house,cli,run)
 foreach(entry ${TED_TEST_LABELS})
   string(REPLACE "=" ";" kv ${entry})
   list(GET kv 0 name)

@@ -132,6 +132,60 @@ static void say_margin(const StepLines *a, const StepLines *b) {
            m < NEAR_TIE ? "a near tie (< 1e-6), which rounding may route either way" : "no near tie (>= 1e-6)");
 }
 
+// Settings of a run record that do not change what the steps compute: where a run writes and
+// reads back, how often it reports, threads, the layout and its optimizations (every layout equals
+// one process; the micro-batch split is the layout's: the global batch is compared instead).
+static int how_it_runs(const char *k) {
+    static const char *const keys[] = {
+        "log", "save", "save-every", "resume", "eval-every", "eval-windows", "log-every", "sample-every", "threads",
+        "device", "peak-tflops", "keep-last", "overwrite", "watchdog", "tensorboard-dir", "log-tensors", "dry-run",
+        "ranks", "steps_per_print", "wall_clock_breakdown", "micro-batch", "grad-accum", "train-batch-size", "tp", "ep",
+        "pp", "pp-schedule", "pp-virtual", "pipeline.layers", "zero-stage", "overlap-comm", "overlap-degree",
+        "progress-thread", "tile-size", "activation-checkpointing", "dtd", "cac", "zero_optimization.reduce_bucket_size",
+        "zero_optimization.offload_optimizer.device", NULL};
+    for (int i = 0; keys[i]; i++) if (!strcmp(k, keys[i])) return 1;
+    return !strncmp(k, "tensorboard.", 12) || !strncmp(k, "csv_monitor.", 12);
+}
+
+// The first run record of a log ({"run": ...}), or NULL.
+static const cJSON *run_record(const Log *lg) {
+    for (long i = 0; i < lg->nroots; i++) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(lg->roots[i], "run");
+        if (cJSON_IsObject(r)) return r;
+    }
+    return NULL;
+}
+
+// "name A -> B" for a setting that differs (a missing one reads "none"); appended to out.
+static void add_difference(char *out, size_t n, int *count, const char *name, const cJSON *x, const cJSON *y) {
+    size_t k = strlen(out);
+    if (k > n - 100) return;
+    char *a = x ? cJSON_PrintUnformatted(x) : NULL, *b = y ? cJSON_PrintUnformatted(y) : NULL;
+    snprintf(out + k, n - k, "%s%s %s -> %s", (*count)++ ? ", " : "", name, a ? a : "none", b ? b : "none");
+    cJSON_free(a);
+    cJSON_free(b);
+}
+
+// When both logs have a run record: the settings that change what the steps compute and differ
+// (and the global batch), in one line: such runs are not expected to agree.
+static void say_settings(const Log *la, const Log *lb) {
+    const cJSON *ra = run_record(la), *rb = run_record(lb);
+    if (!ra || !rb) return;
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(ra, "config"), *cb = cJSON_GetObjectItemCaseSensitive(rb, "config"), *x;
+    char msg[2048] = "";
+    int count = 0;
+    cJSON_ArrayForEach(x, ca) {
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(cb, x->string);
+        if (!how_it_runs(x->string) && !(y && cJSON_Compare(x, y, 1))) add_difference(msg, sizeof msg, &count, x->string, x, y);
+    }
+    cJSON_ArrayForEach(x, cb)
+        if (!how_it_runs(x->string) && !cJSON_GetObjectItemCaseSensitive(ca, x->string))
+            add_difference(msg, sizeof msg, &count, x->string, NULL, x);
+    const cJSON *ga = cJSON_GetObjectItemCaseSensitive(ra, "global_batch"), *gb = cJSON_GetObjectItemCaseSensitive(rb, "global_batch");
+    if (ga && gb && !cJSON_Compare(ga, gb, 1)) add_difference(msg, sizeof msg, &count, "global batch", ga, gb);
+    if (count) printf("note: the runs' settings differ (A -> B), so their losses need not agree: %s\n", msg);
+}
+
 static int parse_tol(const char *name, const char *s, double *out) {
     char *end;
     errno = 0;
@@ -155,7 +209,9 @@ int cmd_compare(int argc, char **argv) {
                    "  per-tensor gradient norms (runs with --log-tensors). |a-b| > atol + rtol*max(|a|,|b|)\n"
                    "  parts (defaults rtol 1e-4, atol 1e-8). Exit 0: no divergence; 1: they part.\n"
                    "  With --log-tensors a parting step also shows its smallest routing margin in each log, and\n"
-                   "  whether it is a near tie (< 1e-6: a choice that rounding may route either way).\n");
+                   "  whether it is a near tie (< 1e-6: a choice that rounding may route either way).\n"
+                   "  When the logs' run records differ in a setting that changes what the steps compute (not the\n"
+                   "  layout, where they write or how often they report), a note names each first.\n");
             return 0;
         }
         if (!strcmp(argv[i], "--rtol")) { if (parse_tol("--rtol", i + 1 < argc ? argv[++i] : NULL, &t.rtol)) return TED_EXIT_USAGE; }
@@ -166,6 +222,7 @@ int cmd_compare(int argc, char **argv) {
     if (nf != 2) { ted_error("compare: needs two logs, A.jsonl and B.jsonl"); return TED_EXIT_USAGE; }
     Log a = {0}, b = {0};
     if (load_log(files[0], &a) || load_log(files[1], &b)) { free_log(&a); free_log(&b); return TED_EXIT_USAGE; }
+    say_settings(&a, &b);
     long common = 0;
     int parted = 0;
     for (long i = 0; i < a.n && !parted; i++) {

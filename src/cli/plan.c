@@ -222,7 +222,8 @@ static void usage(void) {
            "  Model-state bytes per GPU of a MoE model (a MoE FFN of E experts in every other block of\n"
            "  an N-parameter base model) under TED with ZeRO stage 0, 1 (default) or 2, the optimizer state\n"
            "  on the host with --offload (docs/design.md §5, M1), and the largest base model that fits in\n"
-           "  BYTES (default 80e9). Without --tp/--ep, every layout that divides. Given the shape (--hidden\n"
+           "  BYTES (default 80e9), and that N's limit as G grows (the M2 bound: weights and gradients alone).\n"
+           "  Without --tp/--ep, every layout that divides. Given the shape (--hidden\n"
            "  ... --heads; top-2 routing, GPT-2's vocabulary), each layout's activations too: every buffer\n"
            "  ted train would allocate on the rank.\n"
            "  With --pp each stage holds 1/P of the model; the ideal bubble of each schedule for M\n"
@@ -285,6 +286,9 @@ static int plan_base(double N, int e, int g, int T, int P, int pp, const double 
                      const PlanOpts *o) {
     printf("base model %.3g params, %d experts (every other block): NP_nonexp %.3g, NP_exp %.3g; %d GPUs of %.3g bytes; %s\n",
            N, e, 2.0 / 3 * N, e / 3.0 * N, g, mem, zero_name(o));
+    printf("  largest base model: the N whose model state fits a GPU in this layout (M1); M2 bound: its limit as the\n"
+           "  GPUs grow, the optimizer state spread over them and the experts over E ranks: the weights and\n"
+           "  gradients alone: tp x pp x memory / (2 x bytes per weight) (docs/design.md section 5)\n");
     int shown = 0;
     for (int tp = 1; tp <= g; tp++) {
         if (g % ((long)tp * pp) || (T && tp != T)) continue;

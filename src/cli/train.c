@@ -15,6 +15,7 @@ int cmd_train(int argc, char **argv) {
     static Run R;   // large (the config's paths); one per process
     memset(&R, 0, sizeof R);
     if (run_open(&R, argc, argv)) return TED_EXIT_USAGE;
+    if (R.done) return 0;   // --dry-run, or a resumed run already complete
     for (long s = R.st.step; s < R.c.steps; s++) {
         StepMetrics m = trainer_step(&R.tr, s);
         int rc = run_after_step(&R, s, &m);

@@ -1,8 +1,9 @@
 // tune.c — `ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]`:
-// every valid layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC, activation checkpointing, micro-batch
-// and accumulation for the global batch) costed by the performance model (perf/perfmodel.h); the
-// ten fastest that fit in memory, their split, and the mpirun line of the best. --json: every
-// evaluated layout as one JSON object per line.
+// every layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC, activation checkpointing, micro-batch and
+// accumulation for the global batch) that ted train accepts on the cluster's devices (its own
+// rules, --device cuda on a GPU cluster), costed by the performance model (perf/perfmodel.h); the
+// ten fastest that fit in memory, their split, and the line that runs the best as printed. --json:
+// every evaluated layout as one JSON object per line.
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/alloc.h"
@@ -11,6 +12,7 @@
 #include "perf/calibrate.h"
 #include "model/model.h"
 #include "perf/perfmodel.h"
+#include "run/run.h"
 #include <errno.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -18,10 +20,13 @@
 #include <string.h>
 
 typedef struct { Layout y; Prediction p; } Option;
-typedef struct { Option *o; int n, cap; } Options;
+// The layouts ted train refuses: the first reasons met, with how many layouts each.
+#define REASONS 4
+typedef struct { char why[REASONS][256], plain[256]; long n[REASONS], total; } Refusals;
+typedef struct { Option *o; int n, cap; Refusals no; } Options;
 
 typedef struct {
-    const char *config, *cluster;
+    const char *config, *cluster, *data, *device;
     int gpus, json, traffic, calibrate;
     const char *out;
     long global;
@@ -39,20 +44,54 @@ static int wanted(const Layout *y, const Layout *w) {
            (w->overlap_comm < 0 || y->overlap_comm == w->overlap_comm);
 }
 
+// ted train's own rules for a run of k on `world` processes: 1 with the first broken rule in why.
+// (config_validate as ted train calls it, its lines captured, not printed; then the layout's.)
+static int train_refuses(const Config *k, int world, char *why, size_t n) {
+    ted_error_capture(why, n);
+    int bad = config_validate(k) || run_check_layout(k, world);
+    ted_error_capture(NULL, 0);
+    return bad;
+}
+
+// The config ted train runs for the best line's flags on c: layout y's fields; pipeline.layers
+// stays the config's (no flag drops it).
+static void line_config(Config *k, const Config *c, const Layout *y) {
+    perf_layout_config(k, c, y);
+    k->pp_nlayers = c->pp_nlayers;
+}
+
+// plain: a layout without the optional overlap and recompute (its reason says why nothing runs).
+static void refused(Refusals *r, const char *why, int plain) {
+    r->total++;
+    if (plain && !r->plain[0]) snprintf(r->plain, sizeof r->plain, "%s", why);
+    for (int i = 0; i < REASONS; i++)
+        if (!r->why[i][0] || !strcmp(r->why[i], why)) {
+            snprintf(r->why[i], sizeof r->why[i], "%s", why);
+            r->n[i]++;
+            return;
+        }
+}
+
 static void keep(Options *s, const Layout *y, const Config *c, const Cluster *cl) {
+    Config k;
+    char why[256];
+    line_config(&k, c, y);
+    if (train_refuses(&k, y->pp * y->tp * y->dp, why, sizeof why)) {
+        refused(&s->no, why, y->overlap_degree == 1 && !y->overlap_comm && !y->dtd && !y->ckpt);
+        return;
+    }
     if (s->n == s->cap) { s->cap = s->cap ? 2 * s->cap : 256; s->o = ted_realloc(s->o, sizeof(Option) * s->cap, MEM_TEMP); }
     s->o[s->n].y = *y;
-    perf_predict(&s->o[s->n].p, c, y, cl);
+    perf_predict(&s->o[s->n].p, &k, y, cl);
     s->n++;
 }
 
 // Overlap: the all-to-all in 1, 2 or 4 chunks (with expert parallelism, as far as the capacity allows),
-// overlap_comm off or on (with data parallelism); neither on a GPU run (they are refused there).
+// overlap_comm off or on (with data parallelism); ted train's rules refuse what a device cannot run.
 static void each_overlap(Options *s, Layout y, const Config *c, const Cluster *cl, const Layout *w) {
     int moe = c->model.num_experts > 1 && y.ep > 1, most = model_overlap_max(c, cfg_seq_len(c));
-    int cpu = c->device != DEV_CUDA;   // both run on the CPU only; overlap_comm not with OneBitAdam
-    for (y.overlap_degree = 1; y.overlap_degree <= (moe && cpu ? 4 : 1) && y.overlap_degree <= most; y.overlap_degree *= 2)
-        for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1 && cpu && !c->onebit); y.overlap_comm++)
+    for (y.overlap_degree = 1; y.overlap_degree <= (moe ? 4 : 1) && y.overlap_degree <= most; y.overlap_degree *= 2)
+        for (y.overlap_comm = 0; y.overlap_comm <= (y.dp > 1); y.overlap_comm++)
             if (wanted(&y, w)) keep(s, &y, c, cl);
 }
 
@@ -71,19 +110,17 @@ static void each_option(Options *s, Layout y, const Config *c, const Cluster *cl
                     }
 }
 
-// Every (pp, tp, ep, dp) that design §4 allows for G ranks of this model on this cluster.
+// Every (pp, tp, ep, dp) of G ranks (design §4); ted train's rules then judge each (keep).
 static void enumerate(Options *s, const Config *c, const Cluster *cl, int G, long global, const Layout *w) {
     const ModelConfig *m = &c->model;
     Layout y = {.wbytes = precision_bytes(cfg_precision(c))};
     for (y.pp = 1; y.pp <= G && y.pp <= m->n_layer; y.pp++) {
         if (G % y.pp) continue;
         for (y.tp = 1; y.tp <= G / y.pp; y.tp++) {   // TP across nodes is allowed, and costed
-            if ((G / y.pp) % y.tp || m->n_head % y.tp || cfg_ffn(m) % y.tp || cfg_expert_inner(m) % y.tp) continue;
+            if ((G / y.pp) % y.tp) continue;
             y.dp = G / (y.pp * y.tp);
             for (y.ep = 1; y.ep <= y.dp; y.ep++)
-                if (y.dp % y.ep == 0 && m->num_experts % y.ep == 0 && (m->num_experts > 1 || y.ep == 1) &&
-                    global % y.dp == 0)
-                    each_option(s, y, c, cl, global, w);
+                if (y.dp % y.ep == 0 && global % y.dp == 0) each_option(s, y, c, cl, global, w);
         }
     }
 }
@@ -152,14 +189,61 @@ static void print_table(const Options *s, const Cluster *cl, int G) {
     (void)G;
 }
 
-static void print_best(const Option *o, const TuneArgs *a, const Cluster *cl, int G) {
+// The path of this ted binary (what the best line runs), else "ted".
+static void exe_path(char *out, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", out, n - 1);
+    if (k <= 0) snprintf(out, n, "ted");
+    else out[k] = 0;
+}
+
+// The launcher of G ranks: none for one; mpirun on one node of the cluster; a hostfile beyond.
+static void print_launcher(const Cluster *cl, int G) {
+    if (G == 1) return;
+    printf("mpirun -np %d%s", G, geteuid() == 0 ? " --allow-run-as-root" : "");
+    if (G > cl->per_node) printf(" --hostfile HOSTS --map-by ppr:%d:node", cl->per_node);
+    printf(" ");
+}
+
+// The line that runs layout o as printed: the user's config and data, the cluster's device and the
+// precision tune assumed (c0: the config as read, c: as tune runs it), every field of the layout.
+static void print_best(const Option *o, const TuneArgs *a, const Config *c0, const Config *c, const Cluster *cl, int G) {
     const Layout *y = &o->y;
-    printf("\nbest: mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node ted train --config %s --tp %d --ep %d --pp %d "
-           "--zero-stage %d%s%s%s --micro-batch %d --grad-accum %d", G, cl->per_node < G ? cl->per_node : G, a->config,
-           y->tp, y->ep, y->pp, y->zero, y->dtd ? " --dtd" : "", y->ckpt ? " --activation-checkpointing" : "",
+    Config k;
+    char exe[1024];
+    line_config(&k, c, y);
+    exe_path(exe, sizeof exe);
+    printf("\nbest: ");
+    print_launcher(cl, G);
+    printf("%s train --config %s --data %s%s%s --tp %d --ep %d --pp %d --zero-stage %d", exe, a->config,
+           a->data ? a->data : "DATA", k.device == DEV_CUDA ? " --device cuda" : "", k.bf16 && !c0->bf16 ? " --bf16" : "",
+           y->tp, y->ep, y->pp, y->zero);
+    if (k.pp_schedule != c0->pp_schedule) printf(" --pp-schedule 1f1b");   // the one schedule a layout changes to
+    if (k.pp_virtual != c0->pp_virtual) printf(" --pp-virtual %d", k.pp_virtual);
+    printf("%s%s%s --micro-batch %d --grad-accum %d", y->dtd ? " --dtd" : "", y->ckpt ? " --activation-checkpointing" : "",
            y->cac ? " --cac" : "", y->micro_batch, y->accum);
-    if (y->overlap_degree > 1) printf(" --overlap-degree %d", y->overlap_degree);
+    if (y->overlap_degree != c0->overlap_degree || y->overlap_degree > 1) printf(" --overlap-degree %d", y->overlap_degree);
+    if (k.train_batch_size != c0->train_batch_size) printf(" --train-batch-size %d", k.train_batch_size);
     printf("%s\n", y->overlap_comm ? " --overlap-comm" : "");
+    if (G > cl->per_node || !a->data)
+        printf("  (%s%s%s)\n", G > cl->per_node ? "HOSTS: a hostfile of the nodes" : "",
+               G > cl->per_node && !a->data ? "; " : "", a->data ? "" : "DATA: the training data, or give tune --data");
+}
+
+// The layouts left out because ted train refuses them, by reason.
+static void print_refused(const Refusals *r, const Config *c) {
+    if (!r->total) return;
+    printf("\nleft out: %ld layouts that ted train%s refuses:\n", r->total, c->device == DEV_CUDA ? " --device cuda" : "");
+    long shown = 0, done[REASONS] = {0};
+    for (int k = 0; k < REASONS; k++) {   // the most frequent first
+        int top = -1;
+        for (int i = 0; i < REASONS; i++)
+            if (r->why[i][0] && !done[i] && (top < 0 || r->n[i] > r->n[top])) top = i;
+        if (top < 0) break;
+        done[top] = 1;
+        printf("  %6ld  %s\n", r->n[top], r->why[top]);
+        shown += r->n[top];
+    }
+    if (shown < r->total) printf("  %6ld  for other reasons\n", r->total - shown);
 }
 
 // The train flags that fix a field of the layout: ints, then switches.
@@ -191,6 +275,11 @@ static int parse_args(TuneArgs *a, int argc, char **argv) {
             if (*end || end == v || n < 0 || n > 1000000) { ted_error("tune: %s must be an integer in [0, 1000000], got \"%s\"", f, v); return -1; }
             *field = (int)n;
         } else if (!strcmp(f, "--config")) a->config = v;
+        else if (!strcmp(f, "--data")) a->data = v;
+        else if (!strcmp(f, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) { ted_error("tune: --device must be cpu or cuda, got \"%s\"", v); return -1; }
+            a->device = v;
+        }
         else if (!strcmp(f, "--out")) a->out = v;
         else if (!strcmp(f, "--cluster")) a->cluster = v;
         else if (!strcmp(f, "--gpus") || !strcmp(f, "--global-batch")) {
@@ -255,7 +344,8 @@ static int calibrate(const TuneArgs *a) {
 }
 
 static void help(void) {
-    printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--json]\n"
+    printf("usage: ted tune --config model.json --cluster NAME|FILE [--gpus N] [--global-batch B] [--data FILE]\n"
+           "                [--device cpu|cuda] [--json]\n"
            "  Predicts the step time and memory of every layout (pp, tp, ep, dp, ZeRO stage, DTD, CAC,\n"
            "  activation checkpointing, micro-batch and accumulation) of the model on the cluster and prints\n"
            "  the ten fastest that fit, with the mpirun line of the best. --cluster: a JSON file or a preset of\n"
@@ -266,22 +356,58 @@ static void help(void) {
            "  --activation-checkpointing --overlap-degree --overlap-comm fix that part of the layout (od: the\n"
            "  all-to-all's overlap degree, oc: overlap_comm). --traffic: the first stage's predicted\n"
            "  collectives of the best layout per step, in the log's comm form ({\"allreduce.tp\": {calls, bytes}}).\n"
+           "  Every layout ranked passes ted train's own checks, on the device the run would use (--device:\n"
+           "  default cuda on a GPU cluster, cpu elsewhere); the best line runs as printed (this binary,\n"
+           "  --data FILE, --device cuda on a GPU cluster, --bf16 for an fp32 config); add --dry-run --ranks N\n"
+           "  to check it here.\n"
            "usage: [mpirun -np R --hostfile H] ted tune --calibrate [--out FILE]\n"
            "  Measures the machines it runs on (one rank per device) and writes a cluster file: nodes and\n"
            "  ranks per node from the host names, the fp32 GEMM rate with every rank busy, memory per rank,\n"
            "  latency and bandwidth inside a node and between nodes (ping-pong from rank 0).\n");
 }
 
+// The config and cluster as tune runs them (c0: the config as read): the cluster's device, or
+// --device; on a GPU the bf16 its peak is for, where the config computes fp32; --global-batch as
+// train_batch_size where the config checks one; a switch the config turns on stays on (no flag of
+// ted train turns it off). 0, or an exit code after one line.
+static int setup(TuneArgs *a, Config *c0, Config *c, Cluster *cl) {
+    config_defaults(c0);
+    if (config_load_json(c0, a->config) || config_validate(c0) || cluster_load(cl, a->cluster)) return TED_EXIT_USAGE;
+    *c = *c0;
+    c->device = a->device ? (strcmp(a->device, "cuda") ? DEV_CPU : DEV_CUDA) : cl->gpu ? DEV_CUDA : DEV_CPU;
+    if (c->device == DEV_CUDA && cfg_precision(c) == PREC_FP32) c->bf16 = 1;
+    if (a->global && c->train_batch_size) c->train_batch_size = (int)a->global;
+    int *fix[] = {&a->want.dtd, &a->want.cac, &a->want.ckpt, &a->want.overlap_comm};
+    const int on[] = {c->dtd, c->cac, c->activation_checkpointing, c->overlap_comm};
+    for (int i = 0; i < 4; i++) if (on[i] && *fix[i] < 0) *fix[i] = 1;
+    if (a->traffic) train_defaults(&a->want, c);
+    return 0;
+}
+
+static void print_header(const TuneArgs *a, const Config *c0, const Config *c, const Cluster *cl, int G, long global, int n) {
+    printf("ted tune: %s on %s (%d of %d %s, %.4g TFLOP/s x %.2f, %.3g GB each), global batch %ld: %d layouts\n",
+           a->config, cl->name, G, cluster_devices(cl), c->device == DEV_CUDA ? "GPUs: ted train --device cuda" : "CPU devices",
+           cl->peak / 1e12, cl->gemm_eff, cl->mem / 1e9, global, n);
+    if (c->bf16 && !c0->bf16)
+        printf("  (in bf16, the precision of the GPU's peak and of the GPU path; the config computes fp32: the line adds --bf16)\n");
+}
+
+// Nothing to rank: one line, with why ted train refuses the plainest layout when it refused them all.
+static int none_left(const Options *s, const Config *c, int G) {
+    if (!s->no.total) { ted_error("tune: no layout of %d devices matches the options given", G); return TED_EXIT_USAGE; }
+    ted_error("tune: ted train%s refuses every layout of %d devices that matches: %s", c->device == DEV_CUDA ? " --device cuda" : "",
+              G, s->no.plain[0] ? s->no.plain : s->no.why[0]);
+    return TED_EXIT_USAGE;
+}
+
 int cmd_tune(int argc, char **argv) {
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
     TuneArgs a;
-    Config c;
+    Config c0, c;
     Cluster cl;
-    config_defaults(&c);
     if (parse_args(&a, argc, argv)) return TED_EXIT_USAGE;
     if (a.calibrate) return calibrate(&a);
-    if (config_load_json(&c, a.config) || config_validate(&c) || cluster_load(&cl, a.cluster)) return TED_EXIT_USAGE;
-    if (a.traffic) train_defaults(&a.want, &c);
+    if (setup(&a, &c0, &c, &cl)) return TED_EXIT_USAGE;
     int G = a.gpus ? a.gpus : cluster_devices(&cl);
     long global = a.global ? a.global : c.train_batch_size ? c.train_batch_size : cfg_global_batch(&c, 1);
     if (a.traffic) global = (long)a.want.micro_batch * a.want.accum * (G / (a.want.pp * a.want.tp));   // as ted train runs it
@@ -289,15 +415,16 @@ int cmd_tune(int argc, char **argv) {
     Options s = {0};
     enumerate(&s, &c, &cl, G, global, &a.want);
     qsort(s.o, (size_t)s.n, sizeof *s.o, by_time);
-    if (!s.n) { ted_error("tune: no layout of %d devices matches the options given", G); ted_free(s.o); return TED_EXIT_USAGE; }
-    if (a.traffic) print_traffic(&s.o[0], &c);
+    int rc = s.n ? 0 : none_left(&s, &c, G);
+    if (rc) ;
+    else if (a.traffic) print_traffic(&s.o[0], &c);
     else if (a.json) for (int i = 0; i < s.n; i++) print_json(&s.o[i]);
     else {
-        printf("ted tune: %s on %s (%d of %d devices, %.4g TFLOP/s x %.2f, %.3g GB each), global batch %ld: %d layouts\n",
-               a.config, cl.name, G, cluster_devices(&cl), cl.peak / 1e12, cl.gemm_eff, cl.mem / 1e9, global, s.n);
+        print_header(&a, &c0, &c, &cl, G, global, s.n);
         print_table(&s, &cl, G);
-        if (s.n && s.o[0].p.fits) print_best(&s.o[0], &a, &cl, G);
+        if (s.o[0].p.fits) print_best(&s.o[0], &a, &c0, &c, &cl, G);
+        print_refused(&s.no, &c);
     }
     ted_free(s.o);
-    return 0;
+    return rc;
 }

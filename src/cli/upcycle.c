@@ -10,11 +10,12 @@
 
 static void help(void) {
     printf("usage: ted upcycle --load DENSE --num-experts E [--top-k K] [--granularity G] [--moe-every N]\n"
-           "                  [--router topk|noisy_topk] [--seed S] --save DIR\n"
-           "  Grows a dense checkpoint (a ted folder, or a GPT-2 folder as transformers saves it) into an MoE\n"
-           "  whose first forward equals the dense model's: every expert is a copy of its block's FFN; with\n"
-           "  --granularity G the FFN's inner size is cut into G finer experts (E = G x copies, top-k K x G,\n"
-           "  the output projection x G). Router topk (renormalised top-k; noisy_topk too when G is 1), N(0,\n"
+           "                  [--router topk|mixtral|noisy_topk] [--seed S] --save DIR\n"
+           "  Grows a dense checkpoint (a ted folder, or a GPT-2 or Llama folder as transformers saves it) into\n"
+           "  an MoE whose first forward equals the dense model's: every expert is a copy of its block's FFN\n"
+           "  (a llama FFN becomes Mixtral-layout experts); with --granularity G the FFN's inner size is cut\n"
+           "  into G finer experts (E = G x copies, top-k K x G, the output projection x G). Router topk\n"
+           "  (renormalised top-k), mixtral (renormalised at top-1 too) or noisy_topk (when G is 1), N(0,\n"
            "  0.02) from --seed (default 1337) with the G slices of a copy sharing a column; dropless\n"
            "  (capacity_factor 0). K defaults to min(2, E/G); topk top-1 without granularity is refused (its\n"
            "  gate is p_e, not 1), as are switch, gshard and expert_choice. MoE in every\n"

@@ -163,6 +163,9 @@ typedef struct {
     int watchdog;                    // --watchdog SECONDS: a collective that takes longer ends the job (0: off)
     int log_tensors;                 // --log-tensors: per-tensor gradient norms and expert loads in the log
     float debug_expert_grad_scale;   // --debug-expert-grad-scale X: a deliberate bug for `ted compare`'s test (1: off)
+    // --dry-run: checked and planned, not trained (run/prepare.c)
+    int dry_run;
+    int dry_run_ranks;   // --ranks N: the processes a dry run checks the layout for (0: those it runs on)
 } Config;
 
 // A run's configuration, resolved once in a fixed order, each layer above the one before:

@@ -30,7 +30,7 @@ const Flag config_flags[] = {
     {"--save", F_STRING, CF(save), "DIR", NULL, "none", "checkpoint directory"},
     {"--save-every", F_INT, CF(save_every), "N", "save_every", "0: at the end only", "save a checkpoint every N steps"},
     {"--resume", F_STRING, CF(resume), "DIR", NULL, "none", "resume from this checkpoint"},
-    {"--init-from", F_STRING, CF(init_from), "DIR", NULL, "none", "start from the weights of a ted or Hugging Face GPT-2 folder (fresh optimizer, step 0)"},
+    {"--init-from", F_STRING, CF(init_from), "DIR", NULL, "none", "start from the weights of a ted folder or a Hugging Face GPT-2, Llama, Mixtral or Qwen2-MoE folder (fresh optimizer, step 0)"},
     {"--eval-every", F_INT, CF(eval_every), "N", "eval_every", "0: at the end only", "evaluate every N steps"},
     {"--eval-windows", F_INT, CF(eval_windows), "N", "eval_windows", "0: all", "validation windows per evaluation"},
     {"--tp", F_INT, CF(tp), "N", "tp", NULL, "tensor-parallel degree"},
@@ -73,7 +73,7 @@ const Flag config_flags[] = {
     {"--topk-renorm", F_INT, CF(model.topk_renorm), "0|1", "moe.topk_renorm", "1", "0: the k gates are the chosen probabilities, unrenormalised (topk, mixtral)"},
     {"--shared-expert-gate", F_SWITCH, CF(model.shared_expert_gate), NULL, "moe.shared_expert_gate", "off", "scale the shared expert by sigmoid(x.w) (Qwen2-MoE)"},
     {"--expert-inner", F_INT, CF(model.expert_inner), "N", "moe.expert_inner", "n_inner", "expert hidden size f_e"},
-    {"--arch", F_ARCH, CF(model.arch), "A", "model.arch", NULL, "block family: gpt2 or llama (docs/llama.md)"},
+    {"--arch", F_ARCH, CF(model.arch), "A", "model.arch", "gpt2", "block family: gpt2 or llama (docs/llama.md)"},
     {"--n-kv-head", F_INT, CF(model.n_kv_head), "N", "model.n_kv_head", "n_head", "llama: key/value heads (grouped-query attention)"},
     {"--rope-theta", F_FLOAT, CF(model.rope_theta), "X", "model.rope_theta", NULL, "llama: rotary embedding base"},
     {"--qkv-bias", F_SWITCH, CF(model.qkv_bias), NULL, "model.qkv_bias", "off", "llama: biases on q, k, v (Qwen2)"},
@@ -91,6 +91,8 @@ const Flag config_flags[] = {
     {"--watchdog", F_INT, CF(watchdog), "SECONDS", NULL, NULL, "a collective not done in this time ends the job, naming it (0: off)"},
     {"--tensorboard-dir", F_STRING, CF(tensorboard_dir), "DIR", NULL, "none", "TensorBoard event files of the run's metrics in DIR (Megatron's flag)"},
     {"--log-tensors", F_SWITCH, CF(log_tensors), NULL, NULL, "off", "log each tensor's gradient norm and each MoE block's tokens per expert"},
+    {"--dry-run", F_SWITCH, CF(dry_run), NULL, NULL, "off", "check the config, data and layout and plan the memory, then exit without training or writing"},
+    {"--ranks", F_INT, CF(dry_run_ranks), "N", NULL, "0: the processes it runs on", "with --dry-run: the processes (mpirun -np N) to check the layout for"},
     {"--debug-expert-grad-scale", F_FLOAT, CF(debug_expert_grad_scale), "X", NULL, NULL, "debugging: multiply expert gradients by X (a deliberate bug)"},
 };
 // clang-format on
@@ -345,6 +347,7 @@ void config_print_train_help(void) {
         "their\n"
         "  params), fp16.loss_scale initial_scale_power loss_scale_window hysteresis consecutive_hysteresis\n"
         "  min_loss_scale (DeepSpeed's loss scaler), steps_per_print, wall_clock_breakdown, and the tensorboard and\n"
-        "  csv_monitor sections (enabled, output_path, job_name). docs/config.md describes every key.\n",
+        "  csv_monitor sections (enabled, output_path, job_name), pipeline.layers (blocks per chunk, or \"auto\"),\n"
+        "  the sparse_attention section (docs/sparse_attention.md). docs/config.md describes every key.\n",
         (double)d.beta1, (double)d.beta2, (double)d.eps, d.reduce_bucket_size, d.freeze_step);
 }

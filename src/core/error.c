@@ -9,10 +9,13 @@
 // failed (ted_agree); then only the lowest failing rank prints, so a job says it once.
 static int defer = 0;
 static char deferred[2048];
+static char *captured;   // ted_error_capture's buffer (NULL: print)
+static size_t captured_n;
 
 static void vline(const char *fmt, va_list ap) {
     char buf[2048];
     vsnprintf(buf, sizeof buf, fmt, ap);
+    if (captured) { if (!captured[0]) snprintf(captured, captured_n, "%s", buf); return; }
     if (defer) { if (!deferred[0]) snprintf(deferred, sizeof deferred, "%s", buf); return; }
     fprintf(stderr, "ted: %s\n", buf);
     fflush(stderr);
@@ -23,6 +26,12 @@ static void flush_deferred(void) {
 }
 
 void ted_defer_errors(int on) { defer = on; }
+
+void ted_error_capture(char *buf, size_t n) {
+    captured = n ? buf : NULL;
+    captured_n = n;
+    if (captured) captured[0] = 0;
+}
 
 int ted_agree(int failed) {
     int init = 0, rank = 0, lowest;
@@ -45,6 +54,7 @@ void ted_error(const char *fmt, ...) {
 void ted_fatal(int code, const char *fmt, ...) {
     flush_deferred();
     defer = 0;
+    captured = NULL;   // a fatal line is always printed
     va_list ap; va_start(ap, fmt); vline(fmt, ap); va_end(ap);
     int init = 0, fin = 0, size = 1;
     MPI_Initialized(&init);

@@ -16,6 +16,10 @@ void ted_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // it returns nonzero on every rank when any rank failed, and the lowest failing rank prints
 // its line. Without MPI it prints at once and returns `failed`.
 void ted_defer_errors(int on);
+// While buf is not NULL, error lines are kept, not printed: the first one goes into buf (n bytes),
+// for a caller that tries something and reports why it failed in its own words (ted tune asks
+// ted train's rules about each layout). ted_error_capture(NULL, 0) prints again.
+void ted_error_capture(char *buf, size_t n);
 int ted_agree(int failed);
 
 #define CHECK(cond, ...) do { if (!(cond)) ted_fatal(1, __VA_ARGS__); } while (0)

@@ -43,12 +43,10 @@ static double eta_ms(const Progress *p, long step) {
 void progress_step(Progress *p, const StepMetrics *m, double peak_flops, int print) {
     p->train_ms += m->step_ms;
     if (!p->rank0) return;
-    if (m->mfu > 1 && !p->mfu_warned) {
+    if (m->mfu > 1 && !p->mfu_warned) {   // a given peak (a measured one is raised instead: run/after_step.c)
         p->mfu_warned = 1;
-        int measured = p->peak_kind && (!strcmp(p->peak_kind, "sgemm") || !strcmp(p->peak_kind, "bf16 gemm"));
-        printf("warning: MFU %.0f%% is above 100%%: the %s peak it is against (%.1f GFLOP/s) is too low%s\n",
-               100 * m->mfu, p->peak_kind ? p->peak_kind : "", peak_flops * 1e-9,
-               measured ? " (the machine was busy when ted measured it); give the real peak with --peak-tflops" : "");
+        printf("warning: MFU %.0f%% is above 100%%: the %s peak it is against (%.1f GFLOP/s) is too low\n",
+               100 * m->mfu, p->peak_kind ? p->peak_kind : "", peak_flops * 1e-9);
     }
     if (!print) return;
     char tok[32], el[32], eta[32], tps[32];

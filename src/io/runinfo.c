@@ -158,6 +158,14 @@ void runinfo_start(const Config *c, int argc, char **argv, const Dataset *ds, in
     ted_free(S);
 }
 
+void runinfo_peak(const char *kind, double flops) {
+    cJSON *run = cJSON_GetObjectItemCaseSensitive(record, "run");
+    if (!run) return;
+    cJSON *p = cJSON_AddObjectToObject(run, "mfu_peak");
+    cJSON_AddStringToObject(p, "kind", kind);
+    cJSON_AddNumberToObject(p, "gflops", round(flops * 1e-8) / 10);
+}
+
 void runinfo_log(FILE *f) {
     if (!f || !record) return;
     char *text = cJSON_PrintUnformatted(record);

@@ -15,6 +15,9 @@ void runinfo_warn_changes(const Config *c, const char *dir);
 int runinfo_check_batch(const Config *c, int dp);
 // Builds the run record, and prints the resolved config and the data summary (rank 0).
 void runinfo_start(const Config *c, int argc, char **argv, const Dataset *ds, int T, int world, int dp, int rank0);
+// The MFU peak of the run into the record: "mfu_peak": {"kind", "gflops"} (model/mfu.h's kind,
+// the whole run's peak).
+void runinfo_peak(const char *kind, double flops);
 // The record as one {"run": {...}} line of the metrics log (f may be NULL).
 void runinfo_log(FILE *f);
 // Writes dir/run.json when there is a record (a training run); 0 or -1 after one line.

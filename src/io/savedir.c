@@ -258,6 +258,7 @@ int savedir_check_log(const Config *c) {
     struct stat sb;
     if (!c->log[0]) return 0;
     created_log = stat(c->log, &sb) != 0;
+    if (created_log && c->dry_run) return 0;   // a dry run makes no file: a new log has nothing to check
     if (savedir_lock(c->log, "--log", c->log)) return -1;   // the log itself: a running job's is never replaced
     if (c->resume[0] || c->overwrite) return 0;
     if (stat(c->log, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return 0;

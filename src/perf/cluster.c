@@ -47,9 +47,22 @@ static int link_of(const char *file, const cJSON *root, const char *sect, Link *
     return 0;
 }
 
+// device.kind: "cpu" (the default) or "cuda" (a GPU per device: ted train --device cuda).
+static int kind_of(const char *file, const cJSON *d, int *gpu) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(d, "kind");
+    *gpu = 0;
+    if (!k) return 0;
+    if (cJSON_IsString(k) && (!strcmp(k->valuestring, "cpu") || !strcmp(k->valuestring, "cuda"))) {
+        *gpu = k->valuestring[1] == 'u';
+        return 0;
+    }
+    ted_error("%s: \"device.kind\" must be \"cpu\" or \"cuda\"", file);
+    return -1;
+}
+
 static int parse(Cluster *c, const char *file, const cJSON *root) {
     static const char *const top[] = {"name", "nodes", "devices_per_node", "device", "intra", "inter", "note", NULL};
-    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", "shared_by", "meet_us", NULL};
+    static const char *const dev[] = {"peak_tflops", "gemm_efficiency", "memory_gb", "kind", "shared_by", "meet_us", NULL};
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name"), *d = cJSON_GetObjectItemCaseSensitive(root, "device");
     double nodes, per, tf, mem;
     if (only(file, root, "", top)) return -1;
@@ -60,6 +73,7 @@ static int parse(Cluster *c, const char *file, const cJSON *root) {
         member(file, d, "device", "gemm_efficiency", 0, 1, &c->gemm_eff) || member(file, d, "device", "memory_gb", 0, 1e6, &mem) ||
         link_of(file, root, "intra", &c->intra) || link_of(file, root, "inter", &c->inter))
         return -1;
+    if (kind_of(file, d, &c->gpu)) return -1;
     c->shared_by = 1;
     if (cJSON_GetObjectItemCaseSensitive(d, "shared_by") && member(file, d, "device", "shared_by", 0, 1024, &c->shared_by))
         return -1;

@@ -4,7 +4,7 @@
 // by name from configs/clusters/ (this machine, the namespace cluster, DGX A100 and H100
 // nodes, Summit as the TED paper used it):
 //   {"name": "...", "nodes": N, "devices_per_node": D,
-//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "shared_by": S, "meet_us": W]},
+//    "device": {"peak_tflops": P, "gemm_efficiency": e, "memory_gb": M [, "kind": "cpu"|"cuda", "shared_by": S, "meet_us": W]},
 //    "intra": {"bandwidth_gbs": B, "latency_us": L}, "inter": {"bandwidth_gbs": B, "latency_us": L [, "burst_kb": K]}}
 #pragma once
 
@@ -15,6 +15,7 @@ typedef struct { double bw, lat, burst; } Link;
 typedef struct {
     char name[64];
     int nodes, per_node;   // devices per node
+    int gpu;               // device.kind "cuda": ted train runs there with --device cuda (default "cpu")
     double peak;           // FLOP/s of one device at the run's precision
     double gemm_eff;       // the share of the peak the model's GEMMs reach
     double mem;            // bytes of one device

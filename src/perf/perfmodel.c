@@ -140,9 +140,7 @@ static double hidden_ms(const Prediction *q, const ModelConfig *m, int T, const 
     return hidden;
 }
 
-// c run as layout y: its degrees, ZeRO stage, optimizations, batch split and precision; a
-// pipeline of another depth than c's, or an interleaving y's micro-batches do not allow, runs 1F1B.
-static void config_of(Config *k, const Config *c, const Layout *y) {
+void perf_layout_config(Config *k, const Config *c, const Layout *y) {
     *k = *c;
     k->tp = y->tp; k->ep = y->ep; k->pp = y->pp; k->zero_stage = y->zero;
     k->dtd = y->dtd; k->cac = y->cac; k->activation_checkpointing = y->ckpt;
@@ -222,7 +220,7 @@ void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster
     Prediction time, full;
     memset(&full, 0, sizeof full);
     Config k;
-    config_of(&k, c, y);
+    perf_layout_config(&k, c, y);
     for (int s = 0; s < y->pp; s++) {
         Traffic t;
         Prediction q;

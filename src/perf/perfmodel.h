@@ -40,3 +40,7 @@ typedef struct {
 // The time of one collective call of `bytes` (send buffer) on a group of n ranks.
 double perf_call_ms(int coll, int n, double bytes, const Link *near, const Link *far, int n_far);
 void perf_predict(Prediction *p, const Config *c, const Layout *y, const Cluster *cl);
+// c run as layout y: its degrees, ZeRO stage, optimizations, batch split and precision; a
+// pipeline of another depth than c's, or an interleaving y's micro-batches do not allow, runs 1F1B
+// (one virtual stage, pipeline.layers dropped).
+void perf_layout_config(Config *k, const Config *c, const Layout *y);

@@ -84,6 +84,7 @@ static int read_checkpoint(int argc, char **argv, ConfigCheckpoint *ck, ConfigCh
 // the training keys that changed since its run (rank 0); the resolved folder of --init-from.
 static void after_checkpoint(Config *c, const ConfigCheckpoint *ck) {
     if (!ck) return;
+    if (c->resume[0] && runinfo_ckpt_step(ck->dir) >= c->steps) return;   // complete: run_prepare says so
     if (c->resume[0]) {
         save_where_resumed(c, ck->dir);
         if (comm_world_rank() == 0) runinfo_warn_changes(c, ck->dir);
@@ -139,26 +140,68 @@ static int open_outputs(Run *R) {
     return 0;
 }
 
+// The rules that follow from the number of processes: the layout's degrees divide the world, the
+// DeepSpeed batch check, the all-to-all's chunks against an expert's capacity.
+int run_check_layout(const Config *c, int world) {
+    char err[256];
+    if (topo_check(world, c->tp, c->ep, c->pp, err, sizeof err)) {
+        long need = (long)c->tp * c->pp * c->ep;
+        if (world == 1)   // one process: the layout wants ranks that only a launcher starts
+            ted_error("layout: %s: this is one process; start ted under mpirun with a multiple of pp x tp x ep = %ld "
+                      "processes (mpirun -np %ld ted train ...)", err, need, need);
+        else ted_error("layout: %s", err);
+        return -1;
+    }
+    int dp = world / (c->tp * c->pp);
+    if (runinfo_check_batch(c, dp)) return -1;
+    return model_overlap_check(c, cfg_seq_len(c)) ? -1 : 0;
+}
+
+// --resume of a run that reached --steps: nothing to train (one line, exit 0); -1 when its
+// trainer_state.json is refused (one line).
+static int already_complete(const Config *c, const ConfigCheckpoint *ck) {
+    if (!c->resume[0]) return 0;
+    char path[1300];
+    snprintf(path, sizeof path, "%s/trainer_state.json", ck->dir);
+    TrainerState st;
+    if (read_trainer_state(path, &st)) return -1;
+    int step = st.step;
+    if (step < c->steps) return 0;
+    if (comm_world_rank() == 0)
+        printf("ted train: the run in %s is already complete at step %d (--steps %d); raise --steps to train on, "
+               "or start a new run without --resume (--save elsewhere, or --overwrite to replace this one)\n",
+               c->resume, step, c->steps);
+    return 1;
+}
+
+// --ranks is the dry run's stand-in for mpirun -np.
+static int check_ranks(const Config *c) {
+    if (!c->dry_run_ranks) return 0;
+    if (!c->dry_run) ted_error("--ranks %d is for --dry-run (a run's processes are the ones mpirun starts)", c->dry_run_ranks);
+    else if (comm_world_size() > 1)
+        ted_error("--ranks %d: a dry run under mpirun checks its own %d processes (run one process with --ranks)",
+                  c->dry_run_ranks, comm_world_size());
+    else if (c->dry_run_ranks < 1) ted_error("--ranks (%d) must be >= 1", c->dry_run_ranks);
+    else return 0;
+    return -1;
+}
+
 int run_prepare(Run *R, int argc, char **argv) {
     Config *c = &R->c;
     static ConfigCheckpoint ck;
     if (run_config(c, argc, argv, config_defaults, &ck)) return TED_EXIT_USAGE;
     if (c->resume[0]) snprintf(R->ckdir, sizeof R->ckdir, "%s", ck.dir);
+    int complete = already_complete(c, &ck);
+    if (complete < 0) return TED_EXIT_USAGE;
+    if ((R->done = complete)) return 0;
     watchdog_start(c->watchdog, comm_launcher_keepalive_s());   // from here every collective is watched
-    char err[256];
-    if (topo_check(comm_world_size(), c->tp, c->ep, c->pp, err, sizeof err)) {
-        ted_error("layout: %s", err);
-        return TED_EXIT_USAGE;
-    }
-    int T = cfg_seq_len(c), dp = comm_world_size() / (c->tp * c->pp);
-    if (c->eval_every && c->micro_batch * dp < 1) {
-        ted_error("layout: no data-parallel rank");
-        return TED_EXIT_USAGE;
-    }
-    if (runinfo_check_batch(c, dp)) return TED_EXIT_USAGE;
-    if (model_overlap_check(c, T)) return TED_EXIT_USAGE;
+    if (check_ranks(c)) return TED_EXIT_USAGE;
+    R->world = c->dry_run_ranks ? c->dry_run_ranks : comm_world_size();
+    if (run_check_layout(c, R->world)) return TED_EXIT_USAGE;
+    int T = cfg_seq_len(c);
     if (check_resumed(c, &ck)) return TED_EXIT_USAGE;
     if (check_data(c, &R->ds, T)) return TED_EXIT_USAGE;
+    if (c->dry_run) return savedir_check_log(c) ? TED_EXIT_USAGE : 0;   // writes nothing, selects no device
     if (c->save[0] && comm_world_rank() == 0 && ckpt_check_root(c->save)) return TED_EXIT_USAGE;
     if (trainer_device(c)) return TED_EXIT_USAGE;   // last but one: the log is only opened once all is well
     return open_outputs(R) ? TED_EXIT_USAGE : 0;

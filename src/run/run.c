@@ -115,9 +115,39 @@ static void count_validation(Run *R) {
                c->data, R->tr.T);
 }
 
+// --dry-run: the resolved settings, the layout and each rank's memory by the plan ted train checks
+// before allocating; nothing is allocated, selected or written (R->done).
+static void dry_run(Run *R, int argc, char **argv) {
+    const Config *c = &R->c;
+    int dp = R->world / (c->tp * c->pp), T = cfg_seq_len(c), rank0 = comm_world_rank() == 0;
+    MemPlan p;
+    memplan_worst(&p, c, c->tp, c->ep, c->pp, dp, c->device == DEV_CUDA);
+    runinfo_start(c, argc, argv, &R->ds, T, R->world, dp, rank0);
+    char b[5][32];
+    const double bytes[5] = {p.state, p.params, p.grads, p.optimizer, p.act};
+    for (int i = 0; i < 5; i++) progress_count(bytes[i], b[i], sizeof b[i]);
+    if (rank0)
+        printf("dry run: %d process%s, pp %d x tp %d x dp %d (ep %d, edp %d) on the %s; model %ld parameters; "
+               "global batch %ld sequences of %d tokens\n"
+               "memory per rank (the fullest stage): model state %sB (params %sB, grads %sB, optimizer %sB, ZeRO-%d)%s, "
+               "activations %sB\n"
+               "dry run: ted train accepts this run; nothing was trained or written\n",
+               R->world, R->world > 1 ? "es" : "", c->pp, c->tp, dp, c->ep, dp / c->ep,
+               c->device == DEV_CUDA ? "GPU (--device cuda)" : "CPU", model_num_params(&c->model),
+               cfg_global_batch(c, dp), T, b[0], b[1], b[2], b[3], c->zero_stage,
+               p.host_optimizer > 0 ? " + the offloaded optimizer on the host" : "", b[4]);
+    data_free(&R->ds);
+    R->done = 1;
+}
+
 int run_open(Run *R, int argc, char **argv) {
     Config *c = &R->c;
     if (ted_agree(run_prepare(R, argc, argv) != 0)) return -1;
+    if (R->done) return 0;
+    if (c->dry_run) {
+        dry_run(R, argc, argv);
+        return 0;
+    }
     if (agree_run(c, R->ckdir)) return -1;   // every rank resolved the same run
     stop_install();
     threads_set(c->threads);
@@ -129,6 +159,7 @@ int run_open(Run *R, int argc, char **argv) {
     R->tr.peak = mfu_peak_flops(c, &R->topo, &R->tr.peak_kind);
     if (R->topo.rank == 0) print_model_line(R);
     runinfo_start(c, argc, argv, &R->ds, R->tr.T, R->topo.world, R->topo.dp, R->topo.rank == 0);
+    runinfo_peak(R->tr.peak_kind, R->tr.peak);
     runinfo_log(R->log);
     print_model_state(R);
     count_validation(R);

@@ -29,6 +29,9 @@ typedef struct {
     Progress prog;
     Guard guard;   // non-finite losses stop the run
     Monitor mon;   // tensorboard, csv_monitor
+    int world;     // the processes the layout is for (a dry run's --ranks, else the world's)
+    int peak_raised;   // steps faster than the MFU peak measured at start (run/after_step.c)
+    int done;      // nothing to train: a dry run, or a resumed run already at --steps
 } Run;
 
 // The run's configuration (config_resolve): defaults(c), the --config JSON and the flags; with ck
@@ -39,8 +42,13 @@ int run_config(Config *c, int argc, char **argv, void (*defaults)(Config *), Con
 // identical on every rank except file access, whose result the ranks then agree on. 0, or an
 // exit code after one line.
 int run_prepare(Run *R, int argc, char **argv);
+// The rules a resolved configuration must keep for a world of `world` processes besides
+// config_validate's: the layout divides the world (one process: a line saying to start it under
+// mpirun), train_batch_size, the all-to-all's chunks. 0, or -1 after one line.
+int run_check_layout(const Config *c, int world);
 // Everything before the first step: inputs checked, layout, model, optimizer, resume. 0 or -1
-// (on every rank, after one line).
+// (on every rank, after one line). R->done set: nothing to train (--dry-run, whose report is
+// printed, or a resumed run already at --steps).
 int run_open(Run *R, int argc, char **argv);
 // After step s: the log, the progress line, evaluation, a sample, a checkpoint. 0 to go on, -1
 // after an error line, stop_exit_code() when a signal stopped the run (saved with --save).

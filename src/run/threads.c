@@ -9,7 +9,15 @@ void openblas_set_num_threads(int);
 void threads_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY")) return;   // the user's choice (ACTIVE too) stands
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);           // only returns on failure: then run as we are
+    // the binary by its own path, not /proc/self/exe: the process's name (top, ps, pgrep) is the
+    // executed file's, and stays "ted"
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+    }
+    execv("/proc/self/exe", argv);   // only returns on failure: then run as we are
 }
 
 void threads_set(int n) {
