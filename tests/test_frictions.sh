@@ -49,8 +49,9 @@ expect "make train again on a finished run: exit 0, 'already complete', no sampl
   '[ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && grep -q "already complete at step 2 (--steps 2)" "$W/moby3.out" &&
    ! grep -q "^--- sample" "$W/moby2.out" "$W/moby3.out" && [ "$records1" = "$records3" ]'
 out=$("$TED" train --data data/moby-dick.txt --steps 2 --resume "$W/moby" 2>&1); rc=$?
+# (start-up notes aside: the 2-step run is shorter than its warm-up, which the config's rules note)
 expect "ted train --resume of a finished run: exit 0, one line: $out" \
-  '[ $rc -eq 0 ] && [ $(wc -l <<<"$out") -eq 1 ] && grep -q "raise --steps" <<<"$out"'
+  '[ $rc -eq 0 ] && [ $(grep -vc "^note: " <<<"$out") -eq 1 ] && grep -q "raise --steps" <<<"$out"'
 
 # ted compare: settings that differ are named; a layout is not a setting
 "$TED" train "${TINY[@]}" --steps 2 --log "$W/a.jsonl" >/dev/null 2>&1
