@@ -12,8 +12,9 @@
 # (e) a measured peak a person can believe: with the start-up's all-thread GEMM measurement lowered
 #     1000x (TED_DEBUG_PEAK_SCALE, as a busy machine lowers it) the peak is the cores times one
 #     core's rate, the run record names it (kind and GFLOP/s, as the console's model line), and
-#     every step's MFU is at most 1; with one core's rate lowered too, a step above the peak raises
-#     it to the step's rate: one note, a record in the log, MFU still at most 1.
+#     every step's MFU is at most 1; with both lowered 1e5x, a step above the peak
+#     raises it to the step's rate: one note, a record in the log, MFU still at most 1 (which step
+#     passes it first is the machine's business, not the test's).
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
 source "${TED_ROOT:?}/tests/lib.sh"
 MODEL=(--data data/moby-dick.txt --n-layer 1 --n-embd 16 --n-head 2 --n-positions 16 --micro-batch 2 --threads 1)
@@ -77,7 +78,7 @@ assert len(s) == 3 and all(o['mfu'] > 1 for o in s), [o['mfu'] for o in s]" || f
 echo "ok   --peak-tflops: MFU against the stated peak, one warning above 100 %"
 
 # (e) a disturbed start-up measurement
-for scale in 0.001 0.001,0.001; do
+for scale in 0.001 0.00001,0.00001; do   # the second: a peak so low that any step passes it
   TED_DEBUG_PEAK_SCALE=$scale "$TED" train "${MODEL[@]}" --threads 2 --steps 3 --eval-windows 2 --log "$W/peak.jsonl" \
     --overwrite >"$W/peak.out" 2>&1 || { cat "$W/peak.out"; fail "TED_DEBUG_PEAK_SCALE=$scale run"; }
   r=$(/usr/bin/python3 - "$W/peak.jsonl" "$W/peak.out" "$scale" <<'PY'
@@ -92,7 +93,7 @@ assert len(mfu) == 3 and all(0 < m <= 1 for m in mfu), mfu
 raised = [o["mfu_peak"] for o in recs[1:] if "mfu_peak" in o]
 notes = open(sys.argv[2]).read().count(f"above the {peak['kind']} peak measured at start")
 if "," in sys.argv[3]:
-    assert raised and raised[0]["step"] == 1 and notes == 1 and mfu[0] == 1, (raised, notes, mfu)
+    assert raised and notes == 1 and mfu[raised[0]["step"] - 1] == 1, (raised, notes, mfu)
 print(f"peak {peak['kind']} {peak['gflops']} GFLOP/s, MFU {mfu}, raised {len(raised)}x")
 PY
   ) || fail "TED_DEBUG_PEAK_SCALE=$scale: $r"
