@@ -1,25 +1,21 @@
 // flash_attention.cu — causal attention without the T×T probabilities (see ops_cuda.h): the
 // forward keeps only the output and each query's log-sum-exp of its scores; the backward
-// recomputes the probabilities tile by tile from them.
+// recomputes the probabilities tile by tile from them. This file holds the fp32 kernels and the
+// entry points of both precisions; bf16 inputs run in flash_mma.cu. Layout, tiles: flash.cuh.
 //
-// Layout as attention_forward (ops.c): qkv [B, T, 3, H, hd] (q | k | v of head h are the columns
-// [h·hd, (h+1)·hd) of the three thirds of a row of 3·H·hd), out [B, T, H, hd], lse [B, H, T].
+// Pipeline: K, V, Q and dO tiles stream through shared memory by cp.async, only the tiles at or
+// below the diagonal: in the forward V_j loads while S and the softmax run, K_{j+1} while P·V
+// runs; in the backward the next V (dQ) or dO (dK/dV) tile while dS and the last products run.
+// Head dims up to 64 run in the 64-wide kernels, up to 128 in the 128-wide ones (columns past hd
+// are zero).
 //
-// Tiles. A block of 4 warps owns 64 rows (queries in the forward and dQ, keys in dK/dV), 16 per
-// warp; the other side streams through shared memory in tiles of 64 rows, only the tiles at or
-// below the diagonal, by cp.async: in the forward V_j loads while S and the softmax run, K_{j+1}
-// while P·V runs; in the backward the next V (dQ) or dO (dK/dV) tile while dS and the last
-// products run. Head dims up to 64 run in the 64-wide kernels, up to 128 in the 128-wide ones
-// (columns past hd are zero).
-//
-// Products on the tensor cores through WMMA: bf16 16x16x16 with fp32 accumulators; for fp32
-// inputs three TF32 16x16x8 products per step (x = hi + lo split, hi·hi + hi·lo + lo·hi), within
-// about 1e-6 of fp32. The code never assumes where a fragment keeps an element (CUDA leaves it
-// unspecified): the softmax reads scores staged in shared memory, and element-wise work on
-// accumulators reads each element's row and column from the fragment `pos`, loaded from a table
-// of r·16 + c (fragments of one type share one layout). A warp leaves out the products that only
-// add zeros: its rows past T, the 16-key fragments the causal mask hides from all its rows, the
-// head-dim columns past hd (Span).
+// Products on the tensor cores through WMMA, three TF32 16x16x8 products per step (x = hi + lo
+// split, hi·hi + hi·lo + lo·hi), within about 1e-6 of fp32. The code never assumes where a
+// fragment keeps an element (CUDA leaves it unspecified): the softmax reads scores staged in
+// shared memory, and element-wise work on accumulators reads each element's row and column from
+// the fragment `pos`, loaded from a table of r·16 + c (fragments of one type share one layout). A
+// warp leaves out the products that only add zeros: its rows past T, the 16-key fragments the
+// causal mask hides from all its rows, the head-dim columns past hd (Span).
 //
 // Backward, deterministic (no atomics): kernel 1 per query tile: Δ = rowsum(dO∘O), then
 // dQ = Σ over key tiles of dS·K; kernel 2 per key tile: dV = Σ Pᵀ·dO and dK = Σ dSᵀ·Q over the
@@ -29,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <cuda_pipeline_primitives.h>
 #include <mma.h>
+#include "flash.cuh"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,21 +34,11 @@
 using namespace nvcuda;
 
 namespace {
+using namespace flash;
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kTile = 16 * kWarps;      // rows a block owns, and rows of a streamed tile
-constexpr unsigned kFull = 0xffffffffu;
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-
-// the last key tile that queries [q0, q0 + 64) see (causal)
-__device__ __forceinline__ int last_tile(int q0, int T) { return ((q0 + kTile < T ? q0 + kTile : T) - 1) / kTile; }
 
 // ---- the tensor-core step per element type ------------------------------------------------
-template <class E> struct Wmma;
-template <> struct Wmma<__nv_bfloat16> {
-    typedef __nv_bfloat16 In;
-    static constexpr int K = 16, PAD = 8;   // PAD: 16 bytes at the end of each shared row
-};
+template <class E> struct Wmma;   // fp32 only: bf16 inputs run in flash_mma.cu
 template <> struct Wmma<float> {
     typedef wmma::precision::tf32 In;
     static constexpr int K = 8, PAD = 4;
@@ -59,18 +46,10 @@ template <> struct Wmma<float> {
 template <class E> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, Wmma<E>::K, typename Wmma<E>::In, wmma::row_major>;
 template <class E, class L> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, Wmma<E>::K, typename Wmma<E>::In, L>;
 template <class E> using Acc = wmma::fragment<wmma::accumulator, 16, 16, Wmma<E>::K, float>;
-template <class E, int HD> __host__ __device__ constexpr int ld_tile() { return HD + Wmma<E>::PAD; }   // row stride of a tile
 template <class E> __host__ __device__ constexpr int ld_strip() { return kTile + Wmma<E>::PAD; }        // of a warp's [16, 64] strip
 constexpr int kLdScores = kTile + 4;                                                 // of the fp32 scores
 
-template <class E> __device__ __forceinline__ E to_e(float x) {
-    if constexpr (std::is_same<E, float>::value) return x;
-    else return __float2bfloat16(x);
-}
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// f[0] = the operand (bf16), or for fp32 its TF32 split f[0] + f[1]
+// f[0] + f[1]: the TF32 split of an fp32 operand (for a 16-bit E, f[0] alone)
 template <class E, class F> __device__ __forceinline__ void load_split(F (&f)[2], const E *p, unsigned ld) {
     wmma::load_matrix_sync(f[0], p, ld);
     if constexpr (std::is_same<E, float>::value) {
@@ -149,51 +128,6 @@ __device__ void scatter(E *dst, int ld, const Acc<E> (&acc)[NF], const Acc<E> &p
             dst[r * ld + 16 * j + (p & 15)] = to_e<E>(mul ? acc[j].x[i] * mul[r] : acc[j].x[i]);
         }
 }
-
-// ---- moving rows between global and shared memory --------------------------------------------
-// Rows [r0, r0 + 64) of a [T, hd] view (row stride ld) into the tile dst [64, ld_tile]: rows
-// past T and columns past hd zero. vec: 16-byte asynchronous copies (the caller commits and
-// waits); else element by element, at once.
-template <class E, int HD> __device__ void load_tile(E *dst, const E *src, long ld, int r0, int T, int hd, bool vec) {
-    constexpr int LD = ld_tile<E, HD>(), PER = 16 / sizeof(E), CH = HD / PER;
-    if (vec) {
-        for (int i = threadIdx.x; i < kTile * CH; i += kThreads) {
-            int r = i / CH, c = i % CH * PER;
-            E *d = dst + r * LD + c;
-            if (r0 + r < T && c < hd) __pipeline_memcpy_async(d, src + (long)(r0 + r) * ld + c, 16);
-            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
-        }
-    } else {
-        for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
-            int r = i / HD, c = i % HD;
-            dst[r * LD + c] = r0 + r < T && c < hd ? src[(long)(r0 + r) * ld + c] : to_e<E>(0.0f);
-        }
-    }
-}
-
-// A warp's 16 rows src [16, ld_tile] to the rows [r0, r0 + 16) of dst (row stride ld), rows past T skipped.
-template <class E, int HD> __device__ void store_rows(E *dst, long ld, const E *src, int r0, int T, int hd, bool vec) {
-    constexpr int LD = ld_tile<E, HD>(), PER = 16 / sizeof(E);
-    int lane = threadIdx.x % 32, n = vec ? hd / PER : hd, per = vec ? PER : 1;
-    for (int i = lane; i < 16 * n; i += 32) {
-        int r = i / n, c = i % n * per;
-        if (r0 + r >= T) continue;
-        if (vec) *(uint4 *)(dst + (long)(r0 + r) * ld + c) = *(const uint4 *)(src + r * LD + c);
-        else dst[(long)(r0 + r) * ld + c] = src[r * LD + c];
-    }
-}
-
-// Shared memory of a block, carved in 128-byte aligned pieces; on the host (base NULL) it measures.
-struct Carve {
-    unsigned char *base;
-    size_t off;
-    template <class T> __host__ __device__ T *take(size_t n) {
-        off = (off + 127) / 128 * 128;
-        T *p = (T *)(base + off);
-        off += n * sizeof(T);
-        return p;
-    }
-};
 
 // ---- forward -------------------------------------------------------------------------------
 template <class E, int HD> struct FwdSmem {
@@ -317,22 +251,6 @@ template <class E, int HD> struct BwdSmem {
     }
 };
 
-// Δ_t = Σ_c dO[t, c]·O[t, c] for the warp's rows t0 + r (dO staged in do_s, O from global, row
-// stride ldo) into dl[r] and delta[t], with lse2[r] = lse_t·log2 e; 0 for rows past T.
-template <class E, int HD> __device__ void delta_rows(float *dl, float *lse2, float *delta, const float *lse,
-                                                      const E *do_s, const E *o, long ldo, int t0, int T, int hd) {
-    int lane = threadIdx.x % 32, r = lane >> 1, t = t0 + r;
-    float s = 0.0f;
-    if (t < T)
-        for (int c = lane & 1; c < hd; c += 2) s += to_f(do_s[r * ld_tile<E, HD>() + c]) * to_f(o[(long)t * ldo + c]);
-    s += __shfl_xor_sync(kFull, s, 1);
-    if (!(lane & 1)) {
-        dl[r] = s;
-        lse2[r] = t < T ? lse[t] * kLog2e : 0.0f;
-        if (t < T) delta[t] = s;
-    }
-    __syncwarp();
-}
 
 // dp ← dS = P∘(dP − Δ)·scale in place, with P = exp2(S·c − lse2) where query t ≥ key u and t < T
 // (else 0); P also into pdst [16, ld_strip] as E when given. Row r of the accumulators is query
@@ -463,36 +381,6 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(E *dqkv, const E *d
 }
 
 // ---- host ----------------------------------------------------------------------------------
-template <class S> size_t smem_bytes() {
-    Carve c{NULL, 0};
-    S s(c);
-    (void)s;
-    return c.off;
-}
-
-// the kernel's dynamic shared memory limit raised once to what it takes
-template <class K> void allow_smem(K *kernel, size_t bytes, bool *done) {
-    if (*done) return;
-    CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    *done = true;
-}
-
-void check_shape(int B, int H, int hd) {
-    if (hd < 1 || hd > 128) {
-        fprintf(stderr, "ted: flash attention: head dim %d is not supported (1 to 128)\n", hd);
-        exit(1);
-    }
-    if ((long)B * H > 65535) {   // the grid's y
-        fprintf(stderr, "ted: flash attention: batch × heads %ld is over 65535\n", (long)B * H);
-        exit(1);
-    }
-}
-
-// 16-byte copies when every row of every view starts on 16 bytes
-template <class E> int vec_ok(int hd, const void *a, const void *b, const void *c) {
-    return (hd * sizeof(E)) % 16 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
-}
-
 template <class E, int HD> void forward(E *out, float *lse, const E *qkv, int B, int T, int H, int hd) {
     static bool done;
     size_t bytes = smem_bytes<FwdSmem<E, HD>>();
@@ -546,13 +434,13 @@ extern "C" void cu_flash_attention_backward(float *dqkv, float *delta, const flo
 
 extern "C" void cu_flash_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int H,
                                                 int hd) {
-    forward_any<__nv_bfloat16>((__nv_bfloat16 *)out, lse, (const __nv_bfloat16 *)qkv, B, T, H, hd);
+    flash::mma_forward((__nv_bfloat16 *)out, lse, (const __nv_bfloat16 *)qkv, B, T, H, hd);
 }
 
 extern "C" void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, const uint16_t *dout,
                                                  const uint16_t *out, const uint16_t *qkv, const float *lse, int B,
                                                  int T, int H, int hd) {
-    backward_any<__nv_bfloat16>((__nv_bfloat16 *)dqkv, delta, (const __nv_bfloat16 *)dout,
+    flash::mma_backward((__nv_bfloat16 *)dqkv, delta, (const __nv_bfloat16 *)dout,
                                 (const __nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
 }
 

@@ -1110,6 +1110,84 @@ void emu_warp_collective(int op, void *arg, void (*run)(void *const *args)) {
     warp_op(0xffffffffu, op, (uint64_t)(uintptr_t)arg, run);
 }
 
+// ---- mma.sync m16n8k16 bf16 and ldmatrix (emu.h): the PTX ISA's fragment layouts; lane l is
+// in group g = l / 4 at place t = l % 4 of it.
+
+enum { EMU_MMA = 40, EMU_LDSM = 41 };
+struct EmuMmaArgs { float *d; const uint32_t *a, *b; };
+struct EmuLdsmArgs { uint32_t *r; const void *p; int n; bool trans; };
+
+static double bf16_half(uint32_t reg, int hi) {
+    uint32_t bits = (hi ? reg >> 16 : reg & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void mma_all(void *const *args) {
+    double A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const EmuMmaArgs *m = (const EmuMmaArgs *)args[l];
+        int g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = bf16_half(m->a[0], h);
+            A[g + 8][2 * t + h] = bf16_half(m->a[1], h);
+            A[g][2 * t + 8 + h] = bf16_half(m->a[2], h);
+            A[g + 8][2 * t + 8 + h] = bf16_half(m->a[3], h);
+            B[2 * t + h][g] = bf16_half(m->b[0], h);
+            B[2 * t + 8 + h][g] = bf16_half(m->b[1], h);
+            C[g][2 * t + h] = m->d[h];
+            C[g + 8][2 * t + h] = m->d[2 + h];
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        const EmuMmaArgs *m = (const EmuMmaArgs *)args[l];
+        int g = l / 4, t = l % 4;
+        for (int i = 0; i < 4; i++) {
+            int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+            double s = C[r][c];
+            for (int k = 0; k < 16; k++) s += A[r][k] * B[k][c];
+            m->d[i] = (float)s;
+        }
+    }
+}
+
+void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b) {
+    EmuMmaArgs m{d, a, b};
+    emu_warp_collective(EMU_MMA, &m, mma_all);
+}
+
+static void ldsm_all(void *const *args) {
+    const EmuLdsmArgs *a0 = (const EmuLdsmArgs *)args[0];
+    uint16_t M[4][8][8];
+    for (int l = 1; l < 32; l++) {
+        const EmuLdsmArgs *a = (const EmuLdsmArgs *)args[l];
+        if (a->n != a0->n || a->trans != a0->trans) die("kernel %s: lanes of a warp at different ldmatrix shapes", R.kernel);
+    }
+    for (int j = 0; j < a0->n; j++)
+        for (int i = 0; i < 8; i++) {
+            const void *p = ((const EmuLdsmArgs *)args[8 * j + i])->p;
+            if ((uintptr_t)p % 16) die("kernel %s: ldmatrix row address %p is not 16-byte aligned", R.kernel, p);
+            emu_check_tile("ldmatrix", p, 16);
+            memcpy(M[j][i], p, 16);
+        }
+    for (int l = 0; l < 32; l++) {
+        const EmuLdsmArgs *a = (const EmuLdsmArgs *)args[l];
+        int g = l / 4, t = l % 4;
+        for (int j = 0; j < a0->n; j++) {
+            uint16_t lo = a0->trans ? M[j][2 * t][g] : M[j][g][2 * t];
+            uint16_t hi = a0->trans ? M[j][2 * t + 1][g] : M[j][g][2 * t + 1];
+            a->r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+        }
+    }
+}
+
+void emu_ldmatrix(uint32_t *r, int n, bool trans, const void *p) {
+    if (n != 1 && n != 2 && n != 4) die("kernel %s: ldmatrix of %d matrices", R.kernel, n);
+    EmuLdsmArgs a{r, p, n, trans};
+    emu_warp_collective(EMU_LDSM, &a, ldsm_all);
+}
+
 // =======================================================================================
 // NCCL: not emulated. The emulation has one device, so ranks that share a node take comm.c's
 // host-staged path; a run that still reaches NCCL stops here.

@@ -9,6 +9,7 @@
 // (__syncthreads, warp shuffles and votes), else as a plain loop. Blocks never overlap, so
 // __shared__ is plain static storage.
 #pragma once
+#define TED_CUDA_EMU 1   // src/cuda/mma.cuh then calls the emulation below instead of PTX
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -158,6 +159,13 @@ int emu_lane(void);   // the lane of the running thread in its warp
 // checked) static shared memory
 void emu_check_tile(const char *what, const void *p, size_t bytes);
 [[noreturn]] void emu_fail(const char *fmt, ...);
+
+// ---- the PTX warp-level matrix instructions of src/cuda/mma.cuh, in the layouts the PTX ISA
+// documents for them (mma.cuh's comment): mma.sync.m16n8k16 (bf16 A and B, fp32 C and D: an
+// exact sum rounded once to fp32) and ldmatrix.m8n8.x1/x2/x4(.trans).b16 (each row 16 bytes,
+// 16-byte aligned, in shared memory). Both act for the whole warp once its 32 lanes arrived.
+void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b);
+void emu_ldmatrix(uint32_t *r, int n, bool trans, const void *p);
 
 // ---- nvcuda::wmma: 16x16x16 bf16/fp16 and 16x16x8 TF32 products with fp32 accumulators.
 // A fragment holds rows·cols/32 elements per lane, placed by a mapping of the emulation's own

@@ -23,7 +23,7 @@ import re
 import sys
 
 SYNC_PRIMITIVES = re.compile(r"\b(__syncthreads|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync|"
-                             r"load_matrix_sync|store_matrix_sync|mma_sync)\b")
+                             r"load_matrix_sync|store_matrix_sync|mma_sync|emu_mma_bf16_16816|emu_ldmatrix)\b")
 DYNAMIC_SHARED = re.compile(r"\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*?)"
                             r"\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
