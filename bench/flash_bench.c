@@ -7,7 +7,10 @@
 //                                   run 7 products, S and dP twice, so that dQ needs no atomics)
 // and that rate over the GPU's dense bf16 peak (cu_peak_flops; 0 when not known). Then the fused
 // classifier (classifier.cu) over B·T rows of V bf16 logits: ms and GB/s of its 3 passes over the
-// logits (2 reads, 1 write). One JSON line per op.
+// logits (2 reads, 1 write). One JSON line per op. First, at the same shape, the bf16 kernels
+// against the fp32 ones on the same (bf16-valued) inputs: the largest difference of O and of dqkv
+// over the largest fp32 value, "ok" within 2e-2 (bf16 rounding of P and dS), else "FAIL" and
+// the exit status 1 once the timings are printed.
 //   usage: flash_bench [--B 2] [--T 2048] [--H 16] [--hd 128] [--V 50304] [--reps 20] [--baseline 0|1]
 //   (--V 0: no classifier)
 // Built with the CUDA backend (flash_bench) and under the CPU emulation (flash_bench_emu: small
@@ -17,6 +20,7 @@
 #include "core/device.h"
 #include "core/half.h"
 #include "cuda/cuda_ops.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +123,77 @@ static void bench(const Opts *o, int kind) {
     cu_free(b.att); cu_free(b.scratch);
 }
 
+// host values rounded to bf16 (the same numbers in both precisions)
+static float *host_bf16_values(long n, float scale, uint64_t seed) {
+    float *h = ted_alloc(sizeof(float) * (size_t)n, MEM_TEMP);
+    for (long i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = bf16_to_f32(bf16_from_f32(((float)(seed >> 40) / 16777216.0f * 2.0f - 1.0f) * scale));
+    }
+    return h;
+}
+
+// run one precision's forward and backward on x (qkv) and g (dout); out and dqkv back as fp32
+static void run_precision(const Opts *o, int bf16, const float *x, const float *g, float *out, float *dqkv) {
+    long N = (long)o->B * o->T, D = (long)o->H * o->hd, BHT = (long)o->B * o->H * o->T, nx = 3 * N * D;
+    size_t es = bf16 ? 2 : 4;
+    unsigned char *hx = ted_alloc(es * (size_t)nx, MEM_TEMP);
+    Bufs b = {o, cu_malloc(es * nx), cu_malloc(es * N * D), cu_malloc(es * N * D), cu_malloc(es * nx),
+              cu_malloc(4 * BHT), cu_malloc(4 * BHT), NULL, NULL};
+    if (!b.qkv || !b.dout || !b.out || !b.dqkv || !b.lse || !b.delta) {
+        fprintf(stderr, "flash_bench: out of device memory\n");
+        exit(1);
+    }
+    const float *src[2] = {x, g};
+    void *dst[2] = {b.qkv, b.dout};
+    long cnt[2] = {nx, N * D};
+    for (int k = 0; k < 2; k++) {
+        for (long i = 0; i < cnt[k]; i++)
+            if (bf16) ((uint16_t *)hx)[i] = bf16_from_f32(src[k][i]);
+            else ((float *)hx)[i] = src[k][i];
+        cu_memcpy(dst[k], hx, es * cnt[k]);
+    }
+    (bf16 ? flash_fwd_bf16 : flash_fwd_fp32)(&b);
+    (bf16 ? flash_bwd_bf16 : flash_bwd_fp32)(&b);
+    void *res[2] = {b.out, b.dqkv};
+    float *to[2] = {out, dqkv};
+    cnt[0] = N * D;
+    for (int k = 0; k < 2; k++) {
+        cu_memcpy(hx, res[k], es * cnt[k]);
+        for (long i = 0; i < cnt[k]; i++) to[k][i] = bf16 ? bf16_to_f32(((uint16_t *)hx)[i]) : ((float *)hx)[i];
+    }
+    cu_free(b.qkv); cu_free(b.dout); cu_free(b.out); cu_free(b.dqkv); cu_free(b.lse); cu_free(b.delta);
+    ted_free(hx);
+}
+
+// max |a − b| over max |b|
+static double rel_diff(const float *a, const float *b, long n) {
+    double d = 0, m = 0;
+    for (long i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]), v = fabs((double)b[i]);
+        d = e > d ? e : d;
+        m = v > m ? v : m;
+    }
+    return m > 0 ? d / m : d;
+}
+
+// the bf16 kernels against the fp32 ones at the bench's shape; 0 when they agree
+static int agreement(const Opts *o) {
+    long N = (long)o->B * o->T, D = (long)o->H * o->hd;
+    float *x = host_bf16_values(3 * N * D, 2.0f, 1), *g = host_bf16_values(N * D, 1.0f, 2);
+    float *o16 = ted_alloc(sizeof(float) * N * D, MEM_TEMP), *o32 = ted_alloc(sizeof(float) * N * D, MEM_TEMP);
+    float *d16 = ted_alloc(sizeof(float) * 3 * N * D, MEM_TEMP), *d32 = ted_alloc(sizeof(float) * 3 * N * D, MEM_TEMP);
+    run_precision(o, 1, x, g, o16, d16);
+    run_precision(o, 0, x, g, o32, d32);
+    double eo = rel_diff(o16, o32, N * D), ed = rel_diff(d16, d32, 3 * N * D);
+    printf("{\"op\": \"flash_bf16_vs_fp32\", \"B\": %d, \"T\": %d, \"H\": %d, \"hd\": %d, \"out_rel\": %.2e, "
+           "\"dqkv_rel\": %.2e, \"status\": \"%s\"}\n", o->B, o->T, o->H, o->hd, eo, ed,
+           eo <= 2e-2 && ed <= 2e-2 ? "ok" : "FAIL");
+    fflush(stdout);
+    ted_free(x); ted_free(g); ted_free(o16); ted_free(o32); ted_free(d16); ted_free(d32);
+    return !(eo <= 2e-2 && ed <= 2e-2);
+}
+
 // the fused classifier over B·T rows of V bf16 logits (in place: later runs see gradients)
 static void bench_classifier(const Opts *o) {
     long N = (long)o->B * o->T;
@@ -167,9 +242,10 @@ int main(int argc, char **argv) {
         return 77;
     }
     cu_init(0, 1);   // the baseline's GEMMs as a --bf16 run has them
+    int bad = agreement(&o);
     bench(&o, 0);
     bench(&o, 1);
     if (o.baseline) bench(&o, 2);
     if (o.V) bench_classifier(&o);
-    return 0;
+    return bad;   // 1: the bf16 and fp32 kernels disagree (the line above says by how much)
 }
