@@ -351,20 +351,9 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 // experts (experts.c): each GEMM of the local experts is one cuBLAS call per expert (one
 // strided batched call when the experts are equal: capacity mode), on operands of the run's
 // type (cuda_ops.h: bf16 on a --bf16 run, the activations copied once per pass); bias, bias
-// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all rows, a
-// row's expert found from the offsets.
-
-// the expert of row r: the largest e < El with off[e] <= r (an empty expert e has
-// off[e] == off[e+1], so e+1 qualifies too and wins). Needs off[0] <= r < off[El].
-static __device__ __forceinline__ int expert_of(const long *off, int El, long r) {
-    int lo = 0, hi = El - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (off[mid] <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
+// gradients and GELU are kernels over all rows, a row's expert found from the offsets; the first
+// GEMM's bias, the GELU and hg's bf16 copy are one pass (cu_bias_gelu_forward, nn.cu), and so are
+// the GELU's gradient and its bf16 copy (cu_gelu_backward_copy).
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
 template <class W>
@@ -448,14 +437,15 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
-    // h = xin·wfc + bfc: the bias rows first, then the GEMM adds (beta 1), as matmul_forward
-    fill_bias_rows(h, bfc, doff, El, r0, R, f);
+    // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h) and, on a
+    // bf16 run, hg's bf16 copy for the next GEMM (slot 0: xin's copy is read by then, in stream order)
     point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
-    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 1.0f, g_C, f);
-    cu_gelu_forward(hg, h, R * f);   // hg = GELU(h) over rows [0, off[El]), as experts.c
+    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
+    uint16_t *hg16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
+    cu_bias_gelu_forward(h, hg, hg16, bfc, doff, El, r0, R, f);
     // y = hg·wproj (+ bproj)
     if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
-    point(off, El, cu_operand(hg, R * f, 0), f, 0, wproj, (long)f * d, 1, y, d, 0);
+    point(off, El, hg16 ? (const void *)hg16 : hg, f, 0, wproj, (long)f * d, 1, y, d, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
 }
 
@@ -481,8 +471,11 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
         bias_grad_kernel<<<blocks_for((long)El * d, THREADS), THREADS, 0, cu_stream()>>>(gbproj, dy, doff, El, d);
         CU_LAUNCH_CHECK();
     }
-    cu_gelu_backward(dhg, h, dhg, R * f);   // in place over rows [0, off[El]), as experts.c
-    const void *gh = cu_operand(dhg, R * f, 0);
+    // in place over rows [0, off[El]), as experts.c, with the bf16 copy the GEMMs read (slot 0: dy's
+    // copy is read by then)
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
+    cu_gelu_backward_copy(dhg, dh16, h, dhg, R * f);
+    const void *gh = dh16 ? (const void *)dh16 : dhg;
     // c_fc: dxin = dhg·wfcᵀ (written)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);

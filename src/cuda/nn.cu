@@ -67,21 +67,41 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 
 // ---- layernorm (one warp per row) -------------------------------------------------------
 
+// o[d] = (x − mean)·rstd·w + b for the row x[d] of this warp; returns mean and rstd to every lane
+template <class W>
+__device__ void layernorm_row(float *o, float *mean, float *rstd, const float *x, const W *w, const W *b, int d) {
+    int lane = threadIdx.x & 31;
+    float m = 0, v = 0;
+    for (int c = lane; c < d; c += 32) m += x[c];
+    m = warp_sum(m) / d;
+    for (int c = lane; c < d; c += 32) { float z = x[c] - m; v += z * z; }
+    v = warp_sum(v);
+    float s = 1.0f / sqrtf(v / d + 1e-5f);
+    for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
+    *mean = m; *rstd = s;
+}
+
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N]
 template <class W>
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const W *w,
                                          const W *b, long N, int d) {
+    WARP_ROWS(i, N) {
+        float m, s;
+        layernorm_row(out + i * d, &m, &s, inp + i * d, w, b, d);
+        if ((threadIdx.x & 31) == 0) { mean[i] = m; rstd[i] = s; }
+    }
+}
+
+// res[N,d] = a + b (the residual stream), then out = layernorm(res) as above: one pass that reads
+// a and b and writes res and out (a lane reads back only the elements it wrote)
+template <class W>
+__global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean, float *rstd, const float *a,
+                                                  const float *b, const W *w, const W *bias, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
-        const float *x = inp + i * d;
-        float m = 0, v = 0;
-        for (int c = lane; c < d; c += 32) m += x[c];
-        m = warp_sum(m) / d;
-        for (int c = lane; c < d; c += 32) { float z = x[c] - m; v += z * z; }
-        v = warp_sum(v);
-        float s = 1.0f / sqrtf(v / d + 1e-5f);
-        float *o = out + i * d;
-        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
+        float *r = res + i * d, m, s;
+        for (int c = lane; c < d; c += 32) r[c] = a[i * d + c] + b[i * d + c];
+        layernorm_row(out + i * d, &m, &s, r, w, bias, d);
         if (lane == 0) { mean[i] = m; rstd[i] = s; }
     }
 }
@@ -195,21 +215,66 @@ template <class W> __global__ void bias_kernel(float *out, const W *bias, long n
 
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
 
+__device__ __forceinline__ float gelu_d(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+// g·GELU'(x)
+__device__ __forceinline__ float gelu_grad_d(float x, float g) {
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float th = tanhf(u), sech2 = 1.0f - th * th;
+    float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return g * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+}
+
 __global__ void gelu_forward_kernel(float *out, const float *inp, long n) {
+    GRID_STRIDE(i, n) out[i] = gelu_d(inp[i]);
+}
+
+// dinp = dout ⊙ GELU'(inp) (dinp may be dout), and its bf16 copy dinp16 unless NULL
+__global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float *inp, const float *dout, long n) {
     GRID_STRIDE(i, n) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        float g = gelu_grad_d(inp[i], dout[i]);
+        dinp[i] = g;
+        if (dinp16) dinp16[i] = half_from_f32_d(1, g);
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, long n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u), sech2 = 1.0f - th * th;
-        float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+// The MLP's first half after its GEMM (beta 0), for rows r in [r0, r1) of h[·, f]: h += the bias
+// row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h), and hg16 = the
+// bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before the GEMM,
+// the GEMM's read of it, a GELU pass and a cast pass.
+template <class W>
+__global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
+                                         long r0, long n, int f) {
+    GRID_STRIDE(k, n) {
+        long i = r0 * f + k, r = i / f;
+        float x = h[i];
+        if (bias) {
+            x += ldw(bias, (off ? (long)expert_of(off, El, r) : 0) * f + i % f);
+            h[i] = x;
+        }
+        float y = gelu_d(x);
+        hg[i] = y;
+        if (hg16) hg16[i] = half_from_f32_d(1, y);
     }
 }
+
+// colsum_add's term for the MLP's backward: dh = dhg ⊙ GELU'(h) written (dh may be dhg), with its
+// bf16 copy dh16 unless NULL; the term summed into the bias gradient is dh itself
+struct GeluBiasTerm {
+    float *dh;
+    uint16_t *dh16;
+    const float *dhg, *h;
+    int C;
+    __device__ void operator()(long i, int c, float (&v)[1]) const {
+        long k = i * C + c;
+        float g = gelu_grad_d(h[k], dhg[k]);
+        dh[k] = g;
+        if (dh16) dh16[k] = half_from_f32_d(1, g);
+        v[0] = g;
+    }
+};
 
 // ---- cross-entropy over a vocabulary shard (one block per row) ---------------------------
 // logits[N,Vl]; nr = the real (unpadded) columns of this shard, 0 ≤ nr ≤ Vl
@@ -307,6 +372,65 @@ struct SumF { const float *x; __device__ double operator()(long i) const { retur
 
 }   // namespace
 
+// ---- the dense layers' GEMMs and the fused element-wise work around them -----------------
+
+// out[N,OC] (+)= a[N,C]·w[C,OC], a an operand of the run's type (the input or its bf16 copy): as
+// ops.c, the bias first (set, or added to out), then the GEMM adds to it
+static void matmul_forward_op(float *out, const void *a, const float *w, const float *bias, long N, int C, int OC,
+                              int accumulate) {
+    if (N <= 0 || OC <= 0) return;
+    if (bias) {
+        long n = N * OC;
+        int g = grid_for(n, kThreads);
+        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
+        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
+        CU_LAUNCH_CHECK();
+    }
+    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, a, C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+}
+
+// dinp[N,C] (+)= g·wᵀ and dw[C,OC] += inpᵀ·g (either may be NULL), g[N,OC] the output gradient as
+// an operand of the run's type
+static void matmul_backward_op(float *dinp, float *dw, const void *g, const float *inp, const float *w, long N, int C,
+                               int OC, int accumulate) {
+    if (dinp) cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
+    // the wgrad GEMM accumulates into the fp32 gradient
+    if (dw) cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
+}
+
+void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
+                          long r1, int f) {
+    long n = (r1 - r0) * f;
+    if (n <= 0) return;
+    int g = grid_for(n, kThreads);
+    if (cu_bf16())
+        bias_gelu_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bf16_of(bias), off, El, r0, n, f);
+    else bias_gelu_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, n, f);
+    CU_LAUNCH_CHECK();
+}
+
+void cu_gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
+    if (n <= 0) return;
+    gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dh, dh16, h, dhg, n);
+    CU_LAUNCH_CHECK();
+}
+
+// h[N,F] = inp·w + bias, hg = GELU(h), hg16 its bf16 copy unless NULL: one GEMM (beta 0), one pass
+static void mlp_first_half(float *h, float *hg, uint16_t *hg16, const float *inp, const float *w, const float *bias,
+                           long N, int C, int F) {
+    if (F <= 0) return;
+    cu_gemm_op(0, 0, (int)N, F, C, 1.0f, cu_operand(inp, N * C, 0), C, w, F, 0.0f, h, F);
+    cu_bias_gelu_forward(h, hg, hg16, bias, NULL, 0, 0, N, F);
+}
+
+// dh[N,F] = dhg ⊙ GELU'(h) and its bf16 copy dh16 (unless NULL), dbias += Σ rows dh: one pass
+static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const float *dhg, const float *h, long N,
+                               int F) {
+    if (F <= 0) return;
+    if (dbias) colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
+    else cu_gelu_backward_copy(dh, dh16, h, dhg, N * F);
+}
+
 // ---------------------------------------------------------------------------------------
 
 extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe,
@@ -349,6 +473,18 @@ extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const
     CU_LAUNCH_CHECK();
 }
 
+extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                              const float *b, const float *w, const float *bias, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0 || d <= 0) return;
+    int g = grid_for(N, kWarps);
+    if (cu_bf16())
+        residual_layernorm_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a, b, bf16_of(w),
+                                                                            bf16_of(bias), N, d);
+    else residual_layernorm_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a, b, w, bias, N, d);
+    CU_LAUNCH_CHECK();
+}
+
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
     PROF(PROF_ELEMENTWISE);
@@ -367,31 +503,16 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
                                   int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || OC <= 0) return;
-    // as ops.c: the bias first (set, or added to out), then out (+)= inp·w
-    if (bias) {
-        long n = N * OC;
-        int g = grid_for(n, kThreads);
-        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
-        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
-        CU_LAUNCH_CHECK();
-    }
     // the weights are operands already; the activation is copied to bf16 on a bf16 run
-    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out,
-               OC);
+    matmul_forward_op(out, cu_operand(inp, N * C, 0), w, bias, N, C, OC, accumulate);
 }
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    const void *g = cu_operand(dout, N * OC, 0);
-    if (dinp)   // dinp[N,C] (+)= dout[N,OC]·w[C,OC]ᵀ
-        cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
-    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]: the wgrad GEMM accumulates into the fp32 gradient
-        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
-    if (dbias && OC > 0) {
-        colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
-    }
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, w, N, C, OC, accumulate);
+    if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
@@ -404,8 +525,7 @@ extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
     PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
-    CU_LAUNCH_CHECK();
+    cu_gelu_backward_copy(dinp, NULL, inp, dout, n);
 }
 
 // nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
@@ -428,17 +548,33 @@ extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float
         cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, 1.0f, dw, C);
 }
 
-// The fused MLP pair of ops.c, here as the two kernels each (the bias already rides in the GEMM)
+// The fused MLP pair of ops.c: the GEMM, then bias and GELU in one pass; the backward's GELU
+// gradient, its bf16 copy for the GEMMs (a --bf16 run) and the bias gradient in one pass
 extern "C" void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias,
                                             long N, int C, int OC) {
-    cu_matmul_forward(h, inp, w, bias, N, C, OC, 0);
-    cu_gelu_forward(hg, h, N * OC);
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    mlp_first_half(h, hg, NULL, inp, w, bias, N, C, OC);
 }
 
 extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg,
                                              const float *h, const float *inp, const float *w, long N, int C, int OC) {
-    cu_gelu_backward(dh, h, dhg, N * OC);
-    cu_matmul_backward(dinp, dw, dbias, dh, inp, w, N, C, OC, 0);
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(N * OC, 0) : NULL;
+    gelu_bias_backward(dh, dh16, dbias, dhg, h, N, OC);
+    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, w, N, C, OC, 0);
+}
+
+// The dense MLP (ops.c's mlp_forward): the first half as above, its GELU pass also writing the
+// bf16 copy of hg that the second GEMM reads on a --bf16 run (no cast pass over hg)
+extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
+                               const float *wproj, const float *bproj, long N, int C, int F, int OC) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    uint16_t *hg16 = cu_bf16() ? cu_half_slot(N * F, 1) : NULL;
+    mlp_first_half(h, hg, hg16, inp, wfc, bfc, N, C, F);
+    matmul_forward_op(out, hg16 ? (const void *)hg16 : hg, wproj, bproj, N, F, OC, 0);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)
