@@ -39,8 +39,13 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
 // (unless NULL) = hg in bf16, the next GEMM's operand.
 void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
                           long r1, int f);
-// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 (unless NULL) = dh in bf16
-void cu_gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n);
+// The experts' bias gradients (host offsets off[0..El] of their rows), each column summed over an
+// expert's rows in chunks, a fixed order: gb[e, c] += Σ_r g[r, c]; and, in the same pass as the
+// GELU's gradient, gb[e, c] += Σ_r dh[r, c] with dh = dhg ⊙ GELU'(h) written over the rows
+// [off[0], off[El]) (dh may be dhg) with its bf16 copy dh16 unless NULL (gb NULL: dh alone).
+void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n);
+void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
+                              int El, int f);
 // CU_CHECK(cudaCall) / CUBLAS_CHECK(cublasCall): one line naming the call and the error, then exit 1
 #define CU_CHECK(x) cu_check_((x), #x, __FILE__, __LINE__)
 #define CUBLAS_CHECK(x) cu_check_blas_((int)(x), #x, __FILE__, __LINE__)

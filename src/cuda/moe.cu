@@ -377,17 +377,6 @@ static void fill_bias_rows(float *out, const float *bias, const long *doff, int 
     CU_LAUNCH_CHECK();
 }
 
-// gb[e, c] += Σ_{r in expert e's rows, in order} g[r, c]: one thread per (e, c)
-static __global__ void bias_grad_kernel(float *gb, const float *g, const long *off, int El, int n) {
-    long total = (long)El * n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int e = (int)(i / n), c = (int)(i % n);
-        float acc = gb[i];
-        for (long r = off[e]; r < off[e + 1]; r++) acc += g[r * n + c];
-        gb[i] = acc;
-    }
-}
-
 // the El+1 offsets on the device (one buffer, grown when needed; stream-ordered reuse)
 static const long *upload_off(const long *off, int El) {
     static void *buf;
@@ -457,7 +446,6 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     if (El <= 0) return;
     long R = off[El];
     tables(El);
-    const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     const void *gy = cu_operand(dy, R * d, 0);
     // c_proj: dhg = dy·wprojᵀ (written)
@@ -466,15 +454,11 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     // gwproj += hgᵀ·dy
     point(off, El, cu_operand(hg, R * f, 1), f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
-    // gbproj += Σ rows dy
-    if (proj_bias && d > 0) {
-        bias_grad_kernel<<<blocks_for((long)El * d, THREADS), THREADS, 0, cu_stream()>>>(gbproj, dy, doff, El, d);
-        CU_LAUNCH_CHECK();
-    }
-    // in place over rows [0, off[El]), as experts.c, with the bf16 copy the GEMMs read (slot 0: dy's
-    // copy is read by then)
+    if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
+    // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the
+    // GEMMs read, in one pass (slot 0: dy's copy is read by then)
     uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
-    cu_gelu_backward_copy(dhg, dh16, h, dhg, R * f);
+    cu_experts_gelu_backward(gbfc, dhg, dh16, dhg, h, off, El, f);
     const void *gh = dh16 ? (const void *)dh16 : dhg;
     // c_fc: dxin = dhg·wfcᵀ (written)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
@@ -482,9 +466,4 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     // gwfc += xinᵀ·dhg
     point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
-    // gbfc += Σ rows dhg
-    if (f > 0) {
-        bias_grad_kernel<<<blocks_for((long)El * f, THREADS), THREADS, 0, cu_stream()>>>(gbfc, dhg, doff, El, f);
-        CU_LAUNCH_CHECK();
-    }
 }

@@ -4,6 +4,7 @@
 // cu_stream(); the shared device helpers are in common.cuh.
 #include "common.cuh"
 #include <math.h>
+#include <vector>
 
 using namespace cu;
 
@@ -141,10 +142,12 @@ static int col_chunks(long N) {
 }
 
 // F: f(i, c, v) sets v[k], output k's term of row i, column c
-template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, F f) {
+// (bounds: the rows [bounds[2y], bounds[2y + 1]) of block row y in place of an even split of N)
+template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, const long *bounds, F f) {
     __shared__ float sh[NOUT][kColRows][32];
     int tx = threadIdx.x, ty = threadIdx.y, R = gridDim.y, c = blockIdx.x * 32 + tx;
     long per = (N + R - 1) / R, i0 = blockIdx.y * per, i1 = i0 + per < N ? i0 + per : N;
+    if (bounds) { i0 = bounds[2 * blockIdx.y]; i1 = bounds[2 * blockIdx.y + 1]; }
     float acc[NOUT] = {}, v[NOUT];
     if (c < C)
         for (long i = i0 + ty; i < i1; i += kColRows) {
@@ -174,6 +177,16 @@ __global__ void colsum_finish_kernel(float *out0, float *out1, const float *part
     }
 }
 
+// out[e, c] += Σ_y part[y][c] over expert e's block rows y in [first[e], first[e + 1]), in order
+__global__ void segment_finish_kernel(float *out, const float *part, const long *first, int El, int C) {
+    GRID_STRIDE(k, (long)El * C) {
+        long e = k / C, c = k % C;
+        float t = 0;
+        for (long y = first[e]; y < first[e + 1]; y++) t += part[y * C + c];
+        out[k] += t;
+    }
+}
+
 struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
     const float *dout, *inp, *mean, *rstd;
     int d;
@@ -195,9 +208,44 @@ template <int NOUT, class F> static void colsum_add(float *out0, float *out1, lo
     static size_t cap;
     int R = col_chunks(N);
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
-    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(part, N, C, f);
+    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(part, N, C, (const long *)NULL, f);
     CU_LAUNCH_CHECK();
     colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C);
+    CU_LAUNCH_CHECK();
+}
+
+// The block rows of the experts' column sums: each expert's rows (host offsets off[0..El]) cut in
+// chunks of kColChunk rows or more (about kColMaxChunks in all, besides one per expert), none
+// across two experts. t = [first: El + 1 | bounds: 2 per chunk]; returns the chunk count.
+static long expert_chunks(std::vector<long> &t, const long *off, int El) {
+    long R = off[El] - off[0], big = (R + kColMaxChunks - 1) / kColMaxChunks, step = big > kColChunk ? big : kColChunk;
+    t.assign(El + 1, 0);
+    for (int e = 0; e < El; e++) {
+        t[e] = (long)(t.size() - El - 1) / 2;
+        for (long r = off[e]; r < off[e + 1]; r += step) {
+            t.push_back(r);
+            t.push_back(r + step < off[e + 1] ? r + step : off[e + 1]);
+        }
+    }
+    t[El] = (long)(t.size() - El - 1) / 2;
+    return t[El];
+}
+
+// out[e, c] += Σ over expert e's rows i, in chunks, of f(i, c): the experts' bias gradients, a fixed
+// order for given offsets (as colsum_add, in chunks within one expert)
+template <class F> static void expert_colsum_add(float *out, const long *off, int El, int C, F f) {
+    static void *buf, *tab;
+    static size_t cap, tcap;
+    static std::vector<long> t;
+    long n = expert_chunks(t, off, El);
+    if (n == 0 || C <= 0) return;
+    long *dt = (long *)grow_dev(&tab, &tcap, sizeof(long) * t.size());
+    cu_memcpy(dt, t.data(), sizeof(long) * t.size());   // pageable: staged before it returns
+    float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * n * (size_t)C);
+    colsum_part_kernel<1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(part, 0, C,
+                                                                                                      dt + El + 1, f);
+    CU_LAUNCH_CHECK();
+    segment_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C);
     CU_LAUNCH_CHECK();
 }
 
@@ -409,10 +457,22 @@ void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias
     CU_LAUNCH_CHECK();
 }
 
-void cu_gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
+// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 (unless NULL) = dh in bf16
+static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
     if (n <= 0) return;
     gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dh, dh16, h, dhg, n);
     CU_LAUNCH_CHECK();
+}
+
+void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n) {
+    expert_colsum_add(gb, off, El, n, ColTerm{g, n});
+}
+
+void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
+                              int El, int f) {
+    if (gb) { expert_colsum_add(gb, off, El, f, GeluBiasTerm{dh, dh16, dhg, h, f}); return; }
+    long r0 = off[0] * f;
+    gelu_backward_copy(dh + r0, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
 }
 
 // h[N,F] = inp·w + bias, hg = GELU(h), hg16 its bf16 copy unless NULL: one GEMM (beta 0), one pass
@@ -428,7 +488,7 @@ static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const fl
                                int F) {
     if (F <= 0) return;
     if (dbias) colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
-    else cu_gelu_backward_copy(dh, dh16, h, dhg, N * F);
+    else gelu_backward_copy(dh, dh16, h, dhg, N * F);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -525,7 +585,7 @@ extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
     PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    cu_gelu_backward_copy(dinp, NULL, inp, dout, n);
+    gelu_backward_copy(dinp, NULL, inp, dout, n);
 }
 
 // nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
