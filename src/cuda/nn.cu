@@ -291,7 +291,11 @@ __global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float 
 // The MLP's first half after its GEMM (beta 0), for rows r in [r0, r1) of h[·, f]: h += the bias
 // row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h), and hg16 = the
 // bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before the GEMM,
-// the GEMM's read of it, a GELU pass and a cast pass.
+// the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
+template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, const long *off, int El, long r, int f) {
+    return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
+}
+
 template <class W>
 __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
                                          long r0, long n, int f) {
@@ -299,12 +303,37 @@ __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, co
         long i = r0 * f + k, r = i / f;
         float x = h[i];
         if (bias) {
-            x += ldw(bias, (off ? (long)expert_of(off, El, r) : 0) * f + i % f);
+            x += ldw(bias_row(bias, off, El, r, f), i - r * f);
             h[i] = x;
         }
         float y = gelu_d(x);
         hg[i] = y;
         if (hg16) hg16[i] = half_from_f32_d(1, y);
+    }
+}
+
+// two bf16 in one word, a first (the lower address)
+__device__ __forceinline__ unsigned bf16x2_d(float a, float b) {
+    return half_from_f32_d(1, a) | (unsigned)half_from_f32_d(1, b) << 16;
+}
+
+// the same, four elements a thread (f a multiple of 4, h and hg 16-byte aligned, hg16 8-byte):
+// k indexes the float4s of rows [r0, r1), n4 of them
+template <class W>
+__global__ void bias_gelu_forward4_kernel(float4 *h, float4 *hg, uint2 *hg16, const W *bias, const long *off, int El,
+                                          long r0, long n4, int f) {
+    GRID_STRIDE(k, n4) {
+        long i = r0 * (f / 4) + k, r = 4 * i / f;
+        int c = (int)(4 * i - r * f);
+        float4 x = h[i];
+        if (bias) {
+            const W *b = bias_row(bias, off, El, r, f) + c;
+            x.x += ldw(b, 0); x.y += ldw(b, 1); x.z += ldw(b, 2); x.w += ldw(b, 3);
+            h[i] = x;
+        }
+        float4 y = make_float4(gelu_d(x.x), gelu_d(x.y), gelu_d(x.z), gelu_d(x.w));
+        hg[i] = y;
+        if (hg16) hg16[i] = make_uint2(bf16x2_d(y.x, y.y), bf16x2_d(y.z, y.w));
     }
 }
 
@@ -446,15 +475,25 @@ static void matmul_backward_op(float *dinp, float *dw, const void *g, const floa
     if (dw) cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
 }
 
+// bias_gelu_forward over rows [r0, r0 + n / f), four elements a thread where the layout allows
+template <class W>
+static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El, long r0,
+                             long n, int f) {
+    int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0;
+    if (vec)
+        bias_gelu_forward4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, cu_stream()>>>(
+            (float4 *)h, (float4 *)hg, (uint2 *)hg16, bias, off, El, r0, n / 4, f);
+    else bias_gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0,
+                                                                                        n, f);
+    CU_LAUNCH_CHECK();
+}
+
 void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
                           long r1, int f) {
     long n = (r1 - r0) * f;
     if (n <= 0) return;
-    int g = grid_for(n, kThreads);
-    if (cu_bf16())
-        bias_gelu_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bf16_of(bias), off, El, r0, n, f);
-    else bias_gelu_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, n, f);
-    CU_LAUNCH_CHECK();
+    if (cu_bf16()) bias_gelu_launch(h, hg, hg16, bf16_of(bias), off, El, r0, n, f);
+    else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, n, f);
 }
 
 // dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 (unless NULL) = dh in bf16
