@@ -190,7 +190,8 @@ run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
 check_bf16 "bf16 emulated gpu, dropless, within 2 % of fp32 cpu" "$TED_TMP/cpu20-0.jsonl" "$TED_TMP/b20-0.jsonl"
 run cpu20-dense "$TED" train "${long[@]}" --moe-every 2
 run b20-dense "$TED_EMU" train "${bf[@]}" --moe-every 2
-check_bf16 "bf16 emulated gpu, a dense and an MoE block, within 2 % of fp32 cpu" "$TED_TMP/cpu20-dense.jsonl" "$TED_TMP/b20-dense.jsonl"
+check_bf16 "bf16 emulated gpu, a dense and an MoE block, within 2 % of fp32 cpu" "$TED_TMP/cpu20-dense.jsonl" \
+  "$TED_TMP/b20-dense.jsonl"
 run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
 check_bf16 "bf16 emulated gpu, activation checkpointing, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-ac.jsonl"
 for z in 1 2; do   # 2 ranks of dp (2 sequences each): the optimizer's shards and (2) buckets in fp32 gradients

@@ -353,7 +353,7 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 // type (cuda_ops.h: bf16 on a --bf16 run, the activations copied once per pass); bias, bias
 // gradients and GELU are kernels over all rows, a row's expert found from the offsets; the first
 // GEMM's bias, the GELU and hg's bf16 copy are one pass (cu_bias_gelu_forward, nn.cu), and so are
-// the GELU's gradient and its bf16 copy (cu_gelu_backward_copy).
+// the GELU's gradient, its bf16 copy and the first bias's gradient (cu_experts_gelu_backward).
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
 template <class W>

@@ -1,6 +1,8 @@
 // nn.cu — the CUDA twins of nn/ops.c and nn/linear.c (see cuda_ops.h): embedding,
 // normalisation, the dense layers' GEMM wrappers, GELU, the loss, element-wise operations and
-// the 16-bit conversions. Each cu_X reproduces the CPU function X on device buffers, on
+// the 16-bit conversions; the fused passes around the MLP's GEMMs (bias + GELU with the next
+// GEMM's bf16 operand, the GELU gradient with its bias gradient), also for the experts (moe.cu),
+// and the residual add with the LayerNorm after it. Each cu_X reproduces the CPU function X on device buffers, on
 // cu_stream(); the shared device helpers are in common.cuh.
 #include "common.cuh"
 #include <math.h>
@@ -178,7 +180,7 @@ __global__ void colsum_finish_kernel(float *out0, float *out1, const float *part
 }
 
 // out[e, c] += Σ_y part[y][c] over expert e's block rows y in [first[e], first[e + 1]), in order
-__global__ void segment_finish_kernel(float *out, const float *part, const long *first, int El, int C) {
+__global__ void expert_colsum_finish_kernel(float *out, const float *part, const long *first, int El, int C) {
     GRID_STRIDE(k, (long)El * C) {
         long e = k / C, c = k % C;
         float t = 0;
@@ -208,7 +210,8 @@ template <int NOUT, class F> static void colsum_add(float *out0, float *out1, lo
     static size_t cap;
     int R = col_chunks(N);
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
-    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(part, N, C, (const long *)NULL, f);
+    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(
+        part, N, C, (const long *)NULL, f);
     CU_LAUNCH_CHECK();
     colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C);
     CU_LAUNCH_CHECK();
@@ -245,7 +248,7 @@ template <class F> static void expert_colsum_add(float *out, const long *off, in
     colsum_part_kernel<1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(part, 0, C,
                                                                                                       dt + El + 1, f);
     CU_LAUNCH_CHECK();
-    segment_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C);
+    expert_colsum_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C);
     CU_LAUNCH_CHECK();
 }
 
