@@ -7,7 +7,10 @@
 // run has them (cu_set_bf16): bf16 weights, bf16 GEMM operands with fp32 accumulation, against
 // the CPU ops on the same bf16-rounded values: within 1e-5 (the products are exact in fp32;
 // only the order of the additions differs), bit for bit for the embedding, and the mixed AdamW
-// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. Exits 77 (skipped) without a GPU.
+// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. The fused passes (residual +
+// LayerNorm, the MLP forward with bias + GELU and hg's bf16 copy, its backward with the GELU
+// gradient, dh's bf16 copy and the bias gradient in one pass), in fp32 and bf16, also bit for bit
+// against the GPU ops they fuse. Exits 77 (skipped) without a GPU.
 #include "core/alloc.h"
 #include "cuda/cuda_ops.h"
 #include "core/half.h"
@@ -502,6 +505,22 @@ static void same_dev(const char *name, const float *got, const float *want, long
 }
 static const char *run_name(void) { return cu_bf16() ? "bf16 " : ""; }
 
+// The n outputs of a fused op: got[k] (device) against the CPU's ref[k] within tol[k] (0: bit for
+// bit) and bit for bit against the unfused GPU ops' unf[k] (device); the device arrays freed
+static void check_fused(const char *op, int n, const char *const *what, float **got, float **ref, float **unf,
+                        const long *len, const double *tol) {
+    char name[96];
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s%s %s", run_name(), op, what[k]);
+        if (tol[k] == 0) cmp_bits(name, got[k], ref[k], len[k]);
+        else cmp(name, got[k], ref[k], len[k], tol[k]);
+        snprintf(name, sizeof name, "%s%s %s = unfused gpu", run_name(), op, what[k]);
+        same_dev(name, got[k], unf[k], len[k]);
+        cu_free(got[k]);
+        cu_free(unf[k]);
+    }
+}
+
 // res = a + b and its LayerNorm in one pass
 static void test_residual_layernorm(long N, int d) {
     long n = N * d;
@@ -516,17 +535,10 @@ static void test_residual_layernorm(long N, int d) {
     cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d);
     cu_residual_forward(u[0], da, db, n);
     cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d);
-    char name[96];
     const char *what[4] = {"res", "out", "mean", "rstd"};
     float *ref[4] = {res, out, mean, rstd};
-    for (int k = 0; k < 4; k++) {
-        snprintf(name, sizeof name, "%sresidual_layernorm %s", run_name(), what[k]);
-        if (k == 0) cmp_bits(name, g[k], ref[k], len[k]);
-        else cmp(name, g[k], ref[k], len[k], 1e-5);
-        snprintf(name, sizeof name, "%sresidual_layernorm %s = unfused gpu", run_name(), what[k]);
-        same_dev(name, g[k], u[k], len[k]);
-    }
-    for (int k = 0; k < 4; k++) { cu_free(g[k]); cu_free(u[k]); }
+    double tol[4] = {0, 1e-5, 1e-5, 1e-5};   // the sum: the CPU's very addition
+    check_fused("residual_layernorm", 4, what, g, ref, u, len, tol);
     cu_free(da); cu_free(db); cu_free(dw); cu_free(dbias);
     free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
 }
@@ -556,16 +568,10 @@ static void test_mlp_forward(long N, int C, int F, int OC, float *h_cpu) {
     matmul_forward(out, hgr, w2, b2, N, F, OC, 0);
     cu_matmul_bias_gelu_forward(u[0], u[1], dx, dw1, db1, N, C, F);
     cu_matmul_forward(u[2], u[1], dw2, db2, N, F, OC, 0);
-    char name[96];
     const char *what[3] = {"h", "GELU(h)", "out"};
     float *ref[3] = {h_cpu, hg, out};
-    for (int k = 0; k < 3; k++) {
-        snprintf(name, sizeof name, "%smlp_forward %s", run_name(), what[k]);
-        cmp(name, g[k], ref[k], len[k], bf16 ? 1e-5 : 1e-4);
-        snprintf(name, sizeof name, "%smlp_forward %s = unfused gpu", run_name(), what[k]);
-        same_dev(name, g[k], u[k], len[k]);
-    }
-    for (int k = 0; k < 3; k++) { cu_free(g[k]); cu_free(u[k]); }
+    double t = bf16 ? 1e-5 : 1e-4, tol[3] = {t, t, t};
+    check_fused("mlp_forward", 3, what, g, ref, u, len, tol);
     cu_free(dx); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(db2);
     free(x); free(w1); free(b1); free(w2); free(b2); free(xr); free(hg); free(hgg); free(hgr); free(out);
 }
@@ -591,16 +597,10 @@ static void test_mlp_backward(long N, int C, int F, const float *h) {
     matmul_backward(gin, gw, NULL, dhr, xr, w, N, C, F, 0);
     cu_gelu_backward(u[0], dhd, u[0], N * F);
     cu_matmul_backward(u[1], u[2], u[3], u[0], dx, dw, N, C, F, 0);
-    char name[96];
     const char *what[4] = {"dh", "dinp", "dw", "dbias"};
     float *ref[4] = {dh, gin, gw, gb};
-    for (int k = 0; k < 4; k++) {
-        snprintf(name, sizeof name, "%smlp_backward %s", run_name(), what[k]);
-        cmp(name, g[k], ref[k], len[k], bf16 ? 1e-5 : 1e-4);
-        snprintf(name, sizeof name, "%smlp_backward %s = unfused gpu", run_name(), what[k]);
-        same_dev(name, g[k], u[k], len[k]);
-    }
-    for (int k = 0; k < 4; k++) { cu_free(g[k]); cu_free(u[k]); }
+    double t = bf16 ? 1e-5 : 1e-4, tol[4] = {t, t, t, t};
+    check_fused("mlp_backward", 4, what, g, ref, u, len, tol);
     cu_free(dx); cu_free(dw); cu_free(dhd);
     free(x); free(w); free(dhg); free(gb); free(gw); free(gin); free(dh); free(xr); free(dhg_); free(dhr);
 }
