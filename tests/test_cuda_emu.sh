@@ -10,11 +10,11 @@
 #  - `ted_emu train --device cuda` (the real src/*.c and src/cuda/*.cu) gives per-step losses
 #    and gradient norms within 1e-6 of `ted train` on the CPU for a tiny MoE model (gradient
 #    accumulation, a learning rate at which 5 steps move the weights measurably), in
-#    capacity and dropless mode, with shapes that are not whole warps, with activation
-#    checkpointing, and with --fp16 (against the CPU's --fp16 run, 1e-4);
+#    capacity and dropless mode, with shapes that are not whole warps, with a dense block before
+#    the MoE one, with activation checkpointing, and with --fp16 (against the CPU's --fp16 run, 1e-4);
 #  - --bf16 (bf16 weights and GEMM operands, fp32 gradients; every GEMM of the run on bf16
 #    operands): over 20 steps, loss and val_loss within 2 % of the fp32 CPU run in capacity and
-#    dropless mode, with activation checkpointing, with ZeRO 1 and 2 (2 ranks), and on 4 ranks
+#    dropless mode, with a dense block, with activation checkpointing, with ZeRO 1 and 2 (2 ranks), and on 4 ranks
 #    (tp 2, ep 2) also with DTD + CAC;
 #  - 4 ranks (tp 2, ep 2; dp 2, so 2 sequences each), which share the one emulated device and
 #    so take comm.c's host-staged path, equal the one-rank CPU run within 1e-6, also with
@@ -120,6 +120,11 @@ odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-
 run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0
 run emu-odd "$TED_EMU" train "${model[@]}" "${odd[@]}" --capacity-factor 0 --device cuda
 check "fp32 emulated gpu = cpu (d 48, T 40, 6 experts, dropless)" "$TED_TMP/cpu-odd.jsonl" "$TED_TMP/emu-odd.jsonl" 1e-6
+# a dense block before the MoE one (--moe-every 2): the dense MLP's fused passes (bias + GELU with
+# hg's bf16 copy, the GELU gradient with the bias gradient) and residual + LayerNorm there too
+run cpu-dense "$TED" train "${model[@]}" --moe-every 2
+run emu-dense "$TED_EMU" train "${model[@]}" --moe-every 2 --device cuda
+check "fp32 emulated gpu = cpu (a dense and an MoE block)" "$TED_TMP/cpu-dense.jsonl" "$TED_TMP/emu-dense.jsonl" 1e-6
 run emu-ac "$TED_EMU" train "${model[@]}" --device cuda --activation-checkpointing
 check "fp32 emulated gpu with activation checkpointing = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-ac.jsonl" 1e-6
 run cpu-fp16 "$TED" train "${model[@]}" --fp16
@@ -131,6 +136,10 @@ run emu4 "${four[@]}"
 check "4 emulated ranks (tp 2, ep 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4.jsonl" 1e-6
 run emu4-opt "${four[@]}" --dtd --cac
 check "4 emulated ranks (tp 2, ep 2, --dtd --cac) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-opt.jsonl" 1e-6
+# CAC's recompute of a dense block (the MLP's first half alone, its output's sum stashed)
+run emu4-cac "${four[@]}" --moe-every 2 --activation-checkpointing --cac
+check "4 emulated ranks (tp 2, ep 2, a dense block, checkpointing + CAC) = 1 cpu rank" "$TED_TMP/cpu-dense.jsonl" \
+  "$TED_TMP/emu4-cac.jsonl" 1e-6
 # the pipeline on emulated GPUs: 2 stages of tp 2, messages staged through the host
 run emu4-pp "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${model[@]}" --device cuda --pp 2 --tp 2
 check "4 emulated ranks (pp 2, tp 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu4-pp.jsonl" 1e-6
@@ -179,6 +188,10 @@ if grep -q "GEMMs (0 on fp32 operands)" "$TED_TMP/b20.out"; then ok "bf16 run: e
 else bad "bf16 run: GEMMs on fp32 operands: $(grep "^emu:" "$TED_TMP/b20.out")"; fi
 run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
 check_bf16 "bf16 emulated gpu, dropless, within 2 % of fp32 cpu" "$TED_TMP/cpu20-0.jsonl" "$TED_TMP/b20-0.jsonl"
+run cpu20-dense "$TED" train "${long[@]}" --moe-every 2
+run b20-dense "$TED_EMU" train "${bf[@]}" --moe-every 2
+check_bf16 "bf16 emulated gpu, a dense and an MoE block, within 2 % of fp32 cpu" "$TED_TMP/cpu20-dense.jsonl" \
+  "$TED_TMP/b20-dense.jsonl"
 run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
 check_bf16 "bf16 emulated gpu, activation checkpointing, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-ac.jsonl"
 for z in 1 2; do   # 2 ranks of dp (2 sequences each): the optimizer's shards and (2) buckets in fp32 gradients

@@ -7,7 +7,10 @@
 // run has them (cu_set_bf16): bf16 weights, bf16 GEMM operands with fp32 accumulation, against
 // the CPU ops on the same bf16-rounded values: within 1e-5 (the products are exact in fp32;
 // only the order of the additions differs), bit for bit for the embedding, and the mixed AdamW
-// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. Exits 77 (skipped) without a GPU.
+// (fp32 gradient in, bf16 weights out) against adamw_mixed_host. The fused passes (residual +
+// LayerNorm, the MLP forward with bias + GELU and hg's bf16 copy, its backward with the GELU
+// gradient, dh's bf16 copy and the bias gradient in one pass), in fp32 and bf16, also bit for bit
+// against the GPU ops they fuse. Exits 77 (skipped) without a GPU.
 #include "core/alloc.h"
 #include "cuda/cuda_ops.h"
 #include "core/half.h"
@@ -186,32 +189,6 @@ static void test_matmul(long N, int C, int OC) {
     }
     cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg);
     free(x); free(w); free(bias); free(g);
-}
-
-// The fused MLP pair: h, GELU(h), then dh in place over dhg, its bias gradient, dinp and dw
-static void test_mlp_fused(void) {
-    long N = 37;
-    int C = 48, OC = 70;
-    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *bias = rnd(OC, 1, 0), *g = rnd(N * OC, 1, 0);
-    float *gb = rnd(OC, 1, 0), *gw = rnd((long)C * OC, 1, 0);
-    float *h = malloc(sizeof(float) * N * OC), *hg = malloc(sizeof(float) * N * OC), *gin = malloc(sizeof(float) * N * C);
-    float *dx = up(x, sizeof(float) * N * C), *dw = up(w, sizeof(float) * C * OC), *dbias = up(bias, sizeof(float) * OC);
-    float *dg = up(g, sizeof(float) * N * OC), *dgb = up(gb, sizeof(float) * OC), *dgw = up(gw, sizeof(float) * C * OC);
-    float *dh = cu_malloc(sizeof(float) * N * OC), *dhg = cu_malloc(sizeof(float) * N * OC);
-    float *dgin = cu_malloc(sizeof(float) * N * C);
-    matmul_bias_gelu_forward(h, hg, x, w, bias, N, C, OC);
-    cu_matmul_bias_gelu_forward(dh, dhg, dx, dw, dbias, N, C, OC);
-    cmp("matmul_bias_gelu_forward h", dh, h, N * OC, 1e-4);
-    cmp("matmul_bias_gelu_forward GELU(h)", dhg, hg, N * OC, 1e-4);
-    matmul_bias_gelu_backward(gin, gw, gb, g, g, h, x, w, N, C, OC);
-    cu_matmul_bias_gelu_backward(dgin, dgw, dgb, dg, dg, dh, dx, dw, N, C, OC);
-    cmp("matmul_bias_gelu_backward dh", dg, g, N * OC, 1e-4);
-    cmp("matmul_bias_gelu_backward dbias", dgb, gb, OC, 1e-4);
-    cmp("matmul_bias_gelu_backward dinp", dgin, gin, N * C, 1e-4);
-    cmp("matmul_bias_gelu_backward dw", dgw, gw, (long)C * OC, 1e-4);
-    cu_free(dx); cu_free(dw); cu_free(dbias); cu_free(dg); cu_free(dgb); cu_free(dgw); cu_free(dh); cu_free(dhg);
-    cu_free(dgin);
-    free(x); free(w); free(bias); free(g); free(gb); free(gw); free(h); free(hg); free(gin);
 }
 
 static void test_gelu(void) {
@@ -512,6 +489,137 @@ static void test_bf16_norm_embed(void) {
     free(wte); free(wpe);
 }
 
+// ---- the fused element-wise passes of nn.cu: each against the CPU op (on a --bf16 run as the
+// bf16 tests above: the CPU on the bf16-rounded values the GEMMs see) and bit for bit against
+// the GPU ops it fuses (the same arithmetic, in fewer passes)
+
+static float *dev_weights(float *w, long n) {   // as a run's ops take them (rounded in place on bf16)
+    return cu_bf16() ? round_up_bf16(w, n) : up(w, sizeof(float) * n);
+}
+static float *dev_zeros(long n) { return cu_malloc(sizeof(float) * (n ? n : 1)); }
+static void same_dev(const char *name, const float *got, const float *want, long n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    cu_memcpy(h, want, sizeof(float) * n);
+    cmp_bits(name, got, h, n);
+    free(h);
+}
+static const char *run_name(void) { return cu_bf16() ? "bf16 " : ""; }
+
+// The n outputs of a fused op: got[k] (device) against the CPU's ref[k] within tol[k] (0: bit for
+// bit) and bit for bit against the unfused GPU ops' unf[k] (device); the device arrays freed
+static void check_fused(const char *op, int n, const char *const *what, float **got, float **ref, float **unf,
+                        const long *len, const double *tol) {
+    char name[96];
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s%s %s", run_name(), op, what[k]);
+        if (tol[k] == 0) cmp_bits(name, got[k], ref[k], len[k]);
+        else cmp(name, got[k], ref[k], len[k], tol[k]);
+        snprintf(name, sizeof name, "%s%s %s = unfused gpu", run_name(), op, what[k]);
+        same_dev(name, got[k], unf[k], len[k]);
+        cu_free(got[k]);
+        cu_free(unf[k]);
+    }
+}
+
+// res = a + b and its LayerNorm in one pass
+static void test_residual_layernorm(long N, int d) {
+    long n = N * d;
+    float *a = rnd(n, 1, 0.5f), *b = rnd(n, 1, 0), *w = rnd(d, 1, 1), *bias = rnd(d, 1, 0);
+    float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dw = dev_weights(w, d);
+    float *dbias = dev_weights(bias, d);
+    float *res = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N);
+    float *rstd = malloc(sizeof(float) * N), *g[4], *u[4];
+    long len[4] = {n, n, N, N};
+    for (int k = 0; k < 4; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
+    residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d);
+    cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d);
+    cu_residual_forward(u[0], da, db, n);
+    cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d);
+    const char *what[4] = {"res", "out", "mean", "rstd"};
+    float *ref[4] = {res, out, mean, rstd};
+    double tol[4] = {0, 1e-5, 1e-5, 1e-5};   // the sum: the CPU's very addition
+    check_fused("residual_layernorm", 4, what, g, ref, u, len, tol);
+    cu_free(da); cu_free(db); cu_free(dw); cu_free(dbias);
+    free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
+}
+
+// Host copy of the device array d[n]
+static float *down(const float *d, long n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    cu_memcpy(h, d, sizeof(float) * n);
+    return h;
+}
+
+// The MLP forward: h = x·w1 + b1, GELU (with hg's bf16 copy for the second GEMM), out = hg·w2 + b2.
+// On bf16 the CPU's second GEMM takes the GPU's hg rounded (the CPU's own hg may round the other
+// way where h differs in its last bit), so that each stage is measured alone.
+static void test_mlp_forward(long N, int C, int F, int OC, float *h_cpu) {
+    int bf16 = cu_bf16();
+    float *x = rnd(N * C, 1, 0), *w1 = rnd((long)C * F, 1, 0), *b1 = rnd(F, 1, 0), *w2 = rnd((long)F * OC, 1, 0);
+    float *b2 = rnd(OC, 1, 0), *dx = up(x, sizeof(float) * N * C), *dw1 = dev_weights(w1, (long)C * F);
+    float *db1 = dev_weights(b1, F), *dw2 = dev_weights(w2, (long)F * OC), *db2 = dev_weights(b2, OC);
+    float *xr = bf16 ? rounded(x, N * C) : copyf(x, N * C), *hg = malloc(sizeof(float) * N * F);
+    float *out = malloc(sizeof(float) * N * OC), *g[3], *u[3];
+    long len[3] = {N * F, N * F, N * OC};
+    for (int k = 0; k < 3; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
+    matmul_bias_gelu_forward(h_cpu, hg, xr, w1, b1, N, C, F);
+    cu_mlp_forward(g[2], g[0], g[1], dx, dw1, db1, dw2, db2, N, C, F, OC);
+    float *hgg = down(g[1], N * F), *hgr = bf16 ? rounded(hgg, N * F) : copyf(hg, N * F);
+    matmul_forward(out, hgr, w2, b2, N, F, OC, 0);
+    cu_matmul_bias_gelu_forward(u[0], u[1], dx, dw1, db1, N, C, F);
+    cu_matmul_forward(u[2], u[1], dw2, db2, N, F, OC, 0);
+    const char *what[3] = {"h", "GELU(h)", "out"};
+    float *ref[3] = {h_cpu, hg, out};
+    double t = bf16 ? 1e-5 : 1e-4, tol[3] = {t, t, t};
+    check_fused("mlp_forward", 3, what, g, ref, u, len, tol);
+    cu_free(dx); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(db2);
+    free(x); free(w1); free(b1); free(w2); free(b2); free(xr); free(hg); free(hgg); free(hgr); free(out);
+}
+
+// The MLP's first half backward from the CPU's h: dh = dhg ⊙ GELU'(h) in place with the bias
+// gradient (and dh's bf16 copy for the GEMMs) in one pass, then dinp and dw (on bf16 against the
+// CPU's GEMMs on the GPU's dh rounded, as in the forward).
+static void test_mlp_backward(long N, int C, int F, const float *h) {
+    int bf16 = cu_bf16();
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * F, 1, 0), *dhg = rnd(N * F, 1, 0), *gb = rnd(F, 1, 0);
+    float *gw = rnd((long)C * F, 1, 0), *gin = malloc(sizeof(float) * N * C), *dh = malloc(sizeof(float) * N * F);
+    float *dx = up(x, sizeof(float) * N * C), *dw = dev_weights(w, (long)C * F), *dhd = up(h, sizeof(float) * N * F);
+    float *xr = bf16 ? rounded(x, N * C) : copyf(x, N * C), *g[4], *u[4], *init[4] = {dhg, NULL, gw, gb};
+    long len[4] = {N * F, N * C, (long)C * F, F};
+    for (int k = 0; k < 4; k++) {
+        g[k] = init[k] ? up(init[k], sizeof(float) * len[k]) : dev_zeros(len[k]);
+        u[k] = init[k] ? up(init[k], sizeof(float) * len[k]) : dev_zeros(len[k]);
+    }
+    cu_matmul_bias_gelu_backward(g[1], g[2], g[3], g[0], g[0], dhd, dx, dw, N, C, F);
+    gelu_backward(dh, h, dhg, N * F);                               // the CPU in steps: dh, its bias
+    matmul_backward(NULL, NULL, gb, dh, xr, w, N, C, F, 0);         // gradient, then the GEMMs on
+    float *dhg_ = down(g[0], N * F), *dhr = bf16 ? rounded(dhg_, N * F) : copyf(dh, N * F);   // what they see
+    matmul_backward(gin, gw, NULL, dhr, xr, w, N, C, F, 0);
+    cu_gelu_backward(u[0], dhd, u[0], N * F);
+    cu_matmul_backward(u[1], u[2], u[3], u[0], dx, dw, N, C, F, 0);
+    const char *what[4] = {"dh", "dinp", "dw", "dbias"};
+    float *ref[4] = {dh, gin, gw, gb};
+    double t = bf16 ? 1e-5 : 1e-4, tol[4] = {t, t, t, t};
+    check_fused("mlp_backward", 4, what, g, ref, u, len, tol);
+    cu_free(dx); cu_free(dw); cu_free(dhd);
+    free(x); free(w); free(dhg); free(gb); free(gw); free(gin); free(dh); free(xr); free(dhg_); free(dhr);
+}
+
+static void test_fused(void) {
+    test_residual_layernorm(37, 48);
+    test_residual_layernorm(300, 70);
+    // N, C, F, OC: F 72 takes bias + GELU four a thread, 45 one; N 300 past a chunk of rows
+    long shapes[2][4] = {{37, 48, 72, 30}, {300, 24, 45, 20}};
+    for (int i = 0; i < 2; i++) {
+        long N = shapes[i][0];
+        int C = (int)shapes[i][1], F = (int)shapes[i][2], OC = (int)shapes[i][3];
+        float *h = malloc(sizeof(float) * N * F);
+        test_mlp_forward(N, C, F, OC, h);
+        test_mlp_backward(N, C, F, h);
+        free(h);
+    }
+}
+
 // The optimizer's one-launch step (zero.c on a GPU with fp32 gradients) over a table of segments:
 // per-segment and counted sums of squares against the host's, AdamW with the device-side clipping
 // against adamw_mixed_host / adamw_f32_host with the host's coefficient, the gradients consumed,
@@ -618,7 +726,7 @@ int main(void) {
     test_matmul(37, 48, 70);
     test_matmul(777, 24, 70);
     test_gelu();
-    test_mlp_fused();
+    test_fused();
     test_crossentropy(0, 128, 100);   // one shard with 28 padding columns
     test_crossentropy(64, 64, 100);   // a last shard: 36 real columns, targets below it
     test_crossentropy(0, 64, 100);    // a first shard without padding, targets past it
@@ -630,6 +738,7 @@ int main(void) {
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
     test_bf16_matmul();
     test_bf16_norm_embed();
+    test_fused();
     test_opt_step(1, 0);
     test_opt_step(1, 1);
     cu_set_bf16(0);

@@ -398,6 +398,8 @@ int main(void) {
     test_experts("uneven", uneven, 1);
     test_experts("uneven, no proj bias", uneven, 0);
     test_experts("even", even, 1);
+    long big[] = {0, 600, 610, 900};   // the bias gradients' column sums in several row chunks of one expert
+    test_experts("600 rows", big, 1);
     long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
     test_experts("empty", none, 1);
     cu_set_bf16(1);   // as a --bf16 run
@@ -405,6 +407,7 @@ int main(void) {
     test_attention(2, 7, 3, 8);
     test_experts("bf16 uneven", uneven, 1);
     test_experts("bf16 even", even, 1);
+    test_experts("bf16 600 rows", big, 1);
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");

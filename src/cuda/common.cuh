@@ -104,6 +104,19 @@ static __device__ __forceinline__ float ldw(const uint16_t *w, long i) { return 
 // w[i] as fp32, 0 when w is NULL (an optional bias)
 template <class W> static __device__ __forceinline__ float ldw_or0(const W *w, long i) { return w ? ldw(w, i) : 0.0f; }
 
+// The local expert of row r of an expert buffer (off: its El+1 row offsets): the largest e < El
+// with off[e] <= r (an empty expert e has off[e] == off[e+1], so e+1 qualifies too and wins).
+// Needs off[0] <= r < off[El].
+static __device__ __forceinline__ int expert_of(const long *off, int El, long r) {
+    int lo = 0, hi = El - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (off[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // ---- deterministic double reductions: Σ f(i) for i < n -----------------------------------
 // Pass 1: kRedBlocks (at most) blocks each write a partial (grid-stride, fixed order for a
 // given n); pass 2: one block adds the partials in order. The partials live in a scratch of

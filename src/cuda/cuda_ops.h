@@ -33,6 +33,19 @@ void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const 
 // the same for batch problems at strides sA, sB (elements of the operand type) and sC (floats)
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);
+// The fused GELU passes of nn.cu that the experts (moe.cu) share. For the rows r in [r0, r1) of
+// h[·, f] after its GEMM: h += the bias row (bias [f]; with off, the El+1 device row offsets of
+// the experts, bias [El, f] and row r's expert's row; bias may be NULL), hg = GELU(h), and hg16
+// (unless NULL) = hg in bf16, the next GEMM's operand.
+void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
+                          long r1, int f);
+// The experts' bias gradients (host offsets off[0..El] of their rows), each column summed over an
+// expert's rows in chunks, a fixed order: gb[e, c] += Σ_r g[r, c]; and, in the same pass as the
+// GELU's gradient, gb[e, c] += Σ_r dh[r, c] with dh = dhg ⊙ GELU'(h) written over the rows
+// [off[0], off[El]) (dh may be dhg) with its bf16 copy dh16 unless NULL (gb NULL: dh alone).
+void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n);
+void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
+                              int El, int f);
 // CU_CHECK(cudaCall) / CUBLAS_CHECK(cublasCall): one line naming the call and the error, then exit 1
 #define CU_CHECK(x) cu_check_((x), #x, __FILE__, __LINE__)
 #define CUBLAS_CHECK(x) cu_check_blas_((int)(x), #x, __FILE__, __LINE__)

@@ -351,20 +351,9 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 // experts (experts.c): each GEMM of the local experts is one cuBLAS call per expert (one
 // strided batched call when the experts are equal: capacity mode), on operands of the run's
 // type (cuda_ops.h: bf16 on a --bf16 run, the activations copied once per pass); bias, bias
-// gradients and GELU (cu_gelu_forward / cu_gelu_backward, nn.cu) are kernels over all rows, a
-// row's expert found from the offsets.
-
-// the expert of row r: the largest e < El with off[e] <= r (an empty expert e has
-// off[e] == off[e+1], so e+1 qualifies too and wins). Needs off[0] <= r < off[El].
-static __device__ __forceinline__ int expert_of(const long *off, int El, long r) {
-    int lo = 0, hi = El - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (off[mid] <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
+// gradients and GELU are kernels over all rows, a row's expert found from the offsets; the first
+// GEMM's bias, the GELU and hg's bf16 copy are one pass (cu_bias_gelu_forward, nn.cu), and so are
+// the GELU's gradient, its bf16 copy and the first bias's gradient (cu_experts_gelu_backward).
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
 template <class W>
@@ -386,17 +375,6 @@ static void fill_bias_rows(float *out, const float *bias, const long *doff, int 
                                                               r1, n);
     else fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
     CU_LAUNCH_CHECK();
-}
-
-// gb[e, c] += Σ_{r in expert e's rows, in order} g[r, c]: one thread per (e, c)
-static __global__ void bias_grad_kernel(float *gb, const float *g, const long *off, int El, int n) {
-    long total = (long)El * n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int e = (int)(i / n), c = (int)(i % n);
-        float acc = gb[i];
-        for (long r = off[e]; r < off[e + 1]; r++) acc += g[r * n + c];
-        gb[i] = acc;
-    }
 }
 
 // the El+1 offsets on the device (one buffer, grown when needed; stream-ordered reuse)
@@ -448,14 +426,15 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
-    // h = xin·wfc + bfc: the bias rows first, then the GEMM adds (beta 1), as matmul_forward
-    fill_bias_rows(h, bfc, doff, El, r0, R, f);
+    // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h) and, on a
+    // bf16 run, hg's bf16 copy for the next GEMM (slot 0: xin's copy is read by then, in stream order)
     point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
-    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 1.0f, g_C, f);
-    cu_gelu_forward(hg, h, R * f);   // hg = GELU(h) over rows [0, off[El]), as experts.c
+    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
+    uint16_t *hg16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
+    cu_bias_gelu_forward(h, hg, hg16, bfc, doff, El, r0, R, f);
     // y = hg·wproj (+ bproj)
     if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
-    point(off, El, cu_operand(hg, R * f, 0), f, 0, wproj, (long)f * d, 1, y, d, 0);
+    point(off, El, hg16 ? (const void *)hg16 : hg, f, 0, wproj, (long)f * d, 1, y, d, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
 }
 
@@ -467,7 +446,6 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     if (El <= 0) return;
     long R = off[El];
     tables(El);
-    const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     const void *gy = cu_operand(dy, R * d, 0);
     // c_proj: dhg = dy·wprojᵀ (written)
@@ -476,22 +454,16 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     // gwproj += hgᵀ·dy
     point(off, El, cu_operand(hg, R * f, 1), f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
-    // gbproj += Σ rows dy
-    if (proj_bias && d > 0) {
-        bias_grad_kernel<<<blocks_for((long)El * d, THREADS), THREADS, 0, cu_stream()>>>(gbproj, dy, doff, El, d);
-        CU_LAUNCH_CHECK();
-    }
-    cu_gelu_backward(dhg, h, dhg, R * f);   // in place over rows [0, off[El]), as experts.c
-    const void *gh = cu_operand(dhg, R * f, 0);
+    if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
+    // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the
+    // GEMMs read, in one pass (slot 0: dy's copy is read by then)
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
+    cu_experts_gelu_backward(gbfc, dhg, dh16, dhg, h, off, El, f);
+    const void *gh = dh16 ? (const void *)dh16 : dhg;
     // c_fc: dxin = dhg·wfcᵀ (written)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
     point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
-    // gbfc += Σ rows dhg
-    if (f > 0) {
-        bias_grad_kernel<<<blocks_for((long)El * f, THREADS), THREADS, 0, cu_stream()>>>(gbfc, dhg, doff, El, f);
-        CU_LAUNCH_CHECK();
-    }
 }

@@ -1,9 +1,12 @@
 // nn.cu — the CUDA twins of nn/ops.c and nn/linear.c (see cuda_ops.h): embedding,
 // normalisation, the dense layers' GEMM wrappers, GELU, the loss, element-wise operations and
-// the 16-bit conversions. Each cu_X reproduces the CPU function X on device buffers, on
+// the 16-bit conversions; the fused passes around the MLP's GEMMs (bias + GELU with the next
+// GEMM's bf16 operand, the GELU gradient with its bias gradient), also for the experts (moe.cu),
+// and the residual add with the LayerNorm after it. Each cu_X reproduces the CPU function X on device buffers, on
 // cu_stream(); the shared device helpers are in common.cuh.
 #include "common.cuh"
 #include <math.h>
+#include <vector>
 
 using namespace cu;
 
@@ -67,21 +70,41 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 
 // ---- layernorm (one warp per row) -------------------------------------------------------
 
+// o[d] = (x − mean)·rstd·w + b for the row x[d] of this warp; returns mean and rstd to every lane
+template <class W>
+__device__ void layernorm_row(float *o, float *mean, float *rstd, const float *x, const W *w, const W *b, int d) {
+    int lane = threadIdx.x & 31;
+    float m = 0, v = 0;
+    for (int c = lane; c < d; c += 32) m += x[c];
+    m = warp_sum(m) / d;
+    for (int c = lane; c < d; c += 32) { float z = x[c] - m; v += z * z; }
+    v = warp_sum(v);
+    float s = 1.0f / sqrtf(v / d + 1e-5f);
+    for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
+    *mean = m; *rstd = s;
+}
+
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N]
 template <class W>
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const W *w,
                                          const W *b, long N, int d) {
+    WARP_ROWS(i, N) {
+        float m, s;
+        layernorm_row(out + i * d, &m, &s, inp + i * d, w, b, d);
+        if ((threadIdx.x & 31) == 0) { mean[i] = m; rstd[i] = s; }
+    }
+}
+
+// res[N,d] = a + b (the residual stream), then out = layernorm(res) as above: one pass that reads
+// a and b and writes res and out (a lane reads back only the elements it wrote)
+template <class W>
+__global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean, float *rstd, const float *a,
+                                                  const float *b, const W *w, const W *bias, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
-        const float *x = inp + i * d;
-        float m = 0, v = 0;
-        for (int c = lane; c < d; c += 32) m += x[c];
-        m = warp_sum(m) / d;
-        for (int c = lane; c < d; c += 32) { float z = x[c] - m; v += z * z; }
-        v = warp_sum(v);
-        float s = 1.0f / sqrtf(v / d + 1e-5f);
-        float *o = out + i * d;
-        for (int c = lane; c < d; c += 32) o[c] = (x[c] - m) * s * ldw(w, c) + ldw(b, c);
+        float *r = res + i * d, m, s;
+        for (int c = lane; c < d; c += 32) r[c] = a[i * d + c] + b[i * d + c];
+        layernorm_row(out + i * d, &m, &s, r, w, bias, d);
         if (lane == 0) { mean[i] = m; rstd[i] = s; }
     }
 }
@@ -121,10 +144,12 @@ static int col_chunks(long N) {
 }
 
 // F: f(i, c, v) sets v[k], output k's term of row i, column c
-template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, F f) {
+// (bounds: the rows [bounds[2y], bounds[2y + 1]) of block row y in place of an even split of N)
+template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, const long *bounds, F f) {
     __shared__ float sh[NOUT][kColRows][32];
     int tx = threadIdx.x, ty = threadIdx.y, R = gridDim.y, c = blockIdx.x * 32 + tx;
     long per = (N + R - 1) / R, i0 = blockIdx.y * per, i1 = i0 + per < N ? i0 + per : N;
+    if (bounds) { i0 = bounds[2 * blockIdx.y]; i1 = bounds[2 * blockIdx.y + 1]; }
     float acc[NOUT] = {}, v[NOUT];
     if (c < C)
         for (long i = i0 + ty; i < i1; i += kColRows) {
@@ -154,6 +179,16 @@ __global__ void colsum_finish_kernel(float *out0, float *out1, const float *part
     }
 }
 
+// out[e, c] += Σ_y part[y][c] over expert e's block rows y in [first[e], first[e + 1]), in order
+__global__ void expert_colsum_finish_kernel(float *out, const float *part, const long *first, int El, int C) {
+    GRID_STRIDE(k, (long)El * C) {
+        long e = k / C, c = k % C;
+        float t = 0;
+        for (long y = first[e]; y < first[e + 1]; y++) t += part[y * C + c];
+        out[k] += t;
+    }
+}
+
 struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
     const float *dout, *inp, *mean, *rstd;
     int d;
@@ -175,9 +210,45 @@ template <int NOUT, class F> static void colsum_add(float *out0, float *out1, lo
     static size_t cap;
     int R = col_chunks(N);
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
-    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(part, N, C, f);
+    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(
+        part, N, C, (const long *)NULL, f);
     CU_LAUNCH_CHECK();
     colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C);
+    CU_LAUNCH_CHECK();
+}
+
+// The block rows of the experts' column sums: each expert's rows (host offsets off[0..El]) cut in
+// chunks of kColChunk rows or more (about kColMaxChunks in all, besides one per expert), none
+// across two experts. t = [first: El + 1 | bounds: 2 per chunk]; returns the chunk count.
+static long expert_chunks(std::vector<long> &t, const long *off, int El) {
+    long R = off[El] - off[0], big = (R + kColMaxChunks - 1) / kColMaxChunks, step = big > kColChunk ? big : kColChunk;
+    t.assign(El + 1, 0);
+    for (int e = 0; e < El; e++) {
+        t[e] = (long)(t.size() - El - 1) / 2;
+        for (long r = off[e]; r < off[e + 1]; r += step) {
+            t.push_back(r);
+            t.push_back(r + step < off[e + 1] ? r + step : off[e + 1]);
+        }
+    }
+    t[El] = (long)(t.size() - El - 1) / 2;
+    return t[El];
+}
+
+// out[e, c] += Σ over expert e's rows i, in chunks, of f(i, c): the experts' bias gradients, a fixed
+// order for given offsets (as colsum_add, in chunks within one expert)
+template <class F> static void expert_colsum_add(float *out, const long *off, int El, int C, F f) {
+    static void *buf, *tab;
+    static size_t cap, tcap;
+    static std::vector<long> t;
+    long n = expert_chunks(t, off, El);
+    if (n == 0 || C <= 0) return;
+    long *dt = (long *)grow_dev(&tab, &tcap, sizeof(long) * t.size());
+    cu_memcpy(dt, t.data(), sizeof(long) * t.size());   // pageable: staged before it returns
+    float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * n * (size_t)C);
+    colsum_part_kernel<1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(part, 0, C,
+                                                                                                      dt + El + 1, f);
+    CU_LAUNCH_CHECK();
+    expert_colsum_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C);
     CU_LAUNCH_CHECK();
 }
 
@@ -195,21 +266,95 @@ template <class W> __global__ void bias_kernel(float *out, const W *bias, long n
 
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
 
+__device__ __forceinline__ float gelu_d(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+// g·GELU'(x)
+__device__ __forceinline__ float gelu_grad_d(float x, float g) {
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float th = tanhf(u), sech2 = 1.0f - th * th;
+    float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return g * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+}
+
 __global__ void gelu_forward_kernel(float *out, const float *inp, long n) {
+    GRID_STRIDE(i, n) out[i] = gelu_d(inp[i]);
+}
+
+// dinp = dout ⊙ GELU'(inp) (dinp may be dout), and its bf16 copy dinp16 unless NULL
+__global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float *inp, const float *dout, long n) {
     GRID_STRIDE(i, n) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        float g = gelu_grad_d(inp[i], dout[i]);
+        dinp[i] = g;
+        if (dinp16) dinp16[i] = half_from_f32_d(1, g);
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, long n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u), sech2 = 1.0f - th * th;
-        float dudx = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * dudx);
+// The MLP's first half after its GEMM (beta 0), for rows r in [r0, r1) of h[·, f]: h += the bias
+// row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h), and hg16 = the
+// bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before the GEMM,
+// the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
+template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, const long *off, int El, long r, int f) {
+    return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
+}
+
+template <class W>
+__global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
+                                         long r0, long n, int f) {
+    GRID_STRIDE(k, n) {
+        long i = r0 * f + k, r = i / f;
+        float x = h[i];
+        if (bias) {
+            x += ldw(bias_row(bias, off, El, r, f), i - r * f);
+            h[i] = x;
+        }
+        float y = gelu_d(x);
+        hg[i] = y;
+        if (hg16) hg16[i] = half_from_f32_d(1, y);
     }
 }
+
+// two bf16 in one word, a first (the lower address)
+__device__ __forceinline__ unsigned bf16x2_d(float a, float b) {
+    return half_from_f32_d(1, a) | (unsigned)half_from_f32_d(1, b) << 16;
+}
+
+// the same, four elements a thread (f a multiple of 4, h and hg 16-byte aligned, hg16 8-byte):
+// k indexes the float4s of rows [r0, r1), n4 of them
+template <class W>
+__global__ void bias_gelu_forward4_kernel(float4 *h, float4 *hg, uint2 *hg16, const W *bias, const long *off, int El,
+                                          long r0, long n4, int f) {
+    GRID_STRIDE(k, n4) {
+        long i = r0 * (f / 4) + k, r = 4 * i / f;
+        int c = (int)(4 * i - r * f);
+        float4 x = h[i];
+        if (bias) {
+            const W *b = bias_row(bias, off, El, r, f) + c;
+            x.x += ldw(b, 0); x.y += ldw(b, 1); x.z += ldw(b, 2); x.w += ldw(b, 3);
+            h[i] = x;
+        }
+        float4 y = make_float4(gelu_d(x.x), gelu_d(x.y), gelu_d(x.z), gelu_d(x.w));
+        hg[i] = y;
+        if (hg16) hg16[i] = make_uint2(bf16x2_d(y.x, y.y), bf16x2_d(y.z, y.w));
+    }
+}
+
+// colsum_add's term for the MLP's backward: dh = dhg ⊙ GELU'(h) written (dh may be dhg), with its
+// bf16 copy dh16 unless NULL; the term summed into the bias gradient is dh itself
+struct GeluBiasTerm {
+    float *dh;
+    uint16_t *dh16;
+    const float *dhg, *h;
+    int C;
+    __device__ void operator()(long i, int c, float (&v)[1]) const {
+        long k = i * C + c;
+        float g = gelu_grad_d(h[k], dhg[k]);
+        dh[k] = g;
+        if (dh16) dh16[k] = half_from_f32_d(1, g);
+        v[0] = g;
+    }
+};
 
 // ---- cross-entropy over a vocabulary shard (one block per row) ---------------------------
 // logits[N,Vl]; nr = the real (unpadded) columns of this shard, 0 ≤ nr ≤ Vl
@@ -307,6 +452,87 @@ struct SumF { const float *x; __device__ double operator()(long i) const { retur
 
 }   // namespace
 
+// ---- the dense layers' GEMMs and the fused element-wise work around them -----------------
+
+// out[N,OC] (+)= a[N,C]·w[C,OC], a an operand of the run's type (the input or its bf16 copy): as
+// ops.c, the bias first (set, or added to out), then the GEMM adds to it
+static void matmul_forward_op(float *out, const void *a, const float *w, const float *bias, long N, int C, int OC,
+                              int accumulate) {
+    if (N <= 0 || OC <= 0) return;
+    if (bias) {
+        long n = N * OC;
+        int g = grid_for(n, kThreads);
+        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
+        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
+        CU_LAUNCH_CHECK();
+    }
+    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, a, C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+}
+
+// dinp[N,C] (+)= g·wᵀ and dw[C,OC] += inpᵀ·g (either may be NULL), g[N,OC] the output gradient as
+// an operand of the run's type
+static void matmul_backward_op(float *dinp, float *dw, const void *g, const float *inp, const float *w, long N, int C,
+                               int OC, int accumulate) {
+    if (dinp) cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
+    // the wgrad GEMM accumulates into the fp32 gradient
+    if (dw) cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
+}
+
+// bias_gelu_forward over rows [r0, r0 + n / f), four elements a thread where the layout allows
+template <class W>
+static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El, long r0,
+                             long n, int f) {
+    int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0;
+    if (vec)
+        bias_gelu_forward4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, cu_stream()>>>(
+            (float4 *)h, (float4 *)hg, (uint2 *)hg16, bias, off, El, r0, n / 4, f);
+    else bias_gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0,
+                                                                                        n, f);
+    CU_LAUNCH_CHECK();
+}
+
+void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
+                          long r1, int f) {
+    long n = (r1 - r0) * f;
+    if (n <= 0) return;
+    if (cu_bf16()) bias_gelu_launch(h, hg, hg16, bf16_of(bias), off, El, r0, n, f);
+    else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, n, f);
+}
+
+// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 (unless NULL) = dh in bf16
+static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
+    if (n <= 0) return;
+    gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dh, dh16, h, dhg, n);
+    CU_LAUNCH_CHECK();
+}
+
+void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n) {
+    expert_colsum_add(gb, off, El, n, ColTerm{g, n});
+}
+
+void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
+                              int El, int f) {
+    if (gb) { expert_colsum_add(gb, off, El, f, GeluBiasTerm{dh, dh16, dhg, h, f}); return; }
+    long r0 = off[0] * f;
+    gelu_backward_copy(dh + r0, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
+}
+
+// h[N,F] = inp·w + bias, hg = GELU(h), hg16 its bf16 copy unless NULL: one GEMM (beta 0), one pass
+static void mlp_first_half(float *h, float *hg, uint16_t *hg16, const float *inp, const float *w, const float *bias,
+                           long N, int C, int F) {
+    if (F <= 0) return;
+    cu_gemm_op(0, 0, (int)N, F, C, 1.0f, cu_operand(inp, N * C, 0), C, w, F, 0.0f, h, F);
+    cu_bias_gelu_forward(h, hg, hg16, bias, NULL, 0, 0, N, F);
+}
+
+// dh[N,F] = dhg ⊙ GELU'(h) and its bf16 copy dh16 (unless NULL), dbias += Σ rows dh: one pass
+static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const float *dhg, const float *h, long N,
+                               int F) {
+    if (F <= 0) return;
+    if (dbias) colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
+    else gelu_backward_copy(dh, dh16, h, dhg, N * F);
+}
+
 // ---------------------------------------------------------------------------------------
 
 extern "C" void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe,
@@ -349,6 +575,18 @@ extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const
     CU_LAUNCH_CHECK();
 }
 
+extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                              const float *b, const float *w, const float *bias, long N, int d) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0 || d <= 0) return;
+    int g = grid_for(N, kWarps);
+    if (cu_bf16())
+        residual_layernorm_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a, b, bf16_of(w),
+                                                                            bf16_of(bias), N, d);
+    else residual_layernorm_forward_kernel<<<g, kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a, b, w, bias, N, d);
+    CU_LAUNCH_CHECK();
+}
+
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
     PROF(PROF_ELEMENTWISE);
@@ -367,31 +605,16 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
                                   int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || OC <= 0) return;
-    // as ops.c: the bias first (set, or added to out), then out (+)= inp·w
-    if (bias) {
-        long n = N * OC;
-        int g = grid_for(n, kThreads);
-        if (cu_bf16()) bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bf16_of(bias), n, OC, accumulate);
-        else bias_kernel<<<g, kThreads, 0, cu_stream()>>>(out, bias, n, OC, accumulate);
-        CU_LAUNCH_CHECK();
-    }
     // the weights are operands already; the activation is copied to bf16 on a bf16 run
-    cu_gemm_op(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, (bias || accumulate) ? 1.0f : 0.0f, out,
-               OC);
+    matmul_forward_op(out, cu_operand(inp, N * C, 0), w, bias, N, C, OC, accumulate);
 }
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    const void *g = cu_operand(dout, N * OC, 0);
-    if (dinp)   // dinp[N,C] (+)= dout[N,OC]·w[C,OC]ᵀ
-        cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
-    if (dw)     // dw[C,OC] += inp[N,C]ᵀ·dout[N,OC]: the wgrad GEMM accumulates into the fp32 gradient
-        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
-    if (dbias && OC > 0) {
-        colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
-    }
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, w, N, C, OC, accumulate);
+    if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
@@ -404,8 +627,7 @@ extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, long n) {
     PROF(PROF_ELEMENTWISE);
     if (n <= 0) return;
-    gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dinp, inp, dout, n);
-    CU_LAUNCH_CHECK();
+    gelu_backward_copy(dinp, NULL, inp, dout, n);
 }
 
 // nn.Linear's layout (linear.c): out[N,OC] (stride ldo) (+)= inp[N,C] (stride ldi)·w[OC,C]ᵀ
@@ -428,17 +650,33 @@ extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float
         cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, 1.0f, dw, C);
 }
 
-// The fused MLP pair of ops.c, here as the two kernels each (the bias already rides in the GEMM)
+// The fused MLP pair of ops.c: the GEMM, then bias and GELU in one pass; the backward's GELU
+// gradient, its bf16 copy for the GEMMs (a --bf16 run) and the bias gradient in one pass
 extern "C" void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float *w, const float *bias,
                                             long N, int C, int OC) {
-    cu_matmul_forward(h, inp, w, bias, N, C, OC, 0);
-    cu_gelu_forward(hg, h, N * OC);
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    mlp_first_half(h, hg, NULL, inp, w, bias, N, C, OC);
 }
 
 extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg,
                                              const float *h, const float *inp, const float *w, long N, int C, int OC) {
-    cu_gelu_backward(dh, h, dhg, N * OC);
-    cu_matmul_backward(dinp, dw, dbias, dh, inp, w, N, C, OC, 0);
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(N * OC, 0) : NULL;
+    gelu_bias_backward(dh, dh16, dbias, dhg, h, N, OC);
+    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, w, N, C, OC, 0);
+}
+
+// The dense MLP (ops.c's mlp_forward): the first half as above, its GELU pass also writing the
+// bf16 copy of hg that the second GEMM reads on a --bf16 run (no cast pass over hg)
+extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
+                               const float *wproj, const float *bproj, long N, int C, int F, int OC) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    uint16_t *hg16 = cu_bf16() ? cu_half_slot(N * F, 1) : NULL;
+    mlp_first_half(h, hg, hg16, inp, wfc, bfc, N, C, F);
+    matmul_forward_op(out, hg16 ? (const void *)hg16 : hg, wproj, bproj, N, F, OC, 0);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)

@@ -622,16 +622,19 @@ void model_zero_grad(Model *M) {
 
 static Group *tp_group(Model *M) { return (Group *)&M->topo->g[GROUP_TP]; }
 
-// The end of a row-parallel layer: out = base + the TP sum of part. With CAC the summed part
-// is stashed in the first pass and read back in the recompute (no collective).
+// The TP sum of a row-parallel layer's part, returned. With CAC the summed part is stashed in the
+// first pass and read back in the recompute (no collective).
+static const float *row_parallel_sum(Model *M, float *part, float *stash, long n, int recompute) {
+    if (recompute && stash) return stash;
+    comm_allreduce(tp_group(M), part, n, DT_F32);
+    if (stash) buf_copy(stash, part, sizeof(float) * n);
+    return part;
+}
+
+// The end of a row-parallel layer: out = base + the TP sum of part.
 static void row_parallel_end(Model *M, float *out, const float *base, float *part, float *stash, long n,
                              int recompute) {
-    if (recompute && stash) part = stash;
-    else {
-        comm_allreduce(tp_group(M), part, n, DT_F32);
-        if (stash) buf_copy(stash, part, sizeof(float) * n);
-    }
-    residual_forward(out, base, part, n);
+    residual_forward(out, base, row_parallel_sum(M, part, stash, n, recompute), n);
 }
 
 // The attention half of block l: norm, q k v, attention, and the row-parallel part of its output
@@ -662,9 +665,12 @@ static int ffn_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
     int skip = recompute && x->ar_ffn;
     if (M->llama) { llama_ffn_forward(M, l, M->tmp, N, skip); return !skip; }
-    matmul_bias_gelu_forward(x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl);
-    if (skip) return 0;
-    matmul_forward(M->tmp, x->fchg, W(b->fcprojw), M->topo->tp_idx == 0 ? W(b->fcprojb) : NULL, N, M->fl, M->d, 0);
+    if (skip) {
+        matmul_bias_gelu_forward(x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl);
+        return 0;
+    }
+    mlp_forward(M->tmp, x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), W(b->fcprojw),
+                M->topo->tp_idx == 0 ? W(b->fcprojb) : NULL, N, M->d, M->fl, M->d);
     return 1;
 }
 
@@ -677,9 +683,11 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     float *in = M->resid[l];
     watchdog_block(l, b->moe, recompute ? "recompute" : "forward");
     attn_forward(M, l, B, T, recompute);
-    row_parallel_end(M, x->mid, in, M->tmp, x->ar_attn, N * d, recompute);
-    if (M->llama) llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
-    else layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, W(b->ln2w), W(b->ln2b), N, d);
+    const float *att = row_parallel_sum(M, M->tmp, x->ar_attn, N * d, recompute);
+    if (M->llama) {
+        residual_forward(x->mid, in, att, N * d);
+        llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
+    } else residual_layernorm_forward(x->mid, x->ln2, x->ln2_mean, x->ln2_rstd, in, att, W(b->ln2w), W(b->ln2b), N, d);
     if (b->moe) {
         MoeWeights w = moe_weights(M, l);
         moe_layer_forward(&M->moe, &w, &x->moe, x->ln2, x->mid, M->resid[l + 1], N, recompute);

@@ -76,6 +76,13 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     }
 }
 
+void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                const float *w, const float *bias, long N, int d) {
+    ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d));
+    residual_forward(res, a, b, N * d);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, d);
+}
+
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d) {
     ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d));
@@ -319,6 +326,13 @@ void matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float
     ON_GPU(cu_matmul_bias_gelu_forward(h, hg, inp, w, bias, N, C, OC));
     matmul_forward(h, inp, w, bias, N, C, OC, 0);   // the bias rows are the GEMM's C (beta 1): no pass of its own
     gelu_forward(hg, h, N * OC);                    // right after, while this block of h is in cache
+}
+
+void mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
+                 const float *wproj, const float *bproj, long N, int C, int F, int OC) {
+    ON_GPU(cu_mlp_forward(out, h, hg, inp, wfc, bfc, wproj, bproj, N, C, F, OC));
+    matmul_bias_gelu_forward(h, hg, inp, wfc, bfc, N, C, F);
+    matmul_forward(out, hg, wproj, bproj, N, F, OC, 0);
 }
 
 // dh = dhg ⊙ GELU'(h) and dbias += Σ rows dh in one pass: threads split the columns and each sums its

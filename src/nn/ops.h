@@ -17,6 +17,11 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *to
 // out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N] saved for backward
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, long N, int d);
+// res[N,d] = a + b (the residual stream), then out = layernorm(res) as layernorm_forward: on a GPU
+// one pass (the residual add and the norm after it; layernorm_backward is its backward, the
+// residual's gradient being the one layernorm_backward adds into)
+void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                const float *w, const float *bias, long N, int d);
 // dinp += ..., dw += ..., db += ...
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d);
@@ -50,6 +55,12 @@ void matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const float
                               int C, int OC);
 void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
                                const float *inp, const float *w, long N, int C, int OC);
+
+// The dense MLP: matmul_bias_gelu_forward (h[N,F], hg), then out[N,OC] = hg·wproj[F,OC] + bproj
+// (bproj may be NULL). On a GPU the GELU pass also writes the bf16 copy of hg the second GEMM
+// reads (a --bf16 run). Its backward: matmul_backward, then matmul_bias_gelu_backward.
+void mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
+                 const float *wproj, const float *bproj, long N, int C, int F, int OC);
 
 // Cross-entropy over a vocabulary shard: logits[N,Vl] are the columns v0 … v0+Vl−1 of the full
 // logits, and only global columns < V are real (the rest is padding that never wins). Three

@@ -28,6 +28,8 @@ void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int 
                          int T, int d);
 void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           long N, int d);
+void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                   const float *w, const float *bias, long N, int d);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, long N, int d);
 void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C, int OC,
@@ -44,6 +46,8 @@ void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *inp, const fl
                                  int C, int OC);
 void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
                                   const float *inp, const float *w, long N, int C, int OC);
+void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
+                    const float *wproj, const float *bproj, long N, int C, int F, int OC);
 void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl,
                          int V);
 void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V);
