@@ -161,12 +161,14 @@ void buf_copy(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
 }
 
-void buf_zero(void *p, size_t bytes) {
+void buf_zero(void *p, size_t bytes) { buf_fill(p, 0, bytes); }
+
+void buf_fill(void *p, int byte, size_t bytes) {
     if (!bytes) return;
 #ifdef TED_CUDA
-    if (ted_device == DEV_CUDA) { cu_memset0(p, bytes); return; }
+    if (ted_device == DEV_CUDA) { cu_memset(p, byte, bytes); return; }
 #endif
-    memset(p, 0, bytes);
+    memset(p, byte, bytes);
 }
 
 void buf_sync(void) {

@@ -49,6 +49,7 @@ void ted_free_buf(void *p);
 // Moves bytes between any two buffers (host or device); a device-to-device copy does not wait.
 void buf_copy(void *dst, const void *src, size_t bytes);
 void buf_zero(void *p, size_t bytes);
+void buf_fill(void *p, int byte, size_t bytes);   // every byte set to `byte` (tests' poison)
 // Waits for the device's queued work (timing); nothing on the CPU.
 void buf_sync(void);
 // Host view of a run buffer: p itself on the CPU; on the GPU a copy in `host` (bytes long).

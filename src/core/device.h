@@ -25,7 +25,7 @@ void cu_free(void *p);
 // any direction; returns when the host may use its side: a copy to the host when done, one from
 // pageable host memory at once (staged), device to device ordered in the stream
 void cu_memcpy(void *dst, const void *src, size_t bytes);
-void cu_memset0(void *p, size_t bytes);
+void cu_memset(void *p, int byte, size_t bytes);   // in the stream
 void cu_sync(void);
 int cu_is_device_ptr(const void *p);
 void *cu_stream_ptr(void);                 // the stream, as a cudaStream_t (for NCCL calls from C)

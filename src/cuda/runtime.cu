@@ -108,10 +108,10 @@ extern "C" void cu_memcpy(void *dst, const void *src, size_t bytes) {
     if (!dst_dev || pinned(src)) cu_stream_sync();
 }
 
-extern "C" void cu_memset0(void *p, size_t bytes) {
+extern "C" void cu_memset(void *p, int byte, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
-    CU_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    CU_CHECK(cudaMemsetAsync(p, byte, bytes, stream));
     cu_prof_launch(1);
 }
 
