@@ -64,6 +64,7 @@ set(TED_TEST_LABELS
   test_grad=nn,moe,model
   test_sparse_attention=nn
   test_gemm=nn
+  test_fresh=nn
   test_bf16_ops=nn,moe,model
   test_bf16_ops_native=nn,moe,model
   test_bf16_compute=nn,model,mpi
