@@ -22,6 +22,8 @@
 #  - its step-5 weights and optimizer state equal the CPU's within 1e-4 (compare_weights); a
 #    run resumed from its step-3 checkpoint equals the unbroken emulated run within 1e-6, one
 #    resumed from the CPU's step-3 checkpoint the CPU run within 1e-4.
+#  - every run above with TED_FRESH_POISON=1: the gradients the optimizer left fresh are NaN until
+#    an op of the next backward overwrites or zeroes them, so an op that skips that shows as NaN.
 # Needs TED_EMU (the ted_emu binary, set by tests.cmake); exits 77 (skipped) without it.
 source "${TED_ROOT:?}/tests/lib.sh"
 if [ -z "${TED_EMU:-}" ] || [ ! -x "$TED_EMU" ]; then
@@ -30,6 +32,9 @@ if [ -z "${TED_EMU:-}" ] || [ ! -x "$TED_EMU" ]; then
 fi
 source tests/mpi_env.sh
 bin=$(dirname "$TED_EMU")
+# A gradient that an op reads or accumulates into before any op of the step wrote it (nn/fresh.h:
+# the optimizer leaves the consumed gradients "fresh" instead of zeroing them) is NaN, and so the run.
+export TED_FRESH_POISON=1
 
 # the emulated cuBLAS: bf16 GEMMs computed as the types say; refusals; FAST_* on fp32 stops the run
 probe() {   # probe MODE RC TEXT: emu_probe MODE exits RC and prints TEXT
@@ -99,8 +104,9 @@ TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --dev
 check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
-# plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8)
-TED_GPU_PROF=1 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
+# plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8); without
+# the poison check, whose reads of the fresh gradients are host waits of their own
+TED_FRESH_POISON=0 TED_GPU_PROF=1 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
 if l=$(/usr/bin/python3 - "$TED_TMP/emu-prof.out" 2>&1 <<'PY'
 import json, sys
 lines = [json.loads(l)["gpu_prof"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof"')]

@@ -306,7 +306,7 @@ static void test_conversions(void) {
         snprintf(name, sizeof name, "f32_to_half %s", kind_name(half));
         report(name, (double)bad, 0);
         // the four-a-thread path: a multiple of 4, aligned (the NaNs at the end left out)
-        cu_memset0(dq, 2 * m);
+        cu_memset(dq, 0, 2 * m);
         cu_f32_to_half(dq, dx, m - 3, half);
         cu_memcpy(q, dq, 2 * m);
         bad = 0;
@@ -631,12 +631,13 @@ static const int seg_decay[NSEG] = {1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1}, seg_counte
 
 // segment i after the step: its gradient zero, its weights the host's (bf16: within a bf16 step
 // of the host's rounding of a master 1e-6 apart)
-static void check_segment(int i, int wbf16, int poison, const char *what, const float *dg, const void *dwout,
-                          const float *wout) {
+// the gradient after the step: zero (zero_grads), else as it was (zero.c marks it fresh)
+static void check_segment(int i, int wbf16, int poison, const char *what, const float *dg, const float *g,
+                          int zero_grads, const void *dwout, const float *wout) {
     char name[96];
     float *zeros = calloc(seg_len[i] + 1, sizeof(float));
-    snprintf(name, sizeof name, "opt_adamw gradient %d consumed (%s)", i, what);
-    cmp_bits(name, dg, zeros, seg_len[i]);
+    snprintf(name, sizeof name, "opt_adamw gradient %d %s (%s)", i, zero_grads ? "zeroed" : "left as it was", what);
+    cmp_bits(name, dg, zero_grads ? zeros : g, seg_len[i]);
     free(zeros);
     if (poison) return;
     if (!wbf16) {
@@ -653,18 +654,19 @@ static void check_segment(int i, int wbf16, int poison, const char *what, const 
     free(h16);
 }
 
-static void test_opt_step(int wbf16, int poison) {
+static void test_opt_step(int wbf16, int poison, int zero_grads) {
     char name[96];
     long total = 0, base[NSEG];
     for (int i = 0; i < NSEG; i++) { base[i] = total; total += seg_len[i]; }
     float *w = rnd(total, 1, 0), *m = rnd(total, 0.01f, 0), *v = rnd(total, 0.0001f, 0.0001f);
     float *dw = up(w, sizeof(float) * total), *dm = up(m, sizeof(float) * total), *dv = up(v, sizeof(float) * total);
-    float *g[NSEG], *dg[NSEG], *wout[NSEG], *dwout[NSEG];
+    float *g[NSEG], *g0[NSEG], *dg[NSEG], *wout[NSEG], *dwout[NSEG];   // g0: g before the host step
     OptSeg seg[NSEG];
     double sq[NSEG + 1], ref_sq[NSEG + 1] = {0};
     for (int i = 0; i < NSEG; i++) {
         g[i] = rnd(seg_len[i], 0.3f, 0);
         if (poison && i == 2) g[i][7] = NAN;
+        g0[i] = copyf(g[i], seg_len[i]);
         dg[i] = up(g[i], sizeof(float) * seg_len[i]);
         wout[i] = malloc(sizeof(float) * (seg_len[i] + 1));
         dwout[i] = cu_malloc((wbf16 ? 2 : 4) * (seg_len[i] + 1));
@@ -683,7 +685,7 @@ static void test_opt_step(int wbf16, int poison) {
     double norm = sqrt(ref_sq[NSEG]);
     float lr = 3e-4f, clip = (float)(0.5 * norm), bc1 = 1.0f - powf(0.9f, 7), bc2 = 1.0f - powf(0.95f, 7);
     float coef = (float)(clip / (norm + 1e-6));   // zero.c's: the norm is above clip
-    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * 0.1f, 0.9f, 0.95f, 1e-8f, clip};
+    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * 0.1f, 0.9f, 0.95f, 1e-8f, clip, zero_grads};
     cu_opt_adamw(plan, dw, dm, dv, dsq + NSEG, &h);
     float *w0 = copyf(w, total), *m0 = copyf(m, total), *v0 = copyf(v, total);
     for (int i = 0; i < NSEG && !poison; i++) {
@@ -703,8 +705,8 @@ static void test_opt_step(int wbf16, int poison) {
     snprintf(name, sizeof name, "opt_adamw v (%s)", what);
     poison ? cmp_bits(name, dv, v0, total) : cmp(name, dv, v, total, 1e-6);
     for (int i = 0; i < NSEG; i++) {
-        check_segment(i, wbf16, poison, what, dg[i], dwout[i], wout[i]);
-        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(wout[i]);
+        check_segment(i, wbf16, poison, what, dg[i], g0[i], zero_grads, dwout[i], wout[i]);
+        cu_free(dg[i]); cu_free(dwout[i]); free(g[i]); free(g0[i]); free(wout[i]);
     }
     cu_opt_free(plan);
     cu_free(dw); cu_free(dm); cu_free(dv); cu_free(dsq);
@@ -734,13 +736,14 @@ int main(void) {
     test_conversions();
     test_reductions();
     test_adamw();
-    test_opt_step(0, 0);
+    test_opt_step(0, 0, 1);
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
     test_bf16_matmul();
     test_bf16_norm_embed();
     test_fused();
-    test_opt_step(1, 0);
-    test_opt_step(1, 1);
+    test_opt_step(1, 0, 1);
+    test_opt_step(1, 0, 0);
+    test_opt_step(1, 1, 0);
     cu_set_bf16(0);
     printf("test_cuda_kernels: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;

@@ -3,6 +3,7 @@
 // its CPU loop; the comments name the loop it replaces.
 #include "common.cuh"
 #include "moe/router_token.h"
+#include "nn/fresh.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +439,21 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
 }
 
+// The beta of the experts' weight-gradient GEMMs into g_C[e] ([M[e], N[e]], those with work): 0
+// when each of them is fresh (nn/fresh.h; they are overwritten), else 1 with any fresh part
+// zeroed first. Experts without rows keep their fresh gradient (the step settles it to zero).
+static float experts_grad_beta(int El, const int *M, const int *N, const int *K) {
+    int all = 1;
+    for (int e = 0; e < El; e++)
+        if (M[e] && N[e] && K[e]) all &= fresh_whole(g_C[e], (long)M[e] * N[e]);
+    for (int e = 0; e < El; e++) {
+        if (!M[e] || !N[e] || !K[e]) continue;
+        if (all) fresh_beta(g_C[e], (long)M[e] * N[e]);   // taken: the GEMM overwrites it
+        else fresh_prepare(g_C[e], (long)M[e] * N[e]);
+    }
+    return all ? 0.0f : 1.0f;
+}
+
 extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
                                     const float *dy, const float *xin, const float *h, const float *hg,
@@ -453,7 +469,7 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
     // gwproj += hgᵀ·dy
     point(off, El, cu_operand(hg, R * f, 1), f, 0, gy, d, 0, gwproj, (long)f * d, 1);
-    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, 1.0f, g_C, d);   // K = the expert's rows
+    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, d);   // K = rows
     if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
     // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the
     // GEMMs read, in one pass (slot 0: dy's copy is read by then)
@@ -465,5 +481,5 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
     point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
-    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, 1.0f, g_C, f);   // K = the expert's rows
+    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, f);   // K = rows
 }

@@ -5,6 +5,7 @@
 // and the residual add with the LayerNorm after it. Each cu_X reproduces the CPU function X on device buffers, on
 // cu_stream(); the shared device helpers are in common.cuh.
 #include "common.cuh"
+#include "nn/fresh.h"
 #include <math.h>
 #include <vector>
 
@@ -474,8 +475,11 @@ static void matmul_forward_op(float *out, const void *a, const float *w, const f
 static void matmul_backward_op(float *dinp, float *dw, const void *g, const float *inp, const float *w, long N, int C,
                                int OC, int accumulate) {
     if (dinp) cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
-    // the wgrad GEMM accumulates into the fp32 gradient
-    if (dw) cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, 1.0f, dw, OC);
+    // the wgrad GEMM accumulates into the fp32 gradient, or overwrites a fresh one (nn/fresh.h)
+    if (dw) {
+        float beta = fresh_beta(dw, (long)C * OC);
+        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, beta, dw, OC);
+    }
 }
 
 // bias_gelu_forward over rows [r0, r0 + n / f), four elements a thread where the layout allows
@@ -507,12 +511,17 @@ static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const 
 }
 
 void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n) {
+    fresh_prepare(gb, (long)El * n);
     expert_colsum_add(gb, off, El, n, ColTerm{g, n});
 }
 
 void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
                               int El, int f) {
-    if (gb) { expert_colsum_add(gb, off, El, f, GeluBiasTerm{dh, dh16, dhg, h, f}); return; }
+    if (gb) {
+        fresh_prepare(gb, (long)El * f);
+        expert_colsum_add(gb, off, El, f, GeluBiasTerm{dh, dh16, dhg, h, f});
+        return;
+    }
     long r0 = off[0] * f;
     gelu_backward_copy(dh + r0, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
 }
@@ -529,8 +538,9 @@ static void mlp_first_half(float *h, float *hg, uint16_t *hg16, const float *inp
 static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const float *dhg, const float *h, long N,
                                int F) {
     if (F <= 0) return;
-    if (dbias) colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
-    else gelu_backward_copy(dh, dh16, h, dhg, N * F);
+    if (!dbias) { gelu_backward_copy(dh, dh16, h, dhg, N * F); return; }
+    fresh_prepare(dbias, F);
+    colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -554,6 +564,8 @@ extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout,
     PROF(PROF_ELEMENTWISE);
     long n = (long)B * T * d;
     if (n <= 0) return;
+    fresh_prepare(dwpe, (long)T * d);
+    fresh_prepare(dwte, (long)Vl * d);
     if (dwpe) {
         encoder_backward_pos_kernel<<<grid_for((long)T * d, kThreads), kThreads, 0, cu_stream()>>>(dwpe, dout, B,
                                                                                                     T, d);
@@ -598,6 +610,8 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
         layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
                                                                                           rstd, N, d);
     CU_LAUNCH_CHECK();
+    fresh_prepare(dw, d);
+    fresh_prepare(db, d);
     colsum_add<2>(dw, db, N, d, LnParTerms{dout, inp, mean, rstd, d});
 }
 
@@ -614,7 +628,10 @@ extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const f
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, w, N, C, OC, accumulate);
-    if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
+    if (dbias && OC > 0) {
+        fresh_prepare(dbias, OC);
+        colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
+    }
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
@@ -646,8 +663,10 @@ extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float
     if (N <= 0) return;
     const void *g = cu_operand(dout, (N - 1) * ldo + OC, 0);
     if (dinp) cu_gemm_op(0, 0, (int)N, C, OC, 1.0f, g, (int)ldo, w, C, accumulate ? 1.0f : 0.0f, dinp, (int)ldd);
-    if (dw)
-        cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, 1.0f, dw, C);
+    if (dw) {
+        float beta = fresh_beta(dw, (long)OC * C);
+        cu_gemm_op(1, 0, OC, C, (int)N, 1.0f, g, (int)ldo, cu_operand(inp, (N - 1) * ldi + C, 1), (int)ldi, beta, dw, C);
+    }
 }
 
 // The fused MLP pair of ops.c: the GEMM, then bias and GELU in one pass; the backward's GELU

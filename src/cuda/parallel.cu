@@ -93,7 +93,7 @@ __global__ void opt_adamw_kernel(float *master, float *m, float *v, const OptSeg
             for (int u = 0; u < kOptUnroll; u++) {
                 int j = j0 + u * blockDim.x;
                 if (j >= k.n) break;
-                g[j] = 0.0f;   // consumed: the next step's backward accumulates into zeros
+                if (h.zero_grads) g[j] = 0.0f;   // consumed: the next step's backward accumulates into zeros
                 if (skip) continue;
                 float mn = h.b1 * mj[u] + (1 - h.b1) * gj[u];
                 float vn = h.b2 * vj[u] + (1 - h.b2) * gj[u] * gj[u];

@@ -23,6 +23,7 @@ typedef struct {
     float decay;         // 1 − lr·wd for the segments that decay
     float b1, b2, eps;
     float clip;          // gradients clipped to this global norm (0: off)
+    int zero_grads;      // 1: write 0 over each gradient read; 0: leave them (the caller marks them fresh)
 } OptStep;
 // The table on the device (made once: the shards' pointers never move); wbf16: the weights are bf16.
 void *cu_opt_plan(const OptSeg *seg, int n, int wbf16);
@@ -31,7 +32,8 @@ void cu_opt_free(void *plan);
 void cu_opt_norm(void *plan, double *sq);
 // AdamW (adam.c's adam_elem) on every segment, the gradients scaled by clip/(√sumsq + 1e-6) when the
 // norm √sumsq (a device double) is above clip; the weights written (bf16: rounded). A non-finite norm
-// leaves weights, masters and m, v as they were. Every gradient is left zero. One launch.
+// leaves weights, masters and m, v as they were. Every gradient is left zero with h->zero_grads
+// (else as it was: zero.c marks them fresh, nn/fresh.h). One launch.
 void cu_opt_adamw(void *plan, float *master, float *m, float *v, const double *sumsq, const OptStep *h);
 
 // ---- 16-bit gradients (fp16 on a GPU) ----------------------------------------------------

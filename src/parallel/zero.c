@@ -8,6 +8,7 @@
 #include "parallel/offload.h"
 #include "core/alloc.h"
 #include "core/backend.h"
+#include "nn/fresh.h"
 #include "nn/ops.h"
 #include "parallel/comm.h"
 #include "core/half.h"
@@ -297,12 +298,14 @@ static double reduce_and_norm(Zero *z, float unscale) {
 static double device_step(Zero *z, const Config *c, float lr) {
     Registry *r = z->reg;
     if (!z->dplan) device_plan(z);
+    fresh_settle();   // what no op wrote this step is zero before anything reads it (nn/fresh.h)
     reduce_all(z);
     cu_opt_norm(z->dplan, z->sq);   // z->sq[n]: this rank's counted sum of squares
     comm_allreduce((Group *)&z->topo->g[GROUP_WORLD], z->sq + r->n, 1, DT_F64);
     z->t++;
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
-    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay, c->beta1, c->beta2, c->eps, c->clip};
+    OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay, c->beta1, c->beta2, c->eps, c->clip,
+                 z->stage == 2};   // stages 0 and 1: the gradients are marked fresh instead (step)
     cu_opt_adamw(z->dplan, z->master, z->m, z->v, z->sq + r->n, &h);
     for (int i = 0; i < r->n; i++) gather(z, i);
     double sq;
@@ -379,6 +382,10 @@ static double step(Zero *z, const Config *c, float lr) {
     z->skipped = !isfinite(norm);
     z->loss_scale = scaler_update(&z->scaler, z->loss_scale, z->skipped);
 #ifdef TED_CUDA
+    if (device && z->stage != 2) {   // every gradient counts as zero until an op writes it (nn/fresh.h)
+        fresh_mark(z->reg->g, z->reg->total);
+        return norm;
+    }
     if (device) { zero_unconsumed(z, z->skipped); finish_stage2(z); return norm; }
 #endif
     if (!z->skipped) {

@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 #include "model/mfu.h"
 #include "model/routing.h"
+#include "nn/fresh.h"
 #include "nn/gemm.h"
 #include "parallel/lr_schedule.h"
 #include <stdlib.h>
@@ -68,6 +69,7 @@ static void forward_backward(Trainer *t, long s) {
     t->P.step = s + 1;
     LossScales ls = trainer_loss(t);
     double lm = pipe_train_step(&t->P, t->batch, t->batch_ctx, ls.lm, ls.aux, ls.z);
+    fresh_settle();   // gradients no op wrote are zero from here on (nn/fresh.h; a GPU step's)
     pipe_sum_tied(&t->P);
     const RouterStats *r = &M->rstats;
     t->sums = (StepSums){lm, r->aux_sum, r->z_sum, (double)r->dropped, (double)r->choices, r->cv_sum};
@@ -115,7 +117,7 @@ static StepMetrics step_metrics(Trainer *t, long s, float lr, double norm, doubl
 StepMetrics trainer_step(Trainer *t, long s) {
     comm_stats_reset();
     mem_reset_peaks();
-    double t0 = now_ms();   // the gradients are zero: the last zero_step left them so
+    double t0 = now_ms();   // the gradients are zero (on a GPU fresh, nn/fresh.h): the last zero_step left them so
     forward_backward(t, s);
     double t_fb = now_ms();
     reduce_sums(t);
