@@ -27,6 +27,16 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // the last key tile that queries [q0, q0 + 64) see (causal)
 static __device__ __forceinline__ int last_tile(int q0, int T) { return ((q0 + kTile < T ? q0 + kTile : T) - 1) / kTile; }
 
+// Where the head of block y = b·H + h starts: qkv [B, T, 3, H, hd] (its q; k and v follow at +D and
+// +2D, rows 3D apart) and out, dout [B, T, H, hd] (rows D apart); lse and Δ [B, H, T] at bt.
+struct Head {
+    long D, ld, x, o, bt;
+};
+static __device__ __forceinline__ Head head_of(int T, int H, int hd) {
+    long b = blockIdx.y / H, h = blockIdx.y % H, D = (long)H * hd;
+    return Head{D, 3 * D, b * T * 3 * D + h * hd, b * T * D + h * hd, (long)blockIdx.y * T};
+}
+
 // row stride of a tile in shared memory: 16 bytes of padding after each row (no bank conflicts
 // for 16-byte row reads)
 template <class E, int HD> __host__ __device__ constexpr int ld_tile() { return HD + 16 / (int)sizeof(E); }

@@ -189,10 +189,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(E *out, float *
     Carve cv{flash_smem, 0};
     FwdSmem<E, HD> sm(cv);
     constexpr int LD = ld_tile<E, HD>(), NO = HD / 16;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, b = blockIdx.y / H, h = blockIdx.y % H;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
-    const long D = (long)H * hd, ld = 3 * D;
-    const E *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld;
+    const E *q = qkv + at.x, *k = q + D, *v = q + 2 * D;
     float *m = sm.m + 16 * w, *l = sm.l + 16 * w, *a = sm.a + 16 * w, c = scale * kLog2e;
     load_tile<E, HD>(sm.q, q, ld, q0, T, hd, vec);
     load_tile<E, HD>(sm.k, k, ld, 0, T, hd, vec);
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(E *out, float *
     __syncwarp();
     scatter<E, NO>(sm.q + 16 * w * LD, LD, o, pos, a);   // the warp's own Q rows hold its O now
     __syncwarp();
-    store_rows<E, HD>(out + (long)b * T * D + h * hd, D, sm.q + 16 * w * LD, t0, T, hd, vec);
+    store_rows<E, HD>(out + at.o, D, sm.q + 16 * w * LD, t0, T, hd, vec);
 }
 
 // ---- backward ------------------------------------------------------------------------------
@@ -279,10 +280,11 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
     Carve cv{flash_smem, 0};
     BwdSmem<E, HD> sm(cv);
     constexpr int LD = ld_tile<E, HD>(), NO = HD / 16, NS = kTile / 16;
-    const int w = threadIdx.x / 32, b = blockIdx.y / H, h = blockIdx.y % H;
+    const int w = threadIdx.x / 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
-    const long D = (long)H * hd, ld = 3 * D, bt = (long)blockIdx.y * T;
-    const E *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D, *dO = dout + (long)b * T * D + h * hd;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld, bt = at.bt;
+    const E *q = qkv + at.x, *k = q + D, *v = q + 2 * D, *dO = dout + at.o;
     load_tile<E, HD>(sm.q, q, ld, q0, T, hd, vec);
     load_tile<E, HD>(sm.dO, dO, D, q0, T, hd, vec);
     load_tile<E, HD>(sm.k, k, ld, 0, T, hd, vec);
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
     __pipeline_wait_prior(0);
     __syncthreads();
     float *lse2 = sm.lse2 + 16 * w, *dl = sm.dl + 16 * w;
-    delta_rows<E, HD>(dl, lse2, delta + bt, lse + bt, sm.dO + 16 * w * LD, out + (long)b * T * D + h * hd, D, t0, T, hd);
+    delta_rows<E, HD>(dl, lse2, delta + bt, lse + bt, sm.dO + 16 * w * LD, out + at.o, D, t0, T, hd);
     for (int j = 0; j < nk; j++) {
         __pipeline_wait_prior(0);
         __syncthreads();   // K_j and V_j are in
@@ -318,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(E *dqkv, float *delt
     }
     scatter<E, NO>(sm.q + 16 * w * LD, LD, dq, pos, (const float *)NULL);   // the warp's own Q rows hold its dQ now
     __syncwarp();
-    store_rows<E, HD>(dqkv + (long)b * T * ld + h * hd, ld, sm.q + 16 * w * LD, t0, T, hd, vec);
+    store_rows<E, HD>(dqkv + at.x, ld, sm.q + 16 * w * LD, t0, T, hd, vec);
 }
 
 // dK, dV for a key tile; block (x, y): key tile (first first: the most query tiles), b·H + h.
@@ -330,10 +332,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(E *dqkv, const E *d
     Carve cv{flash_smem, 0};
     BwdSmem<E, HD> sm(cv);
     constexpr int LD = ld_tile<E, HD>(), NO = HD / 16, NS = kTile / 16;
-    const int w = threadIdx.x / 32, b = blockIdx.y / H, h = blockIdx.y % H, k0 = blockIdx.x * kTile;
+    const int w = threadIdx.x / 32, k0 = blockIdx.x * kTile;
     const int nq = (T - 1) / kTile + 1;
-    const long D = (long)H * hd, ld = 3 * D, bt = (long)blockIdx.y * T;
-    const E *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D, *dO = dout + (long)b * T * D + h * hd;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld, bt = at.bt;
+    const E *q = qkv + at.x, *k = q + D, *v = q + 2 * D, *dO = dout + at.o;
     load_tile<E, HD>(sm.k, k, ld, k0, T, hd, vec);
     load_tile<E, HD>(sm.v, v, ld, k0, T, hd, vec);
     load_tile<E, HD>(sm.q, q, ld, k0, T, hd, vec);
@@ -375,7 +378,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(E *dqkv, const E *d
     scatter<E, NO>(sm.k + 16 * w * LD, LD, dk, pos, (const float *)NULL);   // the warp's own K, V rows hold dK, dV
     scatter<E, NO>(sm.v + 16 * w * LD, LD, dv, pos, (const float *)NULL);
     __syncwarp();
-    E *dst = dqkv + (long)b * T * ld + h * hd;
+    E *dst = dqkv + at.x;
     store_rows<E, HD>(dst + D, ld, sm.k + 16 * w * LD, k0 + 16 * w, T, hd, vec);
     store_rows<E, HD>(dst + 2 * D, ld, sm.v + 16 * w * LD, k0 + 16 * w, T, hd, vec);
 }

@@ -156,10 +156,11 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(bf16 *out, float 
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
     MmaSmem<HD> sm(cv, false);   // a: Q, b: K, c: V
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, b = blockIdx.y / H, h = blockIdx.y % H;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
-    const long D = (long)H * hd, ld = 3 * D;
-    const bf16 *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld;
+    const bf16 *q = qkv + at.x, *k = q + D, *v = q + 2 * D;
     load_tile<bf16, HD>(sm.a, q, ld, q0, T, hd, vec);
     load_tile<bf16, HD>(sm.b, k, ld, 0, T, hd, vec);
     __pipeline_commit();
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(bf16 *out, float 
         if (lane % 4 == 0 && t < T) lse[(long)blockIdx.y * T + t] = (m[i] + log2f(sum)) * kLn2;
         inv[i] = 1.0f / sum;
     }
-    store_acc<HD / 8>(out + (long)b * T * D + h * hd, D, o, t0, T, hd, inv);
+    store_acc<HD / 8>(out + at.o, D, o, t0, T, hd, inv);
 }
 
 // ---- backward ------------------------------------------------------------------------------
@@ -224,10 +225,11 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *del
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
     MmaSmem<HD> sm(cv, true);   // a: Q, b: dO, c: K, d: V
-    const int w = threadIdx.x / 32, b = blockIdx.y / H, h = blockIdx.y % H;
+    const int w = threadIdx.x / 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
-    const long D = (long)H * hd, ld = 3 * D, bt = (long)blockIdx.y * T;
-    const bf16 *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D, *dO = dout + (long)b * T * D + h * hd;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld, bt = at.bt;
+    const bf16 *q = qkv + at.x, *k = q + D, *v = q + 2 * D, *dO = dout + at.o;
     load_tile<bf16, HD>(sm.a, q, ld, q0, T, hd, vec);
     load_tile<bf16, HD>(sm.b, dO, D, q0, T, hd, vec);
     load_tile<bf16, HD>(sm.c, k, ld, 0, T, hd, vec);
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *del
     __pipeline_wait_prior(0);
     __syncthreads();
     delta_rows<bf16, HD>(sm.dl + 16 * w, sm.lse2 + 16 * w, delta + bt, lse + bt, sm.b + 16 * w * ld_tile<bf16, HD>(),
-                         out + (long)b * T * D + h * hd, D, t0, T, hd);
+                         out + at.o, D, t0, T, hd);
     float dq[HD / 8][4];
     zero(dq);
     for (int j = 0; j < nk; j++) {
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *del
         __pipeline_commit();
     }
     const float one[2] = {1.0f, 1.0f};
-    store_acc<HD / 8>(dqkv + (long)b * T * ld + h * hd, ld, dq, t0, T, hd, one);
+    store_acc<HD / 8>(dqkv + at.x, ld, dq, t0, T, hd, one);
 }
 
 // dK, dV for a key tile; block (x, y): key tile (first first: the most query tiles), b·H + h.
@@ -270,10 +272,11 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf1
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
     MmaSmem<HD> sm(cv, true);   // a: K, b: V, c: Q, d: dO
-    const int w = threadIdx.x / 32, b = blockIdx.y / H, h = blockIdx.y % H, k0 = blockIdx.x * kTile;
+    const int w = threadIdx.x / 32, k0 = blockIdx.x * kTile;
     const int nq = (T - 1) / kTile + 1;
-    const long D = (long)H * hd, ld = 3 * D, bt = (long)blockIdx.y * T;
-    const bf16 *q = qkv + (long)b * T * ld + h * hd, *k = q + D, *v = q + 2 * D, *dO = dout + (long)b * T * D + h * hd;
+    const Head at = head_of(T, H, hd);
+    const long D = at.D, ld = at.ld, bt = at.bt;
+    const bf16 *q = qkv + at.x, *k = q + D, *v = q + 2 * D, *dO = dout + at.o;
     load_tile<bf16, HD>(sm.a, k, ld, k0, T, hd, vec);
     load_tile<bf16, HD>(sm.b, v, ld, k0, T, hd, vec);
     load_tile<bf16, HD>(sm.c, q, ld, k0, T, hd, vec);
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf1
         __pipeline_commit();
     }
     const float one[2] = {1.0f, 1.0f};
-    bf16 *dst = dqkv + (long)b * T * ld + h * hd;
+    bf16 *dst = dqkv + at.x;
     store_acc<HD / 8>(dst + D, ld, dk, k0 + 16 * w, T, hd, one);
     store_acc<HD / 8>(dst + 2 * D, ld, dv, k0 + 16 * w, T, hd, one);
 }
