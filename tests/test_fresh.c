@@ -58,8 +58,18 @@ static void test_merge(void) {
     EXPECT(holds(0, 45, 0, 7), "settle zeroes [0, 45)");
 }
 
+static void test_reset(void) {
+    fill(7);
+    fresh_mark(g, N);
+    fresh_reset();   // the gradients went away: their range must not be zeroed later
+    EXPECT(fresh_spans() == 0 && !fresh_whole(g, 1), "nothing fresh after reset");
+    fresh_settle();
+    EXPECT(holds(0, N, 7, 7), "settle after reset touches nothing");
+}
+
 int main(void) {
     test_whole_overwrite();
+    test_reset();
     test_partial();
     test_merge();
     return test_exit("test_fresh");

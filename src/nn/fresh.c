@@ -106,4 +106,10 @@ void fresh_settle(void) {
     nspan = 0;
 }
 
+void fresh_reset(void) {
+    ted_free(span);
+    span = NULL;
+    nspan = cap = 0;
+}
+
 long fresh_spans(void) { return nspan; }

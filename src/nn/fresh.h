@@ -23,6 +23,7 @@ int fresh_whole(const float *p, long n);         // [p, p + n) is wholly fresh
 float fresh_beta(float *p, long n);
 void fresh_prepare(float *p, long n);            // [p, p + n) about to be accumulated into: fresh parts zeroed
 void fresh_settle(void);                         // every fresh part zeroed; none left
+void fresh_reset(void);                          // the set emptied, nothing zeroed (the gradients are freed)
 long fresh_spans(void);                          // ranges in the set (tests)
 #ifdef __cplusplus
 }

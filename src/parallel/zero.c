@@ -113,6 +113,7 @@ void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
 
 void zero_free(Zero *z) {
     overlap_free(z);   // waits for whatever is still in flight
+    fresh_reset();     // the gradients it marked go with the model: no range may outlive them
     for (int i = 0; i < 3; i++) {
         if (z->host[i] != z->dev[i]) ted_free(z->host[i]);
         if (z->offload) ted_free(z->dev[i]);
