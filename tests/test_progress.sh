@@ -12,7 +12,7 @@
 # (e) a measured peak a person can believe: with the start-up's all-thread GEMM measurement lowered
 #     1000x (TED_DEBUG_PEAK_SCALE, as a busy machine lowers it) the peak is the cores times one
 #     core's rate, the run record names it (kind and GFLOP/s, as the console's model line), and
-#     every step's MFU is at most 1; with both lowered 1e5x, a step above the peak
+#     every step's MFU is at most 1; with both lowered 1e5x (either figure may then be the peak), a step above the peak
 #     raises it to the step's rate: one note, a record in the log, MFU still at most 1 (which step
 #     passes it first is the machine's business, not the test's).
 # Environment (from CTest): TED, TED_ROOT, TED_TMP.
@@ -87,7 +87,10 @@ recs = [json.loads(l) for l in open(sys.argv[1])]
 peak = recs[0]["run"]["mfu_peak"]
 line = re.search(r"MFU against (.*) peak ([0-9.]+) GFLOP/s", open(sys.argv[2]).read())
 assert line and line.group(1) == peak["kind"] and abs(float(line.group(2)) - peak["gflops"]) < 0.1, (line, peak)
-assert re.fullmatch(r"[0-9.]+ cores x one core's (sgemm|bf16 gemm)", peak["kind"]), peak
+# lowered alone, the all-thread figure loses to the cores times one core's; lowered both alike,
+# either may win (a quiet machine's all-thread GEMM can match the cores' sum)
+cores = r"[0-9.]+ cores x one core's (sgemm|bf16 gemm)"
+assert re.fullmatch(cores if "," not in sys.argv[3] else f"({cores}|sgemm|bf16 gemm)", peak["kind"]), peak
 mfu = [o["mfu"] for o in recs if "mfu" in o]
 assert len(mfu) == 3 and all(0 < m <= 1 for m in mfu), mfu
 raised = [o["mfu_peak"] for o in recs[1:] if "mfu_peak" in o]
