@@ -20,10 +20,10 @@ using namespace flash;
 typedef __nv_bfloat16 bf16;
 constexpr int NS = kTile / 8;   // 8-column blocks of a warp's scores over a tile (8)
 
-template <int HD> struct MmaSmem {
+template <int HD, bool backward> struct MmaSmem {
     bf16 *a, *b, *c, *d;     // tiles [64, ld_tile]: forward q, k, v; backward q, dO, k, v
     float *lse2, *dl;        // backward, per row of the query tile: lse·log2 e, Δ
-    __host__ __device__ MmaSmem(Carve &cv, bool backward) {
+    __host__ __device__ MmaSmem(Carve &cv) {
         a = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
         b = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
         c = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
@@ -31,9 +31,6 @@ template <int HD> struct MmaSmem {
         lse2 = backward ? cv.take<float>(kTile) : NULL;
         dl = backward ? cv.take<float>(kTile) : NULL;
     }
-};
-template <int HD, bool BW> struct MmaSmemOf : MmaSmem<HD> {
-    __host__ __device__ MmaSmemOf(Carve &cv) : MmaSmem<HD>(cv, BW) {}
 };
 
 template <int N> __device__ __forceinline__ void zero(float (&x)[N][4]) {
@@ -155,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(bf16 *out, float 
                                                                 int hd, float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
-    MmaSmem<HD> sm(cv, false);   // a: Q, b: K, c: V
+    MmaSmem<HD, false> sm(cv);   // a: Q, b: K, c: V
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
     const Head at = head_of(T, H, hd);
@@ -224,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *del
                                                            float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
-    MmaSmem<HD> sm(cv, true);   // a: Q, b: dO, c: K, d: V
+    MmaSmem<HD, true> sm(cv);   // a: Q, b: dO, c: K, d: V
     const int w = threadIdx.x / 32;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
     const Head at = head_of(T, H, hd);
@@ -271,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf1
                                                             float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
-    MmaSmem<HD> sm(cv, true);   // a: K, b: V, c: Q, d: dO
+    MmaSmem<HD, true> sm(cv);   // a: K, b: V, c: Q, d: dO
     const int w = threadIdx.x / 32, k0 = blockIdx.x * kTile;
     const int nq = (T - 1) / kTile + 1;
     const Head at = head_of(T, H, hd);
@@ -319,7 +316,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf1
 // ---- host ----------------------------------------------------------------------------------
 template <int HD> void forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int hd) {
     static bool done;
-    size_t bytes = smem_bytes<MmaSmemOf<HD, false>>();
+    size_t bytes = smem_bytes<MmaSmem<HD, false>>();
     allow_smem(mma_forward_kernel<HD>, bytes, &done);
     dim3 grid((T + kTile - 1) / kTile, B * H);
     mma_forward_kernel<HD><<<grid, kThreads, bytes, cu_stream()>>>(out, lse, qkv, T, H, hd, 1.0f / sqrtf((float)hd),
@@ -330,7 +327,7 @@ template <int HD> void forward(bf16 *out, float *lse, const bf16 *qkv, int B, in
 template <int HD> void backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv,
                                 const float *lse, int B, int T, int H, int hd) {
     static bool done_q, done_kv;
-    size_t bytes = smem_bytes<MmaSmemOf<HD, true>>();
+    size_t bytes = smem_bytes<MmaSmem<HD, true>>();
     allow_smem(mma_dq_kernel<HD>, bytes, &done_q);
     allow_smem(mma_dkv_kernel<HD>, bytes, &done_kv);
     dim3 grid((T + kTile - 1) / kTile, B * H);
