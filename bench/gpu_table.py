@@ -3,7 +3,9 @@
 only): per shape ted's ms/step (ted bench: the mean of its timed steps) against eager PyTorch's
 (bench/torch_bench.py: the median of its timed steps), ted's speed over PyTorch's, both MFUs and
 device memory peaks; then T 8192 at micro-batch 1, ted's device peak against `ted plan`'s figure;
-then TED_GPU_PROF=1's line per shape as a table (GPU ms per step by kind, launches, host syncs). A run that failed or never ran shows its log's last line instead of figures."""
+then TED_GPU_PROF's line per shape as a table (GPU ms per step by kind, launches, host syncs), and
+with TED_GPU_PROF=2 the slowest sites (ops, GEMM shapes) of the MoE 4 K run. A run that failed or
+never ran shows its log's last line instead of figures."""
 
 import json
 import os
@@ -97,6 +99,25 @@ def prof_lines(d):
     return out
 
 
+def slowest_sites(d, name="sites_moe4k", n=20):
+    """TED_GPU_PROF=2's site lines of one run, the n slowest (they come slowest first) as a table."""
+    sites = []
+    for line in read(os.path.join(d, f"ted_{name}.txt")):
+        if line.startswith('{"gpu_prof_site"'):
+            try:
+                sites.append(json.loads(line)["gpu_prof_site"])
+            except (ValueError, KeyError):
+                continue
+    if not sites:
+        return []
+    out = [f"ted TED_GPU_PROF=2, the {min(n, len(sites))} slowest of {len(sites)} sites at {name}:",
+           "| site | kind | ms/step | calls/step | TFLOP/s |", "|---|---|---|---|---|"]
+    for t in sites[:n]:
+        tf = f"{t['tflops']:.0f}" if "tflops" in t else "-"
+        out.append(f"| {t['site']} | {t['kind']} | {t['ms_per_step']:.2f} | {t['calls_per_step']:.1f} | {tf} |")
+    return out
+
+
 def main():
     d = sys.argv[1]
     card = [x for x in read(os.path.join(d, "card.txt")) if x.strip()]
@@ -117,7 +138,7 @@ def main():
     print(long_context(d))
     prof = prof_lines(d)
     print("ted TED_GPU_PROF=1, GPU ms per step by kind:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
-    for line in prof:
+    for line in prof + slowest_sites(d):
         print(line)
 
 

@@ -45,6 +45,9 @@ echo "NVIDIA H100 80GB HBM3, 580.159.04, 1980 MHz, 1980 MHz, 2619 MHz" >"$d/card
 { echo '{"ms_per_step": 100.0, "mfu": 0.17, "device_bytes_peak": 30000000000}'
   echo '{"gpu_prof": {"rank": 0, "steps": 4, "ms_per_step": {"gemm": 40.0, "optimizer": 20.0, "total": 60.0}, "launches_per_step": {"gemm": 100.0, "total": 120.0}, "host_syncs_per_step": 4.0, "host_sync_ms_per_step": 0.1}}'
 } >"$d/ted_moe4k.txt"
+{ echo '{"gpu_prof_site": {"rank": 0, "site": "gemm NT rx8192x2048 in cu_experts_forward", "kind": "gemm", "ms_per_step": 12.5, "calls_per_step": 32.0, "tflops": 410.2}}'
+  echo '{"gpu_prof_site": {"rank": 0, "site": "cu_opt_adamw", "kind": "optimizer", "ms_per_step": 10.25, "calls_per_step": 1.0}}'
+} >"$d/ted_sites_moe4k.txt"
 echo '{"ms_per_step": 160.0, "ms_per_step_median": 150.0, "mfu_median": 0.11, "peak_mem_gib": 20.0, "torch": "2.11", "matmul_bf16_tflops": 780.0, "matmul_n": 8192, "peak_tflops": 989.4}' >"$d/torch_moe4k.txt"
 echo "ted: --device cuda: out of device memory" >"$d/ted_dense4k.txt"
 echo "  tp 1   ep 1    dp 1     edp 1        20000000000 bytes  fits  (params 1, grads 1, optimizer 1); activations 40000000000 bytes (per micro-batch 1)" >"$d/plan_t8192.txt"
@@ -53,7 +56,9 @@ table=$("$PYTHON" bench/gpu_table.py "$d" 2>&1)
 echo "$table"
 want=("| MoE dropless, 4 K tokens/step | 100.0 | 150.0 | 1.50x | 0.170 | 0.110 | 30.0 | 21.5 |"
       "| dense, 4 K tokens/step | ted: --device cuda: out of device memory | did not run |"
-      "device peak 63.0 GB; ted plan 60.0 GB (peak / plan 1.050)" "| shape | gemm | optimizer | total ms | launches | host syncs |" "| moe4k | 40.0 | 20.0 | 60.0 | 120 | 4 |" "matmul 780 TFLOP/s")
+      "device peak 63.0 GB; ted plan 60.0 GB (peak / plan 1.050)" "| shape | gemm | optimizer | total ms | launches | host syncs |" "| moe4k | 40.0 | 20.0 | 60.0 | 120 | 4 |" "matmul 780 TFLOP/s"
+      "the 2 slowest of 2 sites at sites_moe4k" "| gemm NT rx8192x2048 in cu_experts_forward | gemm | 12.50 | 32.0 | 410 |"
+      "| cu_opt_adamw | optimizer | 10.25 | 1.0 | - |")
 for w in "${want[@]}"; do
   if grep -qF -- "$w" <<<"$table"; then ok "gpu_table: $w"; else bad "gpu_table lacks: $w"; fi
 done

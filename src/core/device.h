@@ -33,15 +33,18 @@ void cu_stream_sync(void);                 // the host waits for the stream (eve
 
 // TED_GPU_PROF=1 (src/cuda/profile.cu; docs/gpus.md): the stream's time per training step by
 // kind of work, with the kernel launches, cuBLAS calls and copies of each kind and the host's
-// waits, as one JSON line per rank on stderr at exit. Each op names its kind: enter returns the
-// kind to leave back to. A step ends where the optimizer steps (zero.c).
+// waits, as one JSON line per rank on stderr at exit. Each op names its kind and itself (its
+// function's name): enter returns what to leave back to. A step ends where the optimizer steps
+// (zero.c). TED_GPU_PROF=2 adds one line per op ("site": a GEMM's is its shape) with its time.
 enum { PROF_OTHER, PROF_GEMM, PROF_ATTENTION, PROF_ELEMENTWISE, PROF_CAST, PROF_MOE, PROF_OPTIMIZER, PROF_LOSS,
        PROF_COPY, PROF_COMM, PROF_IDLE, PROF_N };
 void cu_prof_init(int rank);               // on when TED_GPU_PROF is set (cu_init calls it)
-int cu_prof_enter(int kind);
+int cu_prof_enter(int kind, const char *site);
 void cu_prof_leave(int prev);
 void cu_prof_launch(int n);                // n launches of the current op's kind
 void cu_prof_count(int kind, int n);       // n launches of the given kind
+// the current op's site becomes the GEMM of this shape (batch problems, beta), its FLOPs counted
+void cu_prof_gemm(int transA, int transB, long M, long N, long K, long batch, float beta);
 void cu_prof_step(void);
 
 #ifdef __cplusplus

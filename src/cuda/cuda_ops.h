@@ -50,13 +50,14 @@ void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float 
 #define CU_CHECK(x) cu_check_((x), #x, __FILE__, __LINE__)
 #define CUBLAS_CHECK(x) cu_check_blas_((int)(x), #x, __FILE__, __LINE__)
 #define CU_LAUNCH_CHECK() (CU_CHECK(cudaGetLastError()), cu_prof_launch(1))
-// the op's kind of work for TED_GPU_PROF (core/device.h), for the rest of the scope
+// the op's kind of work for TED_GPU_PROF (core/device.h), for the rest of the scope; the
+// function's name is its site
 struct ProfScope {
     int prev;
-    explicit ProfScope(int kind) : prev(cu_prof_enter(kind)) {}
+    ProfScope(int kind, const char *site) : prev(cu_prof_enter(kind, site)) {}
     ~ProfScope() { cu_prof_leave(prev); }
 };
-#define PROF(kind) ProfScope prof_scope_(kind)
+#define PROF(kind) ProfScope prof_scope_(kind, __func__)
 extern "C" {
 void cu_check_(cudaError_t e, const char *what, const char *file, int line);
 void cu_check_blas_(int status, const char *what, const char *file, int line);

@@ -185,7 +185,7 @@ static void count(Tick t, CollKind c, Group *g, long long bytes) {
     if (on_gpu(p)) { \
         if (g->nccl) { \
             Tick k_ = tick(coll, g, bytes); \
-            int prev_ = cu_prof_enter(PROF_COMM); \
+            int prev_ = cu_prof_enter(PROF_COMM, #coll); \
             NCCL_CHECK(nccl_call); \
             cu_prof_launch(1); \
             cu_sync(); \
