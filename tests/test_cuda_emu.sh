@@ -102,11 +102,17 @@ done
 TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
 TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
+# a bf16 run's GEMMs through cublasGemmEx (TED_GEMM_LT=0) = through cuBLASLt with the algorithm
+# kept per class of row counts (gemm_lt.cu): the same products, so the same bits
+TED_GEMM_LT=0 run emu-gemmex "$TED_EMU" train "${model[@]}" --device cuda --bf16
+check "bf16 emulated gpu: cublasGemmEx = cuBLASLt (TED_GEMM_LT=0)" "$TED_TMP/emu-gemmex.jsonl" "$TED_TMP/emu-random.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
 # plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8); without
-# the poison check, whose reads of the fresh gradients are host waits of their own
-TED_FRESH_POISON=0 TED_GPU_PROF=1 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
+# the poison check, whose reads of the fresh gradients are host waits of their own. TED_GPU_PROF=2
+# adds a line per site: the sites of a kind add up to its time, the slowest first; a GEMM's site
+# is its shape (with its TFLOP/s) and its calls are the GEMM launches
+TED_FRESH_POISON=0 TED_GPU_PROF=2 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
 if l=$(/usr/bin/python3 - "$TED_TMP/emu-prof.out" 2>&1 <<'PY'
 import json, sys
 lines = [json.loads(l)["gpu_prof"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof"')]
@@ -118,9 +124,23 @@ assert p["steps"] == 4 and p["first_step_left_out"], p
 assert p["launches_per_step"]["optimizer"] == 3, p["launches_per_step"]
 assert p["launches_per_step"]["gemm"] > 0 and p["launches_per_step"]["moe"] > 0, p["launches_per_step"]
 assert p["host_syncs_per_step"] <= 2 * (2 + 1) + 2, p["host_syncs_per_step"]
-print(f"{p['launches_per_step']['total']:.0f} launches, {p['host_syncs_per_step']:.0f} host waits a step")
+sites = [json.loads(l)["gpu_prof_site"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof_site"')]
+ms = [t["ms_per_step"] for t in sites]
+assert sites and ms == sorted(ms, reverse=True), ms
+for k in kinds:
+    got = sum(t["ms_per_step"] for t in sites if t["kind"] == k)
+    assert abs(got - p["ms_per_step"][k]) <= 0.01 + 0.01 * p["ms_per_step"][k], (k, got, p["ms_per_step"][k])
+gemms = [t for t in sites if t["kind"] == "gemm"]
+assert all(t["site"].startswith("gemm ") and "tflops" in t for t in gemms), gemms
+assert any(" in cu_experts_backward" in t["site"] for t in gemms), [t["site"] for t in gemms]
+assert abs(sum(t["calls_per_step"] for t in gemms) - p["launches_per_step"]["gemm"]) <= 0.05 * len(gemms) + 0.05, \
+    p["launches_per_step"]  # each printed to 0.1
+adamw = [t for t in sites if t["site"] == "cu_opt_adamw"]
+assert len(adamw) == 1 and adamw[0]["calls_per_step"] == 1, adamw
+print(f"{p['launches_per_step']['total']:.0f} launches, {p['host_syncs_per_step']:.0f} host waits a step,"
+      f" {len(sites)} sites ({len(gemms)} GEMM shapes)")
 PY
-); then ok "TED_GPU_PROF=1: $l"; else bad "TED_GPU_PROF=1: $l"; fi
+); then ok "TED_GPU_PROF=2: $l"; else bad "TED_GPU_PROF=2: $l"; fi
 # shapes that are not whole warps: d 48, T 40 (loops of several rounds per lane), 6 experts
 odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
 run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0

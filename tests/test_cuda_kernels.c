@@ -456,6 +456,44 @@ static void test_bf16_matmul(void) {
     free(xs); free(o2); free(xsr); free(gi2); free(gw2);
 }
 
+// A bf16 run's GEMMs through cuBLASLt (gemm_lt.cu): the heuristic is asked once per class of
+// row counts (here 300, 301 and 512 rows: one class; 513: the next), and every row count of a
+// class gets the CPU's result, forward (M rows) and the weight gradient (K rows)
+static void test_bf16_gemm_classes(void) {
+    const long Ns[] = {300, 301, 512, 513};
+    const long want_asked[] = {3, 0, 0, 3};   // forward, input gradient, weight gradient: a class each
+    int C = 40, OC = 24;
+    float *w = rnd((long)C * OC, 1, 0), *dw = round_up_bf16(w, (long)C * OC);
+    for (int i = 0; i < 4; i++) {
+        long N = Ns[i], asked0, calls0, asked, calls;
+        float *x = rnd(N * C, 1, 0), *g = rnd(N * OC, 1, 0), *xr = rounded(x, N * C), *gr = rounded(g, N * OC);
+        float *out = rnd(N * OC, 1, 0), *gin = rnd(N * C, 1, 0), *gw = rnd((long)C * OC, 1, 0);
+        float *dx = up(x, sizeof(float) * N * C), *dg = up(g, sizeof(float) * N * OC);
+        float *dout_ = up(out, sizeof(float) * N * OC), *dgin = up(gin, sizeof(float) * N * C);
+        float *dgw = up(gw, sizeof(float) * C * OC);
+        cu_lt_counts(&asked0, &calls0);
+        matmul_forward(out, xr, w, NULL, N, C, OC, 0);
+        cu_matmul_forward(dout_, dx, dw, NULL, N, C, OC, 0);
+        matmul_backward(gin, gw, NULL, gr, xr, w, N, C, OC, 0);
+        cu_matmul_backward(dgin, dgw, NULL, dg, dx, dw, N, C, OC, 0);
+        cu_lt_counts(&asked, &calls);
+        char name[96];
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: forward", N);
+        cmp(name, dout_, out, N * OC, 1e-5);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: dinp", N);
+        cmp(name, dgin, gin, N * C, 1e-5);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: dw", N);
+        cmp(name, dgw, gw, (long)C * OC, 1e-5);
+        int ok = asked - asked0 == want_asked[i] && calls - calls0 == 3;
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: classes", N);
+        printf("%-40s heuristic asked %ld times, %ld GEMMs %s\n", name, asked - asked0, calls - calls0, ok ? "ok" : "FAIL");
+        fails += !ok;
+        cu_free(dx); cu_free(dg); cu_free(dout_); cu_free(dgin); cu_free(dgw);
+        free(x); free(g); free(xr); free(gr); free(out); free(gin); free(gw);
+    }
+    cu_free(dw); free(w);
+}
+
 static void test_bf16_norm_embed(void) {
     long N = 37;
     int d = 48, B = 1, T = 37, Vl = 20;
@@ -739,6 +777,7 @@ int main(void) {
     test_opt_step(0, 0, 1);
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
     test_bf16_matmul();
+    test_bf16_gemm_classes();
     test_bf16_norm_embed();
     test_fused();
     test_opt_step(1, 0, 1);

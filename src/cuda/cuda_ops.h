@@ -13,6 +13,11 @@
 #include "nn/ops_cuda.h"
 #include "parallel/adam_cuda.h"
 
+#ifdef __cplusplus
+extern "C"
+#endif
+void cu_lt_counts(long *asked, long *calls);   // gemm_lt.cu: heuristic queries, GEMMs through cuBLASLt so far
+
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -30,6 +35,12 @@ const void *cu_at(const void *p, long i);                   // element i of an o
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);
+// The same on a bf16 run through cuBLASLt, the heuristic's algorithm kept per class of shape
+// (gemm_lt.cu); 0, or the library's status when it refused (then take cublasGemmEx). Batch
+// problems at strides sA, sB (elements) and sC (floats) when batch > 1.
+extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                          long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch);
 // the same for batch problems at strides sA, sB (elements of the operand type) and sC (floats)
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);

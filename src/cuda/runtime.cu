@@ -1,5 +1,5 @@
 // runtime.cu — the CUDA runtime of ted: one device per rank, one stream, one cuBLAS handle,
-// and the GEMMs every op builds on (see cuda_ops.h). A run's GEMMs are all of one type: fp32
+// and the GEMMs every op builds on (see cuda_ops.h; a bf16 run's through gemm_lt.cu). A run's GEMMs are all of one type: fp32
 // (CUBLAS_COMPUTE_32F, pedantic: no TF32, so that fp32 runs match the CPU) or, on a --bf16 run,
 // bf16 A and B with fp32 accumulation and fp32 C (CUBLAS_COMPUTE_32F); never a FAST_* compute
 // type, which would let the library round fp32 operands as it likes (TF32).
@@ -12,6 +12,7 @@ static cudaStream_t stream;
 static cublasHandle_t blas;
 static const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 static int bf16_run;                   // the GEMMs take bf16 operands (cu_init, cu_set_bf16)
+static int lt_on = 1;                  // a bf16 run's GEMMs go through cuBLASLt (TED_GEMM_LT=0: not)
 static cudaDeviceProp prop;
 
 extern "C" void cu_check_(cudaError_t e, const char *what, const char *file, int line) {
@@ -48,6 +49,8 @@ extern "C" void cu_init(int local_rank, int bf16) {
     CUBLAS_CHECK(cublasCreate(&blas));
     CUBLAS_CHECK(cublasSetStream(blas, stream));
     cu_set_bf16(bf16);
+    const char *lt = getenv("TED_GEMM_LT");
+    lt_on = !(lt && !strcmp(lt, "0"));
     cu_prof_init(local_rank);
 }
 
@@ -158,7 +161,10 @@ void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const 
                 int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
     PROF(PROF_GEMM);
+    cu_prof_gemm(transA, transB, M, N, K, 1, beta);
     cu_prof_launch(1);
+    if (bf16_run && lt_on && !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1))
+        return;
     CUBLAS_CHECK(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                               &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C, CUDA_R_32F, ldc, compute,
                               CUBLAS_GEMM_DEFAULT));
@@ -168,7 +174,10 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
     PROF(PROF_GEMM);
+    cu_prof_gemm(transA, transB, M, N, K, batch, beta);
     cu_prof_launch(1);
+    if (bf16_run && lt_on && !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch))
+        return;
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(), lda, sA,
                                             &beta, C, CUDA_R_32F, ldc, sC, batch, compute, CUBLAS_GEMM_DEFAULT));

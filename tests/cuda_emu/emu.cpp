@@ -15,6 +15,7 @@
 // TED_EMU_STATS=1 prints counts at exit; TED_EMU_NOPROTECT=1 leaves device memory readable
 // (for debuggers).
 #include "emu.h"
+#include <cublasLt.h>
 #include <nccl.h>
 #include <errno.h>
 #include <execinfo.h>
@@ -988,6 +989,187 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     check_span(C, total * sizeof(void *), "cublasGemmGroupedBatchedEx C array");
     enqueue([=] {
         for (size_t i = 0; i < total; i++) gemm_run(what, probs[i], A[i], B[i], C[i]);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// =======================================================================================
+// cuBLASLt: the matmul descriptor, layouts, preference, heuristic and cublasLtMatmul that
+// src/cuda/gemm_lt.cu uses, on the GEMM above. The descriptors live in the library's opaque
+// structs. The heuristic's algorithm remembers what it was asked for: cublasLtMatmul takes it for
+// another shape of the same transposes and types (as the library does), and answers
+// CUBLAS_STATUS_NOT_SUPPORTED when an operand is less aligned than the algorithm was promised
+// (the caller's fallback then runs). D must be C. Layouts that do not make a product stop the run.
+
+struct cublasLtContext { int alive; };
+namespace {
+constexpr uint32_t kLtDesc = 0x4c744431, kLtLayout = 0x4c744c31, kLtPref = 0x4c745031, kLtAlgo = 0x4c744131;
+struct LtDesc { uint32_t magic; cublasComputeType_t cmp; cudaDataType scale; cublasOperation_t ta, tb; };
+struct LtLayout { uint32_t magic; cudaDataType t; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; };
+struct LtPref { uint32_t magic; uint64_t ws; uint32_t align[4]; };
+struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; };
+static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc");
+static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout");
+static_assert(sizeof(LtPref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "preference");
+static_assert(sizeof(LtAlgo) <= sizeof(cublasLtMatmulAlgo_t), "algo");
+
+// the emulation's struct T kept in (or read from) the library's opaque struct O
+template <class T, class O> T lt_get(const O *o, uint32_t magic, const char *what) {
+    if (!o) die("%s: NULL descriptor", what);
+    T t;
+    memcpy(&t, o, sizeof t);
+    if (t.magic != magic) die("%s: a descriptor that was never created (or of another kind)", what);
+    return t;
+}
+template <class T, class O> void lt_put(O *o, const T &t) { memcpy(o, &t, sizeof t); }
+
+template <class V> void lt_attr(const void *buf, size_t n, V *v, const char *what) {
+    if (n != sizeof(V)) die("%s: attribute of %zu bytes where %zu are expected", what, n, sizeof(V));
+    memcpy(v, buf, n);
+}
+
+// the product the layouts describe: D[m,n] = op(A)[m,k]·op(B)[k,n], or a stop
+Gemm lt_gemm(const char *what, const LtDesc &d, const LtLayout &a, const LtLayout &b, const LtLayout &c,
+             float alpha, float beta) {
+    uint64_t am = d.ta == CUBLAS_OP_N ? a.rows : a.cols, ak = d.ta == CUBLAS_OP_N ? a.cols : a.rows;
+    uint64_t bk = d.tb == CUBLAS_OP_N ? b.rows : b.cols, bn = d.tb == CUBLAS_OP_N ? b.cols : b.rows;
+    if (am != c.rows || bn != c.cols || ak != bk)
+        die("%s: op(A) %llux%llu, op(B) %llux%llu and C %llux%llu do not make a product", what,
+            (unsigned long long)am, (unsigned long long)ak, (unsigned long long)bk, (unsigned long long)bn,
+            (unsigned long long)c.rows, (unsigned long long)c.cols);
+    if (a.batch != c.batch || b.batch != c.batch) die("%s: batch counts %d, %d, %d differ", what, a.batch, b.batch, c.batch);
+    Gemm g{d.ta, d.tb, (int)c.rows, (int)c.cols, (int)ak, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta, EXACT, a.t, b.t, c.t};
+    check_ld(what, g);
+    return g;
+}
+
+bool lt_types(const char *what, const LtDesc &d, const LtLayout &a, const LtLayout &b, const LtLayout &c) {
+    if (d.scale != CUDA_R_32F) die("%s: scale type %d (ted's GEMMs scale in fp32)", what, (int)d.scale);
+    cublasContext h{CUBLAS_DEFAULT_MATH, 0};
+    Rounding r;
+    return types_of(what, &h, a.t, b.t, c.t, d.cmp, false, &r);
+}
+
+uint32_t lt_align(const void *p, int64_t stride, size_t elem, int batch) {
+    uintptr_t x = (uintptr_t)p | 256;
+    if (batch > 1) x |= (uintptr_t)(stride * (int64_t)elem) | 256;
+    return (uint32_t)(x & -x);
+}
+}   // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = new cublasLtContext{1}; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { LOCK; flush(); delete h; return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t cmp, cudaDataType_t scale) {
+    *d = new cublasLtMatmulDescOpaque_t();
+    lt_put(*d, LtDesc{kLtDesc, cmp, scale, CUBLAS_OP_N, CUBLAS_OP_N});
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t n) {
+    const char *what = "cublasLtMatmulDescSetAttribute";
+    LtDesc x = lt_get<LtDesc>(d, kLtDesc, what);
+    if (attr == CUBLASLT_MATMUL_DESC_TRANSA) lt_attr(buf, n, &x.ta, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) lt_attr(buf, n, &x.tb, what);
+    else die("%s: attribute %d is not emulated", what, (int)attr);
+    lt_put(d, x);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    *l = new cublasLtMatrixLayoutOpaque_t();
+    lt_put(*l, LtLayout{kLtLayout, t, rows, cols, ld, 1, 0});
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(const cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t n) {
+    const char *what = "cublasLtMatrixLayoutSetAttribute";
+    LtLayout x = lt_get<LtLayout>(l, kLtLayout, what);
+    if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) lt_attr(buf, n, &x.batch, what);
+    else if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) lt_attr(buf, n, &x.stride, what);
+    else die("%s: attribute %d is not emulated", what, (int)attr);
+    if (x.batch < 1) die("%s: batch count %d", what, x.batch);
+    lt_put(l, x);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new cublasLtMatmulPreferenceOpaque_t();
+    lt_put(*p, LtPref{kLtPref, 0, {256, 256, 256, 256}});
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t n) {
+    const char *what = "cublasLtMatmulPreferenceSetAttribute";
+    LtPref x = lt_get<LtPref>(p, kLtPref, what);
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) lt_attr(buf, n, &x.ws, what);
+    else if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        lt_attr(buf, n, &x.align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], what);
+    else die("%s: attribute %d is not emulated", what, (int)attr);
+    lt_put(p, x);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int want,
+                                              cublasLtMatmulHeuristicResult_t res[], int *got) {
+    const char *what = "cublasLtMatmulAlgoGetHeuristic";
+    if (!h || !h->alive) die("%s: NULL cuBLASLt handle", what);
+    LtDesc x = lt_get<LtDesc>(d, kLtDesc, what);
+    LtLayout la = lt_get<LtLayout>(a, kLtLayout, what), lb = lt_get<LtLayout>(b, kLtLayout, what);
+    LtLayout lc = lt_get<LtLayout>(c, kLtLayout, what), ld = lt_get<LtLayout>(dd, kLtLayout, what);
+    LtPref pr = lt_get<LtPref>(p, kLtPref, what);
+    if (memcmp(&lc, &ld, sizeof lc)) die("%s: D's layout differs from C's (not emulated)", what);
+    lt_gemm(what, x, la, lb, lc, 1, 0);
+    if (want < 1 || !res || !got) die("%s: asked for %d results", what, want);
+    *got = 0;
+    if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&res[0], 0, sizeof res[0]);
+    LtAlgo al{kLtAlgo, x.ta, x.tb, la.t, lb.t, lc.t, {pr.align[0], pr.align[1], pr.align[2], pr.align[3]}};
+    lt_put(&res[0].algo, al);
+    res[0].state = CUBLAS_STATUS_SUCCESS;
+    res[0].wavesCount = 1;
+    *got = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t s) {
+    LOCK;
+    const char *what = "cublasLtMatmul";
+    if (!h || !h->alive) die("%s: NULL cuBLASLt handle", what);
+    check_stream(s, what);
+    check_host_scalar(what, alpha);
+    check_host_scalar(what, beta);
+    LtDesc x = lt_get<LtDesc>(d, kLtDesc, what);
+    LtLayout la = lt_get<LtLayout>(a, kLtLayout, what), lb = lt_get<LtLayout>(b, kLtLayout, what);
+    LtLayout lc = lt_get<LtLayout>(c, kLtLayout, what), ld = lt_get<LtLayout>(dd, kLtLayout, what);
+    if (C != D || memcmp(&lc, &ld, sizeof lc)) die("%s: D must be C, with C's layout (not emulated otherwise)", what);
+    if (!algo) die("%s: no algorithm (ted always passes the heuristic's)", what);
+    LtAlgo al = lt_get<LtAlgo>(algo, kLtAlgo, what);
+    Gemm g = lt_gemm(what, x, la, lb, lc, *(const float *)alpha, *(const float *)beta);
+    if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (al.ta != x.ta || al.tb != x.tb || al.at != la.t || al.bt != lb.t || al.ct != lc.t)
+        die("%s: an algorithm found for other transposes or types", what);
+    if (lt_align(B, lb.stride, type_size(lb.t), lb.batch) < al.align[1] ||
+        lt_align(A, la.stride, type_size(la.t), la.batch) < al.align[0] ||
+        lt_align(C, lc.stride, type_size(lc.t), lc.batch) < al.align[2])
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ws_bytes && !is_dev(ws)) die("%s: the workspace is not device memory", what);
+    int batch = lc.batch;
+    size_t ea = type_size(la.t), eb = type_size(lb.t), ec = type_size(lc.t);
+    int64_t sa = la.stride, sb = lb.stride, sc = lc.stride;
+    enqueue([=] {
+        for (int i = 0; i < batch; i++)
+            gemm_run(what, g, (const char *)A + i * sa * ea, (const char *)B + i * sb * eb, (char *)D + i * sc * ec);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
