@@ -456,41 +456,62 @@ static void test_bf16_matmul(void) {
     free(xs); free(o2); free(xsr); free(gi2); free(gw2);
 }
 
-// A bf16 run's GEMMs through cuBLASLt (gemm_lt.cu): the heuristic is asked once per class of
-// row counts (here 300, 301 and 512 rows: one class; 513: the next), and every row count of a
-// class gets the CPU's result, forward (M rows) and the weight gradient (K rows)
+// The experts' bf16 GEMMs (cu_gemm_grouped) through cuBLASLt (gemm_lt.cu): the heuristic is
+// asked once per class of row counts (300, 301 and 512 rows: one class; 513: the next) and every
+// row count of a class gets the product (against double sums of the same bf16 values): forward
+// (M rows), input gradient (M rows) and weight gradient (K rows)
+static void ref_gemm(float *c, const float *a, const float *b, int ta, int tb, long M, long N, long K) {
+    for (long i = 0; i < M; i++)
+        for (long j = 0; j < N; j++) {
+            double t = 0;
+            for (long l = 0; l < K; l++) t += (double)(ta ? a[l * M + i] : a[i * K + l]) * (tb ? b[j * K + l] : b[l * N + j]);
+            c[i * N + j] = (float)t;
+        }
+}
 static void test_bf16_gemm_classes(void) {
-    const long Ns[] = {300, 301, 512, 513};
+    const int Ns[] = {300, 301, 512, 513};
     const long want_asked[] = {3, 0, 0, 3};   // forward, input gradient, weight gradient: a class each
     int C = 40, OC = 24;
     float *w = rnd((long)C * OC, 1, 0), *dw = round_up_bf16(w, (long)C * OC);
     for (int i = 0; i < 4; i++) {
-        long N = Ns[i], asked0, calls0, asked, calls;
-        float *x = rnd(N * C, 1, 0), *g = rnd(N * OC, 1, 0), *xr = rounded(x, N * C), *gr = rounded(g, N * OC);
-        float *out = rnd(N * OC, 1, 0), *gin = rnd(N * C, 1, 0), *gw = rnd((long)C * OC, 1, 0);
-        float *dx = up(x, sizeof(float) * N * C), *dg = up(g, sizeof(float) * N * OC);
-        float *dout_ = up(out, sizeof(float) * N * OC), *dgin = up(gin, sizeof(float) * N * C);
-        float *dgw = up(gw, sizeof(float) * C * OC);
+        int N = Ns[i];
+        long asked0, calls0, asked, calls;
+        float *xr = rnd((long)N * C, 1, 0), *gr = rnd((long)N * OC, 1, 0);
+        float *dx = round_up_bf16(xr, (long)N * C), *dg = round_up_bf16(gr, (long)N * OC);   // bf16; xr, gr rounded
+        float *out = malloc(sizeof(float) * N * OC), *gin = malloc(sizeof(float) * N * C);
+        float *gw = malloc(sizeof(float) * C * OC), *dout_ = cu_malloc(sizeof(float) * N * OC);
+        float *dgin = cu_malloc(sizeof(float) * N * C), *dgw = cu_malloc(sizeof(float) * C * OC);
+        const void *ax = dx, *ag = dg, *aw = dw;
         cu_lt_counts(&asked0, &calls0);
-        matmul_forward(out, xr, w, NULL, N, C, OC, 0);
-        cu_matmul_forward(dout_, dx, dw, NULL, N, C, OC, 0);
-        matmul_backward(gin, gw, NULL, gr, xr, w, N, C, OC, 0);
-        cu_matmul_backward(dgin, dgw, NULL, dg, dx, dw, N, C, OC, 0);
+        cu_gemm_grouped(0, 0, 1, &N, &OC, &C, &ax, C, &aw, OC, 0.0f, &dout_, OC);   // out = x·w
+        cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &dgin, C);    // dinp = g·wᵀ
+        cu_gemm_grouped(1, 0, 1, &C, &OC, &N, &ax, C, &ag, OC, 0.0f, &dgw, OC);     // dw = xᵀ·g
         cu_lt_counts(&asked, &calls);
+        ref_gemm(out, xr, w, 0, 0, N, OC, C);
+        ref_gemm(gin, gr, w, 0, 1, N, C, OC);
+        ref_gemm(gw, xr, gr, 1, 0, C, OC, N);
         char name[96];
-        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: forward", N);
-        cmp(name, dout_, out, N * OC, 1e-5);
-        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: dinp", N);
-        cmp(name, dgin, gin, N * C, 1e-5);
-        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: dw", N);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: forward", N);
+        cmp(name, dout_, out, (long)N * OC, 1e-5);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dinp", N);
+        cmp(name, dgin, gin, (long)N * C, 1e-5);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dw", N);
         cmp(name, dgw, gw, (long)C * OC, 1e-5);
         int ok = asked - asked0 == want_asked[i] && calls - calls0 == 3;
-        snprintf(name, sizeof name, "bf16 Lt GEMM, %ld rows: classes", N);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: classes", N);
         printf("%-40s heuristic asked %ld times, %ld GEMMs %s\n", name, asked - asked0, calls - calls0, ok ? "ok" : "FAIL");
         fails += !ok;
         cu_free(dx); cu_free(dg); cu_free(dout_); cu_free(dgin); cu_free(dgw);
-        free(x); free(g); free(xr); free(gr); free(out); free(gin); free(gw);
+        free(xr); free(gr); free(out); free(gin); free(gw);
     }
+    // the dense layers' GEMMs keep cublasGemmEx (their shapes repeat every step)
+    long asked0, calls0, asked, calls;
+    cu_lt_counts(&asked0, &calls0);
+    test_bf16_matmul();
+    cu_lt_counts(&asked, &calls);
+    int ok = asked == asked0 && calls == calls0;
+    printf("%-40s %ld through cuBLASLt %s\n", "bf16 dense GEMMs: cublasGemmEx", calls - calls0, ok ? "ok" : "FAIL");
+    fails += !ok;
     cu_free(dw); free(w);
 }
 
@@ -776,8 +797,7 @@ int main(void) {
     test_adamw();
     test_opt_step(0, 0, 1);
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
-    test_bf16_matmul();
-    test_bf16_gemm_classes();
+    test_bf16_gemm_classes();   // test_bf16_matmul too
     test_bf16_norm_embed();
     test_fused();
     test_opt_step(1, 0, 1);

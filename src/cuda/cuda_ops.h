@@ -35,7 +35,7 @@ const void *cu_at(const void *p, long i);                   // element i of an o
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);
-// The same on a bf16 run through cuBLASLt, the heuristic's algorithm kept per class of shape
+// The same through cuBLASLt (the experts' bf16 GEMMs), the heuristic's algorithm kept per class of shape
 // (gemm_lt.cu); 0, or the library's status when it refused (then take cublasGemmEx). Batch
 // problems at strides sA, sB (elements) and sC (floats) when batch > 1.
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,

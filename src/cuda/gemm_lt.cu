@@ -1,14 +1,18 @@
-// gemm_lt.cu — a bf16 run's GEMMs through cuBLASLt, with the algorithm kept per class of shape.
-// cublasGemmEx asks cuBLAS's heuristic again for every shape it has not seen: 1.4–2.1 ms of host
-// time a call on an H100's host (bench/gemm_shape_bench.cu), while the GEMM itself takes 0.05 ms.
-// The dropless experts' GEMMs see a new row count nearly every call, so the GPU waited for the
-// host through most of them. Here the heuristic is asked once per class: the row count rounded
-// up (rows(): 8, 16, ... 256, then multiples of 256), the other sizes, leading dimensions,
+// gemm_lt.cu — the experts' bf16 GEMMs through cuBLASLt, the algorithm kept per class of shape.
+// cublasGemmEx asks cuBLAS's heuristic again for every shape it has not seen: 1.4–3.6 ms of host
+// time a call on an H100 machine's host (bench/gemm_shape_bench.cu), while the GEMM itself takes
+// 0.05 ms. The dropless experts' GEMMs see a new row count nearly every call, so the GPU waited
+// for the host through most of them. Here the heuristic is asked once per class: the row count
+// rounded up to a power of two (rows(): 8 at least), the other sizes, leading dimensions,
 // transposes, batch and the operands' alignments exact; its algorithm then runs every shape of
-// the class. The row count is the dimension that varies with the tokens: M where A is not
-// transposed (forward, input gradient), K where A is transposed and B is not (a weight's gradient).
-// They are the column counts of cuBLASLt's column-major layouts, so the rounded-up class is a
-// valid layout of the same leading dimensions. fp32 runs keep cublasGemmEx (pedantic, no TF32).
+// the class (14 µs of host time a call, 650–750 TFLOP/s at the experts' shapes). The row count is
+// the dimension that varies with the tokens: M where A is not transposed (forward, input
+// gradient), K where A is transposed and B is not (a weight's gradient). They are the column
+// counts of cuBLASLt's column-major layouts, so the rounded-up class is a valid layout of the
+// same leading dimensions. The dense layers keep cublasGemmEx (runtime.cu): their shapes repeat
+// every step, so its own cache serves them, and for some (the LM head's weight gradient, the
+// router's) its choice ran 3–4× faster than the Lt heuristic's first. fp32 runs keep
+// cublasGemmEx too (pedantic, no TF32).
 #include "cuda_ops.h"
 #include <cublasLt.h>
 #include <stdint.h>
@@ -41,9 +45,8 @@ struct Lt {
     long asked, calls;                                            // heuristic queries, GEMMs run
 } L;
 
-// the class of a row count
+// the class of a row count: the next power of two, 8 at least
 int rows(int x) {
-    if (x > 256) return (x + 255) / 256 * 256;
     int r = 8;
     while (r < x) r *= 2;
     return r;
