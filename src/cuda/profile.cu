@@ -6,9 +6,9 @@
 // completed pieces are timed (cudaEventElapsedTime). Kernel launches, cuBLAS calls, copies and
 // host synchronisations are counted by the kind of op that makes them. A step ends at each optimizer step (zero.c); at exit one JSON line per rank
 // goes to stderr with the averages per step, the first step (allocations, plans) left out.
-// TED_GPU_PROF=2 also cuts pieces where the site changes (the op's function, or a GEMM's shape)
-// and adds one "gpu_prof_site" line per site, the slowest first: ms and calls per step, and a
-// GEMM's TFLOP/s.
+// TED_GPU_PROF=2 also cuts pieces where the site changes (the op's function, "f in g" where op g
+// calls op f, or a GEMM's shape and its op) and adds one "gpu_prof_site" line per site, the
+// slowest first: ms and calls per step, and a GEMM's TFLOP/s.
 #include "cuda_ops.h"
 #include <algorithm>
 #include <chrono>
@@ -30,7 +30,7 @@ struct Mark { cudaEvent_t ev; int kind, site; };
 struct Totals { double ms[PROF_N], launches[PROF_N], syncs, sync_ms; };
 
 // one site of TED_GPU_PROF=2: its totals so far, and at the end of the first step and the last
-struct Site { std::string name; int kind; double ms[3], calls[3], flop[3]; };
+struct Site { std::string name, op; int kind; double ms[3], calls[3], flop[3]; };   // op: the function
 
 struct Prof {
     int on, kind, piece, rank, steps;     // the op's kind, the current piece's, ...
@@ -62,10 +62,10 @@ void mark(int k, int site) {
 }
 
 // the index of the site of this name (kind: the kind of its first op)
-int site_index(const std::string &name, int kind) {
+int site_index(const std::string &name, int kind, const std::string &op) {
     auto it = P.site_of.find(name);
     if (it != P.site_of.end()) return it->second;
-    P.sites.push_back(Site{name, kind, {}, {}, {}});
+    P.sites.push_back(Site{name, op, kind, {}, {}, {}});
     return P.site_of[name] = (int)P.sites.size() - 1;
 }
 
@@ -138,7 +138,7 @@ void cu_prof_init(int rank) {
     P.sites_on = !strcmp(v, "2");
     P.rank = rank;
     P.kind = P.piece = PROF_IDLE;
-    if (P.sites_on) P.site = P.piece_site = site_index("(the stream waits for the host)", PROF_IDLE);
+    if (P.sites_on) P.site = P.piece_site = site_index("(the stream waits for the host)", PROF_IDLE, "");
     mark(PROF_IDLE, P.site);
     atexit(report);
 }
@@ -159,9 +159,10 @@ int cu_prof_enter(int kind, const char *site) {
     int prev = P.kind | P.site << kKindBits;
     if (!P.on) return prev;
     P.kind = kind;
-    if (P.sites_on) {
+    if (P.sites_on) {   // an op called by another is a site of its own: "f in g"
         P.caller = P.site;
-        P.site = site_index(site, kind);
+        std::string name = P.caller ? std::string(site) + " in " + P.sites[P.caller].op : std::string(site);
+        P.site = site_index(name, kind, site);
         P.sites[P.site].calls[0]++;
     }
     piece(kind, P.site);
@@ -184,10 +185,10 @@ void cu_prof_gemm(int transA, int transB, long M, long N, long K, long batch, fl
     std::string name = std::string("gemm ") + (transA ? "T" : "N") + (transB ? "T" : "N") + " " +
                        dim(M, op && !transA) + "x" + std::to_string(N) + "x" + dim(K, op && transA) +
                        (batch > 1 ? " x" + std::to_string(batch) : "") + (beta != 0 ? " +C" : "") +
-                       (op ? " in " + P.sites[P.caller].name : "");
+                       (op ? " in " + P.sites[P.caller].op : "");
     int was = P.site;
     P.sites[was].calls[0]--;   // the call enter counted for the GEMM's function is this shape's
-    P.site = site_index(name, PROF_GEMM);
+    P.site = site_index(name, PROF_GEMM, "gemm");
     P.sites[P.site].calls[0]++;
     P.sites[P.site].flop[0] += 2.0 * M * N * K * batch;
     if (!P.marks.empty() && P.marks.back().site == was) P.marks.back().site = P.piece_site = P.site;   // nothing ran since
