@@ -168,25 +168,28 @@ template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, lon
 }
 
 // out_k[c] += Σ_y part[k][y][c], y in order
-__global__ void colsum_finish_kernel(float *out0, float *out1, const float *part, int R, int C) {
+// (over: written, not added to; the sums start at +0, so a zeroed out would give the same bits)
+__global__ void colsum_finish_kernel(float *out0, float *out1, const float *part, int R, int C, int over) {
     GRID_STRIDE(c, C) {
         float t0 = 0, t1 = 0;
         for (int y = 0; y < R; y++) t0 += part[(long)y * C + c];
-        out0[c] += t0;
+        out0[c] = over ? t0 : out0[c] + t0;
         if (out1) {
             for (int y = 0; y < R; y++) t1 += part[((long)R + y) * C + c];
-            out1[c] += t1;
+            out1[c] = over ? t1 : out1[c] + t1;
         }
     }
 }
 
 // out[e, c] += Σ_y part[y][c] over expert e's block rows y in [first[e], first[e + 1]), in order
-__global__ void expert_colsum_finish_kernel(float *out, const float *part, const long *first, int El, int C) {
+// (over: written, not added to; an expert without rows gets +0)
+__global__ void expert_colsum_finish_kernel(float *out, const float *part, const long *first, int El, int C,
+                                            int over) {
     GRID_STRIDE(k, (long)El * C) {
         long e = k / C, c = k % C;
         float t = 0;
         for (long y = first[e]; y < first[e + 1]; y++) t += part[y * C + c];
-        out[k] += t;
+        out[k] = over ? t : out[k] + t;
     }
 }
 
@@ -206,15 +209,21 @@ struct ColTerm {      // x[i, c]
 };
 
 // out0[c] (and out1[c]) += Σ_rows of f's terms, a fixed order for given N and C
+// (gradients both wholly fresh, nn/fresh.h, are written instead: no zeroing pass before)
 template <int NOUT, class F> static void colsum_add(float *out0, float *out1, long N, int C, F f) {
     static void *buf;
     static size_t cap;
+    int over = fresh_whole(out0, C) && (NOUT < 2 || fresh_whole(out1, C));
+    for (float *o : {out0, NOUT > 1 ? out1 : NULL})
+        if (o && over) fresh_beta(o, C);   // taken: written below
+        else if (o) fresh_prepare(o, C);
     int R = col_chunks(N);
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
     colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(
         part, N, C, (const long *)NULL, f);
     CU_LAUNCH_CHECK();
-    colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C);
+    colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C,
+                                                                            over);
     CU_LAUNCH_CHECK();
 }
 
@@ -243,13 +252,17 @@ template <class F> static void expert_colsum_add(float *out, const long *off, in
     static std::vector<long> t;
     long n = expert_chunks(t, off, El);
     if (n == 0 || C <= 0) return;
+    int over = fresh_whole(out, (long)El * C);   // wholly fresh (nn/fresh.h): written, no zeroing pass
+    if (over) fresh_beta(out, (long)El * C);
+    else fresh_prepare(out, (long)El * C);
     long *dt = (long *)grow_dev(&tab, &tcap, sizeof(long) * t.size());
     cu_memcpy(dt, t.data(), sizeof(long) * t.size());   // pageable: staged before it returns
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * n * (size_t)C);
     colsum_part_kernel<1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(part, 0, C,
                                                                                                       dt + El + 1, f);
     CU_LAUNCH_CHECK();
-    expert_colsum_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C);
+    expert_colsum_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C,
+                                                                                                over);
     CU_LAUNCH_CHECK();
 }
 
@@ -511,14 +524,12 @@ static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const 
 }
 
 void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n) {
-    fresh_prepare(gb, (long)El * n);
     expert_colsum_add(gb, off, El, n, ColTerm{g, n});
 }
 
 void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
                               int El, int f) {
     if (gb) {
-        fresh_prepare(gb, (long)El * f);
         expert_colsum_add(gb, off, El, f, GeluBiasTerm{dh, dh16, dhg, h, f});
         return;
     }
@@ -539,7 +550,6 @@ static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const fl
                                int F) {
     if (F <= 0) return;
     if (!dbias) { gelu_backward_copy(dh, dh16, h, dhg, N * F); return; }
-    fresh_prepare(dbias, F);
     colsum_add<1>(dbias, NULL, N, F, GeluBiasTerm{dh, dh16, dhg, h, F});
 }
 
@@ -610,8 +620,6 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
         layernorm_backward_inp_kernel<<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
                                                                                           rstd, N, d);
     CU_LAUNCH_CHECK();
-    fresh_prepare(dw, d);
-    fresh_prepare(db, d);
     colsum_add<2>(dw, db, N, d, LnParTerms{dout, inp, mean, rstd, d});
 }
 
@@ -629,7 +637,6 @@ extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const f
     if (N <= 0) return;
     matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, w, N, C, OC, accumulate);
     if (dbias && OC > 0) {
-        fresh_prepare(dbias, OC);
         colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
     }
 }
