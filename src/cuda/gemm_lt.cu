@@ -5,7 +5,10 @@
 // for the host through most of them. Here the heuristic is asked once per class: the row count
 // rounded up to a power of two (rows(): 8 at least), the other sizes, leading dimensions,
 // transposes, batch and the operands' alignments exact; its algorithm then runs every shape of
-// the class (14 µs of host time a call, 650–750 TFLOP/s at the experts' shapes). The row count is
+// the class (14 µs of host time a call, 650–750 TFLOP/s at the experts' shapes). A family (the
+// class but for its row count) met for the first time has all its 14 classes up to 65536 rows
+// asked at once (tens of ms of host time, once a run), so that no step after the first waits for
+// the heuristic, whatever the routing. The row count is
 // the dimension that varies with the tokens: M where A is not transposed (forward, input
 // gradient), K where A is transposed and B is not (a weight's gradient). They are the column
 // counts of cuBLASLt's column-major layouts, so the rounded-up class is a valid layout of the
@@ -22,6 +25,7 @@
 namespace {
 
 constexpr size_t kWorkspace = 32u << 20;   // bytes, as cuBLAS's own default on Hopper
+constexpr int kWarm = 1 << 16;              // a family's classes asked at its first call: 8 ... kWarm rows
 
 // a shape class: what the heuristic is asked for
 struct Key {
@@ -116,6 +120,12 @@ bool ask(const Key &k, cublasLtMatmulAlgo_t *algo) {
     return true;
 }
 
+// class k's algorithm kept, unless it is already or the heuristic has none
+void ask_into(const Key &k) {
+    cublasLtMatmulAlgo_t a;
+    if (!L.algo.count(k) && ask(k, &a)) L.algo.emplace(k, a);
+}
+
 }   // namespace
 
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
@@ -134,13 +144,20 @@ extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alp
     k.align_b = alignment(B, sB, 2, batch);
     k.align_c = alignment(C, sC, 4, batch);
     Key cls = k;   // the class: the row count rounded up
-    if (!transA) cls.m = rows(M);
-    else if (!transB) cls.k = rows(K);
+    int *row = !transA ? &cls.m : !transB ? &cls.k : NULL;
+    if (row) *row = rows(*row);
     auto it = L.algo.find(cls);
     if (it == L.algo.end()) {
-        cublasLtMatmulAlgo_t a;
-        if (!ask(cls, &a)) return 1;
-        it = L.algo.emplace(cls, a).first;
+        // a family not seen (one GEMM at a time): its classes up to kWarm rows are all asked now,
+        // so that the steps that follow find theirs whatever the routing (a batch's strides follow
+        // its row count: those are asked one class at a time)
+        int want = row ? *row : 0;
+        if (row && batch == 1)
+            for (int c = 8; c <= (want > kWarm ? want : kWarm); c *= 2) { *row = c; ask_into(cls); }
+        if (row) *row = want;
+        ask_into(cls);
+        it = L.algo.find(cls);
+        if (it == L.algo.end()) return 1;   // the heuristic had none
     }
     Desc d(transA, transB);
     Layouts l(k, CUDA_R_16BF);
