@@ -46,8 +46,8 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);
 // The fused GELU passes of nn.cu that the experts (moe.cu) share. For the rows r in [r0, r1) of
 // h[·, f] after its GEMM: h += the bias row (bias [f]; with off, the El+1 device row offsets of
-// the experts, bias [El, f] and row r's expert's row; bias may be NULL), hg = GELU(h), and hg16
-// (unless NULL) = hg in bf16, the next GEMM's operand.
+// the experts, bias [El, f] and row r's expert's row; bias may be NULL), hg = GELU(h) (unless
+// NULL), and hg16 (unless NULL) = hg in bf16, the next GEMM's operand.
 void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
                           long r1, int f);
 // The experts' bias gradients (host offsets off[0..El] of their rows), each column summed over an

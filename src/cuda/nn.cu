@@ -306,9 +306,9 @@ __global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float 
 }
 
 // The MLP's first half after its GEMM (beta 0), for rows r in [r0, r1) of h[·, f]: h += the bias
-// row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h), and hg16 = the
-// bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before the GEMM,
-// the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
+// row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h) (unless NULL), and
+// hg16 = the bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before
+// the GEMM, the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
 template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, const long *off, int El, long r, int f) {
     return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
 }
@@ -324,7 +324,7 @@ __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, co
             h[i] = x;
         }
         float y = gelu_d(x);
-        hg[i] = y;
+        if (hg) hg[i] = y;
         if (hg16) hg16[i] = half_from_f32_d(1, y);
     }
 }
@@ -349,7 +349,7 @@ __global__ void bias_gelu_forward4_kernel(float4 *h, float4 *hg, uint2 *hg16, co
             h[i] = x;
         }
         float4 y = make_float4(gelu_d(x.x), gelu_d(x.y), gelu_d(x.z), gelu_d(x.w));
-        hg[i] = y;
+        if (hg) hg[i] = y;
         if (hg16) hg16[i] = make_uint2(bf16x2_d(y.x, y.y), bf16x2_d(y.z, y.w));
     }
 }
