@@ -15,10 +15,10 @@
 #  - --bf16 (bf16 weights and GEMM operands, fp32 gradients; every GEMM of the run on bf16
 #    operands): over 20 steps, loss and val_loss within 2 % of the fp32 CPU run in capacity and
 #    dropless mode, with a dense block, with activation checkpointing, with ZeRO 1 and 2 (2 ranks), and on 4 ranks
-#    (tp 2, ep 2) also with DTD + CAC;
+#    (tp 2, ep 2) also with DTD + CAC, and with a dense block under checkpointing + CAC;
 #  - 4 ranks (tp 2, ep 2; dp 2, so 2 sequences each), which share the one emulated device and
 #    so take comm.c's host-staged path, equal the one-rank CPU run within 1e-6, also with
-#    --dtd --cac;
+#    --dtd --cac, and with a dense block under checkpointing + CAC;
 #  - its step-5 weights and optimizer state equal the CPU's within 1e-4 (compare_weights); a
 #    run resumed from its step-3 checkpoint equals the unbroken emulated run within 1e-6, one
 #    resumed from the CPU's step-3 checkpoint the CPU run within 1e-4.
@@ -229,4 +229,10 @@ check_bf16 "bf16 4 emulated ranks (tp 2, ep 2) within 2 % of fp32 cpu" "$TED_TMP
 run b20-4opt "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2 --dtd --cac \
   --activation-checkpointing
 check_bf16 "bf16 4 emulated ranks (tp 2, ep 2, --dtd --cac) within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-4opt.jsonl"
+# a dense block's CAC recompute on bf16: the MLP's hidden state again, hg as its bf16 copy that
+# the backward reads (mlp_forward with no output)
+run b20-4cac "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2 --moe-every 2 --cac \
+  --activation-checkpointing
+check_bf16 "bf16 4 emulated ranks (tp 2, ep 2, a dense block, checkpointing + CAC) within 2 % of fp32 cpu" \
+  "$TED_TMP/cpu20-dense.jsonl" "$TED_TMP/b20-4cac.jsonl"
 summary

@@ -32,6 +32,9 @@ cublasHandle_t cu_blas(void);
 const void *cu_operand(const float *x, long n, int slot);   // x[n] as an operand: x, or its bf16 copy
 uint16_t *cu_half_slot(long n, int slot);                  // slot's buffer, room for n bf16 (not written)
 const void *cu_at(const void *p, long i);                   // element i of an operand
+// On a bf16 run the MLPs' hg (the GELU output, read only as the second GEMM's operand and by its
+// weight gradient) is kept in bf16 only, in the first half of its fp32 room: element i here
+static inline uint16_t *cu_hg_half(const float *hg) { return (uint16_t *)hg; }
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);

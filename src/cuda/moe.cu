@@ -418,12 +418,11 @@ static void point(const long *off, int El, const void *A, long a, int a_by_exper
     }
 }
 
-// On a bf16 run the experts' hg [R, f] is kept in bf16 only, where hg is: element i at
-// hg_half(hg)[i], in the first half of hg's fp32 room. hg is never read as fp32 there: the second
-// GEMM and the weight gradient take it as their bf16 operand, and the backward needs h, not hg
-// (neither the 16-bit activation store, off on a GPU bf16 run, nor anything else reads it). This
-// saves, per MoE block, R·f·4 bytes written and R·f·6 of a cast in the backward.
-static uint16_t *hg_half(const float *hg) { return (uint16_t *)hg; }
+// On a bf16 run the experts' hg [R, f] is kept in bf16 only, where hg is (cu_hg_half). hg is
+// never read as fp32 there: the second GEMM and the weight gradient take it as their bf16
+// operand, and the backward needs h, not hg (neither the 16-bit activation store, off on a GPU
+// bf16 run, nor anything else reads it). This saves, per MoE block, R·f·4 bytes written and R·f·6
+// of a cast in the backward.
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
                                    const float *bproj, float *h, float *hg, float *y, const float *xin,
@@ -435,10 +434,10 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h): on a bf16
-    // run only its bf16 copy, kept where hg is (hg_half) for this GEMM and the backward's
+    // run only its bf16 copy, kept where hg is (cu_hg_half) for this GEMM and the backward's
     point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
     cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
-    uint16_t *hg16 = cu_bf16() ? hg_half(hg) : NULL;
+    uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
     cu_bias_gelu_forward(h, hg16 ? NULL : hg, hg16, bfc, doff, El, r0, R, f);
     // y = hg·wproj (+ bproj)
     if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
@@ -474,8 +473,8 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     // c_proj: dhg = dy·wprojᵀ (written)
     point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
-    // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, hg_half)
-    point(off, El, cu_bf16() ? (const void *)hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
+    // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, cu_hg_half)
+    point(off, El, cu_bf16() ? (const void *)cu_hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, d);   // K = rows
     if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
     // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the

@@ -485,13 +485,14 @@ static void matmul_forward_op(float *out, const void *a, const float *w, const f
 
 // dinp[N,C] (+)= g·wᵀ and dw[C,OC] += inpᵀ·g (either may be NULL), g[N,OC] the output gradient as
 // an operand of the run's type
-static void matmul_backward_op(float *dinp, float *dw, const void *g, const float *inp, const float *w, long N, int C,
-                               int OC, int accumulate) {
+// (inp16: inp as an operand already, a bf16 copy the caller keeps; NULL: made here from inp)
+static void matmul_backward_op(float *dinp, float *dw, const void *g, const float *inp, const void *inp16,
+                               const float *w, long N, int C, int OC, int accumulate) {
     if (dinp) cu_gemm_op(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, accumulate ? 1.0f : 0.0f, dinp, C);
     // the wgrad GEMM accumulates into the fp32 gradient, or overwrites a fresh one (nn/fresh.h)
     if (dw) {
         float beta = fresh_beta(dw, (long)C * OC);
-        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, cu_operand(inp, N * C, 1), C, g, OC, beta, dw, OC);
+        cu_gemm_op(1, 0, C, OC, (int)N, 1.0f, inp16 ? inp16 : cu_operand(inp, N * C, 1), C, g, OC, beta, dw, OC);
     }
 }
 
@@ -635,7 +636,7 @@ extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const f
                                    const float *w, long N, int C, int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, w, N, C, OC, accumulate);
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, NULL, w, N, C, OC, accumulate);
     if (dbias && OC > 0) {
         colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
     }
@@ -691,18 +692,34 @@ extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbia
     if (N <= 0) return;
     uint16_t *dh16 = cu_bf16() ? cu_half_slot(N * OC, 0) : NULL;
     gelu_bias_backward(dh, dh16, dbias, dhg, h, N, OC);
-    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, w, N, C, OC, 0);
+    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, NULL, w, N, C, OC, 0);
 }
 
-// The dense MLP (ops.c's mlp_forward): the first half as above, its GELU pass also writing the
-// bf16 copy of hg that the second GEMM reads on a --bf16 run (no cast pass over hg)
+// The dense MLP (ops.c's mlp_forward): the first half as above; on a --bf16 run its GELU pass
+// writes only hg's bf16 copy, in hg's room (cu_hg_half): the second GEMM reads it, and so does
+// cu_mlp_backward's weight gradient (no fp32 hg written, no cast of it in either pass). out NULL:
+// the first half alone (a CAC recompute).
 extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
                                const float *wproj, const float *bproj, long N, int C, int F, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    uint16_t *hg16 = cu_bf16() ? cu_half_slot(N * F, 1) : NULL;
-    mlp_first_half(h, hg, hg16, inp, wfc, bfc, N, C, F);
-    matmul_forward_op(out, hg16 ? (const void *)hg16 : hg, wproj, bproj, N, F, OC, 0);
+    uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
+    mlp_first_half(h, hg16 ? NULL : hg, hg16, inp, wfc, bfc, N, C, F);
+    if (out) matmul_forward_op(out, hg16 ? (const void *)hg16 : hg, wproj, bproj, N, F, OC, 0);
+}
+
+// Its backward (ops.c's mlp_backward): the second GEMM's (dh = dout·wprojᵀ written, gwproj +=
+// hgᵀ·dout with hg as cu_mlp_forward left it, gbproj += Σ rows dout), then the first half's from
+// dh in place
+extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh,
+                                const float *dout, const float *h, const float *hg, const float *inp, const float *wfc,
+                                const float *wproj, long N, int C, int F, int OC) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    matmul_backward_op(dh, gwproj, cu_operand(dout, N * OC, 0), hg, cu_bf16() ? cu_hg_half(hg) : NULL, wproj, N, F,
+                       OC, 0);
+    if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
+    cu_matmul_bias_gelu_backward(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)

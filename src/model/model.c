@@ -665,8 +665,8 @@ static int ffn_forward(Model *M, int l, long N, int recompute) {
     BlockActs *x = &M->ba[l];
     int skip = recompute && x->ar_ffn;
     if (M->llama) { llama_ffn_forward(M, l, M->tmp, N, skip); return !skip; }
-    if (skip) {
-        matmul_bias_gelu_forward(x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), N, M->d, M->fl);
+    if (skip) {   // the hidden state alone, kept as mlp_forward keeps it (mlp_backward reads it)
+        mlp_forward(NULL, x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), NULL, NULL, N, M->d, M->fl, M->d);
         return 0;
     }
     mlp_forward(M->tmp, x->fch, x->fchg, x->ln2, W(b->fcw), W(b->fcb), W(b->fcprojw),
@@ -825,8 +825,8 @@ static void ffn_backward(Model *M, int l, long N) {
     BlockActs *x = &M->ba[l];
     int d = M->d;
     if (M->llama) { llama_ffn_backward(M, l, N); return; }
-    matmul_backward(M->dbig, G(b->fcprojw), G(b->fcprojb), M->dres, x->fchg, W(b->fcprojw), N, M->fl, d, 0);
-    matmul_bias_gelu_backward(M->dln, G(b->fcw), G(b->fcb), M->dbig, M->dbig, x->fch, x->ln2, W(b->fcw), N, d, M->fl);
+    mlp_backward(M->dln, G(b->fcw), G(b->fcb), G(b->fcprojw), G(b->fcprojb), M->dbig, M->dres, x->fch, x->fchg, x->ln2,
+                 W(b->fcw), W(b->fcprojw), N, d, M->fl, d);
 }
 
 // The attention's backward from M->dres (gradient of its output) into M->dln (d of its normed

@@ -332,7 +332,15 @@ void mlp_forward(float *out, float *h, float *hg, const float *inp, const float 
                  const float *wproj, const float *bproj, long N, int C, int F, int OC) {
     ON_GPU(cu_mlp_forward(out, h, hg, inp, wfc, bfc, wproj, bproj, N, C, F, OC));
     matmul_bias_gelu_forward(h, hg, inp, wfc, bfc, N, C, F);
-    matmul_forward(out, hg, wproj, bproj, N, F, OC, 0);
+    if (out) matmul_forward(out, hg, wproj, bproj, N, F, OC, 0);
+}
+
+void mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh, const float *dout,
+                  const float *h, const float *hg, const float *inp, const float *wfc, const float *wproj, long N,
+                  int C, int F, int OC) {
+    ON_GPU(cu_mlp_backward(dinp, gwfc, gbfc, gwproj, gbproj, dh, dout, h, hg, inp, wfc, wproj, N, C, F, OC));
+    matmul_backward(dh, gwproj, gbproj, dout, hg, wproj, N, F, OC, 0);
+    matmul_bias_gelu_backward(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F);
 }
 
 // dh = dhg ⊙ GELU'(h) and dbias += Σ rows dh in one pass: threads split the columns and each sums its

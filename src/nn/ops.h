@@ -57,10 +57,15 @@ void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, 
                                const float *inp, const float *w, long N, int C, int OC);
 
 // The dense MLP: matmul_bias_gelu_forward (h[N,F], hg), then out[N,OC] = hg·wproj[F,OC] + bproj
-// (bproj may be NULL). On a GPU the GELU pass also writes the bf16 copy of hg the second GEMM
-// reads (a --bf16 run). Its backward: matmul_backward, then matmul_bias_gelu_backward.
+// (bproj may be NULL; out NULL: the first half alone). On a --bf16 GPU run hg holds only its bf16
+// copy (in the first half of its room), which the second GEMM and mlp_backward read: hg is for
+// these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
+// dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C].
 void mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
                  const float *wproj, const float *bproj, long N, int C, int F, int OC);
+void mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh, const float *dout,
+                  const float *h, const float *hg, const float *inp, const float *wfc, const float *wproj, long N,
+                  int C, int F, int OC);
 
 // Cross-entropy over a vocabulary shard: logits[N,Vl] are the columns v0 … v0+Vl−1 of the full
 // logits, and only global columns < V are real (the rest is padding that never wins). Three

@@ -48,6 +48,9 @@ void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *d
                                   const float *inp, const float *w, long N, int C, int OC);
 void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
                     const float *wproj, const float *bproj, long N, int C, int F, int OC);
+void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh,
+                     const float *dout, const float *h, const float *hg, const float *inp, const float *wfc,
+                     const float *wproj, long N, int C, int F, int OC);
 void cu_crossentropy_max(float *mx, float *tl, const float *logits, const int *targets, long N, int v0, int Vl,
                          int V);
 void cu_crossentropy_exp(float *sum, float *logits, const float *mx, long N, int v0, int Vl, int V);
