@@ -6,15 +6,16 @@
 // rounded up to a power of two (rows(): 8 at least), the other sizes, leading dimensions,
 // transposes, batch and the operands' alignments exact; its algorithm then runs every shape of
 // the class (14 µs of host time a call, 650–750 TFLOP/s at the experts' shapes). A family (the
-// class but for its row count) met for the first time has all its 14 classes up to 65536 rows
-// asked at once (tens of ms of host time, once a run), so that no step after the first waits for
-// the heuristic, whatever the routing. The row count is
-// the dimension that varies with the tokens: M where A is not transposed (forward, input
-// gradient), K where A is transposed and B is not (a weight's gradient). They are the column
-// counts of cuBLASLt's column-major layouts, so the rounded-up class is a valid layout of the
-// same leading dimensions. The dense layers keep cublasGemmEx (runtime.cu): their shapes repeat
-// every step, so its own cache serves them, and for some (the LM head's weight gradient, the
-// router's) its choice ran 3–4× faster than the Lt heuristic's first. fp32 runs keep
+// class but for its row count) met for the first time has its 14 classes up to 65536 rows asked
+// at once (tens of ms of host time, once a run), so that no later step waits for the heuristic,
+// whatever the routing.
+//
+// The row count is the dimension that varies with the tokens: M where A is not transposed
+// (forward, input gradient), K where A is transposed and B is not (a weight's gradient). These are
+// column counts of cuBLASLt's column-major layouts, so a rounded-up class is a valid layout of
+// the same leading dimensions. The dense layers keep cublasGemmEx (runtime.cu): their shapes
+// repeat every step, so its own cache serves them, and for some (the LM head's weight gradient,
+// the router's) its choice ran 3–4× faster than the Lt heuristic's first. fp32 runs keep
 // cublasGemmEx too (pedantic, no TF32).
 #include "cuda_ops.h"
 #include <cublasLt.h>
