@@ -156,6 +156,67 @@ static void test_attention(int B, int T, int H, int hd) {
     free(qkv); free(dout); free(out); free(att); free(dqkv); free(scratch); free(junk); free(qr);
 }
 
+// attn_proj_forward / _backward (attention and its output projection; on a bf16 run atty kept as
+// its bf16 copy only) against the GPU ops they replace, bit for bit, and on fp32 against the CPU
+static void same_bits(const char *what, const float *a_dev, const float *b_dev, long n) {
+    float *a = host_copy(a_dev, sizeof(float) * n), *b = host_copy(b_dev, sizeof(float) * n);
+    int ok = !memcmp(a, b, sizeof(float) * n);
+    printf("%-44s %s\n", what, ok ? "same bits  ok" : "differ  FAIL");
+    failures += !ok;
+    free(a); free(b);
+}
+static void test_attn_proj(int B, int T, int H, int hd, int OC) {
+    int D = H * hd, bf16 = cu_bf16();
+    long N = (long)B * T, nq = N * 3 * D, no = N * D, nl = (long)B * H * T;
+    float *qkv = frandom(nq, 1.5f), *w = frandom((long)D * OC, 0.3f), *bias = frandom(OC, 0.3f);
+    float *dout = frandom(N * OC, 1.0f), *gw0 = frandom((long)D * OC, 0.1f), *gb0 = frandom(OC, 0.1f);
+    float *d_qkv = dev_copy(qkv, sizeof(float) * nq), *d_dout = dev_copy(dout, sizeof(float) * N * OC);
+    float *d_w = weights_up(w, (long)D * OC, bf16), *d_b = weights_up(bias, OC, bf16);
+    float *f[8], *u[8];   // out, atty, att (lse), dqkv, gw, gb, datty, scratch: fused, unfused
+    long len[8] = {N * OC, no, nl, nq, (long)D * OC, OC, no, nl};
+    for (int k = 0; k < 8; k++) {
+        const float *init = k == 4 ? gw0 : k == 5 ? gb0 : NULL;
+        f[k] = init ? dev_copy(init, sizeof(float) * len[k]) : cu_malloc(sizeof(float) * len[k]);
+        u[k] = init ? dev_copy(init, sizeof(float) * len[k]) : cu_malloc(sizeof(float) * len[k]);
+    }
+    cu_attn_proj_forward(f[0], f[1], f[2], d_qkv, d_w, d_b, B, T, H, hd, OC);
+    cu_attn_proj_backward(f[3], f[4], f[5], f[6], d_dout, f[2], d_qkv, f[1], d_w, B, T, H, hd, OC, f[7]);
+    cu_attention_forward(u[1], u[2], d_qkv, B, T, H, hd);
+    cu_matmul_forward(u[0], u[1], d_w, d_b, N, D, OC, 0);
+    cu_matmul_backward(u[6], u[4], u[5], d_dout, u[1], d_w, N, D, OC, 0);
+    cu_attention_backward(u[3], u[6], u[2], d_qkv, u[1], B, T, H, hd, u[7]);
+    const char *name[7] = {"out", "atty", "lse", "dqkv", "gwproj", "gbproj", "datty"};
+    char what[96];
+    if (bf16) {   // atty: its bf16 copy in the fused op's room, widened, is the unfused fp32 atty
+        float *raw = host_copy(f[1], sizeof(float) * no), *wide = xmalloc(sizeof(float) * no);
+        for (long i = 0; i < no; i++) wide[i] = bf16_to_f32(((const uint16_t *)raw)[i]);
+        cu_memcpy(f[1], wide, sizeof(float) * no);
+        free(raw); free(wide);
+    }
+    for (int k = 0; k < 7; k++) {
+        snprintf(what, sizeof what, "%sattn_proj T=%d %s = unfused", bf16 ? "bf16 " : "", T, name[k]);
+        same_bits(what, f[k], u[k], len[k]);
+    }
+    if (!bf16) {   // the CPU: the probabilities in att (B·H·T·T), its scratch per thread
+        float *out = xmalloc(sizeof(float) * N * OC), *atty = xmalloc(sizeof(float) * no);
+        float *att = xmalloc(sizeof(float) * nl * T), *dqkv = xmalloc(sizeof(float) * nq);
+        float *datty = xmalloc(sizeof(float) * no);
+        float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(T) * omp_get_max_threads());
+        attn_proj_forward(out, atty, att, qkv, w, bias, B, T, H, hd, OC);
+        attn_proj_backward(dqkv, gw0, gb0, datty, dout, att, qkv, atty, w, B, T, H, hd, OC, scratch);
+        float *ref[7] = {out, atty, NULL, dqkv, gw0, gb0, datty};
+        for (int k = 0; k < 7; k++) {
+            if (!ref[k]) continue;
+            snprintf(what, sizeof what, "attn_proj T=%d %s", T, name[k]);
+            check(what, f[k], ref[k], len[k], 1e-4);
+        }
+        free(out); free(atty); free(att); free(dqkv); free(datty); free(scratch);
+    }
+    for (int k = 0; k < 8; k++) { cu_free(f[k]); cu_free(u[k]); }
+    cu_free(d_qkv); cu_free(d_dout); cu_free(d_w); cu_free(d_b);
+    free(qkv); free(w); free(bias); free(dout); free(gw0); free(gb0);
+}
+
 // ---------------------------------------------------------------------------------------
 
 static void test_router(const char *name, long N, RouterCfg c, float bias0, int want_drops) {
@@ -432,12 +493,14 @@ int main(void) {
     test_experts("600 rows", big, 1);
     long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
     test_experts("empty", none, 1);
+    test_attn_proj(2, 37, 3, 16, 20);   // last: the random numbers of the tests above stay theirs
     cu_set_bf16(1);   // as a --bf16 run
     printf("-- bf16 weights and GEMM operands\n");
     test_attention(2, 7, 3, 8);
     test_experts("bf16 uneven", uneven, 1);
     test_experts("bf16 even", even, 1);
     test_experts("bf16 600 rows", big, 1);
+    test_attn_proj(2, 37, 3, 16, 20);
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");

@@ -33,8 +33,14 @@ const void *cu_operand(const float *x, long n, int slot);   // x[n] as an operan
 uint16_t *cu_half_slot(long n, int slot);                  // slot's buffer, room for n bf16 (not written)
 const void *cu_at(const void *p, long i);                   // element i of an operand
 // On a bf16 run the MLPs' hg (the GELU output, read only as the second GEMM's operand and by its
-// weight gradient) is kept in bf16 only, in the first half of its fp32 room: element i here
+// weight gradient) and the attention's output (attn_proj_forward) are kept in bf16 only, in the
+// first half of their fp32 room: element i here
 static inline uint16_t *cu_hg_half(const float *hg) { return (uint16_t *)hg; }
+// A --bf16 run's flash attention (flash_attention.cu) from bf16 copies in the operand slots: the
+// output's bf16 copy o16 written; the backward from the forward's o16, dqkv in fp32
+void cu_attention_bf16_forward(uint16_t *o16, float *att, const float *qkv, int B, int T, int H, int hd);
+void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const float *qkv,
+                                const uint16_t *o16, int B, int T, int H, int hd, float *scratch);
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);

@@ -447,16 +447,35 @@ extern "C" void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, c
                                 (const __nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
 }
 
+// A --bf16 run's attention: over bf16 copies of its fp32 activations in the GEMM operand slots
+// (cuda_ops.h), as its GEMMs do. The forward writes the output's bf16 copy o16 [N, H·hd] (qkv's
+// copy in slot 0); the backward takes the forward's o16 and writes dqkv in fp32 (slots 0: qkv,
+// 1: dout, 3: dqkv's bf16).
+void cu_attention_bf16_forward(uint16_t *o16, float *att, const float *qkv, int B, int T, int H, int hd) {
+    PROF(PROF_ATTENTION);
+    long n = (long)B * T * H * hd;
+    cu_flash_attention_forward_bf16(o16, att, (const uint16_t *)cu_operand(qkv, 3 * n, 0), B, T, H, hd);
+}
+
+void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const float *qkv,
+                                const uint16_t *o16, int B, int T, int H, int hd, float *scratch) {
+    PROF(PROF_ATTENTION);
+    long n = (long)B * T * H * hd;
+    const uint16_t *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0), *g = (const uint16_t *)cu_operand(dout, n, 1);
+    uint16_t *dx = cu_half_slot(3 * n, 3);
+    cu_flash_attention_backward_bf16(dx, scratch, g, o16, x, att, B, T, H, hd);
+    cu_half_to_f32(dqkv, dx, 3 * n, 1);
+}
+
 // ops.c's attention_forward / attention_backward on a GPU: att holds the log-sum-exp, the
-// backward's scratch Δ (ops_cuda.h). A --bf16 run (cu_bf16) attends over bf16 copies of its fp32
-// activations in the GEMM operand slots (cuda_ops.h), as its GEMMs do, and widens the result;
-// the bf16 output's rounding is exact in fp32, so the backward's copy of out is the forward's.
+// backward's scratch Δ (ops_cuda.h). A --bf16 run widens the output into out; the bf16 output's
+// rounding is exact in fp32, so the backward's copy of out is the forward's.
 extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd) {
     PROF(PROF_ATTENTION);
     if (!cu_bf16()) { forward_any<float>(out, att, qkv, B, T, H, hd); return; }
     long n = (long)B * T * H * hd;
     uint16_t *o = cu_half_slot(n, 1);
-    cu_flash_attention_forward_bf16(o, att, (const uint16_t *)cu_operand(qkv, 3 * n, 0), B, T, H, hd);
+    cu_attention_bf16_forward(o, att, qkv, B, T, H, hd);
     cu_half_to_f32(out, o, n, 1);
 }
 
@@ -465,9 +484,5 @@ extern "C" void cu_attention_backward(float *dqkv, const float *dout, const floa
     PROF(PROF_ATTENTION);
     if (!cu_bf16()) { backward_any<float>(dqkv, scratch, dout, out, qkv, att, B, T, H, hd); return; }
     long n = (long)B * T * H * hd;
-    const uint16_t *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0), *g = (const uint16_t *)cu_operand(dout, n, 1);
-    const uint16_t *o = (const uint16_t *)cu_operand(out, n, 2);
-    uint16_t *dx = cu_half_slot(3 * n, 3);
-    cu_flash_attention_backward_bf16(dx, scratch, g, o, x, att, B, T, H, hd);
-    cu_half_to_f32(dqkv, dx, 3 * n, 1);
+    cu_attention_bf16_backward(dqkv, dout, att, qkv, (const uint16_t *)cu_operand(out, n, 2), B, T, H, hd, scratch);
 }

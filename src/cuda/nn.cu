@@ -722,6 +722,43 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     cu_matmul_bias_gelu_backward(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F);
 }
 
+// Attention and its output projection (ops.c's attn_proj_forward): on a --bf16 run the attention
+// writes its output's bf16 copy straight into atty's room (cu_hg_half), which the projection and
+// cu_attn_proj_backward read (no fp32 atty, no widening, no cast of it in either pass). out NULL:
+// atty alone (a CAC recompute).
+extern "C" void cu_attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj,
+                                     const float *bproj, int B, int T, int H, int hd, int OC) {
+    PROF(PROF_ATTENTION);
+    long N = (long)B * T;
+    int D = H * hd;
+    if (!cu_bf16()) {
+        cu_attention_forward(atty, att, qkv, B, T, H, hd);
+        if (out) cu_matmul_forward(out, atty, wproj, bproj, N, D, OC, 0);
+        return;
+    }
+    cu_attention_bf16_forward(cu_hg_half(atty), att, qkv, B, T, H, hd);
+    if (out && N > 0) matmul_forward_op(out, cu_hg_half(atty), wproj, bproj, N, D, OC, 0);
+}
+
+// Its backward: the projection's (datty = dout·wprojᵀ written, gwproj += attyᵀ·dout with atty as
+// the forward left it, gbproj += Σ rows dout), then the attention's from datty
+extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj, float *datty, const float *dout,
+                                      const float *att, const float *qkv, const float *atty, const float *wproj, int B,
+                                      int T, int H, int hd, int OC, float *scratch) {
+    PROF(PROF_ATTENTION);
+    long N = (long)B * T;
+    int D = H * hd;
+    if (!cu_bf16()) {
+        cu_matmul_backward(datty, gwproj, gbproj, dout, atty, wproj, N, D, OC, 0);
+        cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
+        return;
+    }
+    if (N <= 0) return;
+    matmul_backward_op(datty, gwproj, cu_operand(dout, N * OC, 0), atty, cu_hg_half(atty), wproj, N, D, OC, 0);
+    if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
+    cu_attention_bf16_backward(dqkv, datty, att, qkv, cu_hg_half(atty), B, T, H, hd, scratch);
+}
+
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)
 static int real_cols(int v0, int Vl, int V) { int n = V - v0; return n < 0 ? 0 : n > Vl ? Vl : n; }
 

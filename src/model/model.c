@@ -651,9 +651,15 @@ static void attn_forward(Model *M, int l, int B, int T, int recompute) {
         layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
         matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
     }
+    int keep = !(recompute && x->ar_attn);   // a CAC recompute needs atty alone
+    if (!M->sl && !M->llama) {   // attention and projection as one op pair (atty for them alone)
+        attn_proj_forward(keep ? M->tmp : NULL, x->atty, x->att, x->qkv, W(b->projw), tp0 ? W(b->projb) : NULL, B, T,
+                          M->Hl, M->hd, d);
+        return;
+    }
     if (M->sl) sparse_attention_forward(x->atty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
     else attention_forward(x->atty, x->att, x->qkv, B, T, M->Hl, M->hd);
-    if (recompute && x->ar_attn) return;
+    if (!keep) return;
     if (M->llama) llama_out_forward(M, l, M->tmp, N);
     else matmul_forward(M->tmp, x->atty, W(b->projw), tp0 ? W(b->projb) : NULL, N, Dl, d, 0);
 }
@@ -836,11 +842,17 @@ static void attn_backward(Model *M, int l, int B, int T) {
     BlockActs *x = &M->ba[l];
     int d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
-    if (M->llama) llama_out_backward(M, l, N);
-    else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-    if (M->sl)
-        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
-    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
+    if (!M->sl && !M->llama)   // attn_proj_forward's pair
+        attn_proj_backward(M->dqkv, G(b->projw), G(b->projb), M->datty, M->dres, x->att, x->qkv, x->atty, W(b->projw),
+                           B, T, M->Hl, M->hd, d, M->att_scratch);
+    else {
+        if (M->llama) llama_out_backward(M, l, N);
+        else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+        if (M->sl)
+            sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd,
+                                      M->att_scratch);
+        else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
+    }
     if (M->llama) llama_qkv_backward(M, l, B, T);
     else matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
 }

@@ -296,6 +296,21 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
     }
 }
 
+void attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
+                       int B, int T, int H, int hd, int OC) {
+    ON_GPU(cu_attn_proj_forward(out, atty, att, qkv, wproj, bproj, B, T, H, hd, OC));
+    attention_forward(atty, att, qkv, B, T, H, hd);
+    if (out) matmul_forward(out, atty, wproj, bproj, (long)B * T, H * hd, OC, 0);
+}
+
+void attn_proj_backward(float *dqkv, float *gwproj, float *gbproj, float *datty, const float *dout, const float *att,
+                        const float *qkv, const float *atty, const float *wproj, int B, int T, int H, int hd, int OC,
+                        float *scratch) {
+    ON_GPU(cu_attn_proj_backward(dqkv, gwproj, gbproj, datty, dout, att, qkv, atty, wproj, B, T, H, hd, OC, scratch));
+    matmul_backward(datty, gwproj, gbproj, dout, atty, wproj, (long)B * T, H * hd, OC, 0);
+    attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
+}
+
 // ---------------------------------------------------------------------------------------
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
 

@@ -77,6 +77,11 @@ double cu_sum(const float *x, long n);   // returns Σ x (in double) to the host
 void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                            int T, int H, int hd, float *scratch);
+void cu_attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
+                          int B, int T, int H, int hd, int OC);
+void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj, float *datty, const float *dout, const float *att,
+                           const float *qkv, const float *atty, const float *wproj, int B, int T, int H, int hd, int OC,
+                           float *scratch);
 // The T×T attention (attention.cu) the model ran before: att [B,H,T,T] as on the CPU, scratch
 // B·H·T·T floats, fp32 storage. No longer the model's: flash_bench's baseline.
 void cu_attention_tt_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
