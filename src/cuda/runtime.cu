@@ -1,8 +1,9 @@
 // runtime.cu — the CUDA runtime of ted: one device per rank, one stream, one cuBLAS handle,
-// and the GEMMs every op builds on (see cuda_ops.h; the experts' bf16 GEMMs through gemm_lt.cu). A run's GEMMs are all of one type: fp32
-// (CUBLAS_COMPUTE_32F, pedantic: no TF32, so that fp32 runs match the CPU) or, on a --bf16 run,
-// bf16 A and B with fp32 accumulation and fp32 C (CUBLAS_COMPUTE_32F); never a FAST_* compute
-// type, which would let the library round fp32 operands as it likes (TF32).
+// and the GEMMs every op builds on (see cuda_ops.h; the experts' bf16 GEMMs through gemm_lt.cu).
+// A run's GEMMs are all of one type: fp32 (CUBLAS_COMPUTE_32F, pedantic: no TF32, so that fp32
+// runs match the CPU) or, on a --bf16 run, bf16 A and B with fp32 accumulation and fp32 C
+// (CUBLAS_COMPUTE_32F); never a FAST_* compute type, which would let the library round fp32
+// operands as it likes (TF32).
 #include "cuda_ops.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,6 @@ static cublasHandle_t blas;
 static const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 static int bf16_run;                   // the GEMMs take bf16 operands (cu_init, cu_set_bf16)
 static int lt_on = 1;                  // the experts' bf16 GEMMs go through cuBLASLt (TED_GEMM_LT=0: not)
-static int rows_vary;                  // the GEMMs being called are the experts' (cu_gemm_grouped)
 static cudaDeviceProp prop;
 
 extern "C" void cu_check_(cudaError_t e, const char *what, const char *file, int line) {
@@ -157,33 +157,38 @@ const void *cu_operand(const float *x, long n, int slot) {
     return h;
 }
 
-// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
+// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. batch < 0:
+// one GEMM (cublasGemmEx), else batch problems at strides sA, sB, sC. lt: the experts' GEMMs,
+// whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu)
+static void gemm(int lt, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                 long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                 int batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    PROF(PROF_GEMM);
+    int nb = batch < 0 ? 1 : batch;
+    cu_prof_gemm(transA, transB, M, N, K, nb, beta);
+    cu_prof_launch(1);
+    if (lt && bf16_run && lt_on &&
+        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, nb))
+        return;
+    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch < 0)
+        CUBLAS_CHECK(cublasGemmEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C,
+                                  CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+    else
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(),
+                                                lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch, compute,
+                                                CUBLAS_GEMM_DEFAULT));
+}
+
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc) {
-    if (M == 0 || N == 0) return;
-    PROF(PROF_GEMM);
-    cu_prof_gemm(transA, transB, M, N, K, 1, beta);
-    cu_prof_launch(1);
-    if (bf16_run && lt_on && rows_vary &&
-        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1))
-        return;
-    CUBLAS_CHECK(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                              &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C, CUDA_R_32F, ldc, compute,
-                              CUBLAS_GEMM_DEFAULT));
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, -1);
 }
 
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
-    if (M == 0 || N == 0 || batch == 0) return;
-    PROF(PROF_GEMM);
-    cu_prof_gemm(transA, transB, M, N, K, batch, beta);
-    cu_prof_launch(1);
-    if (bf16_run && lt_on && rows_vary &&
-        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch))
-        return;
-    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(), lda, sA,
-                                            &beta, C, CUDA_R_32F, ldc, sC, batch, compute, CUBLAS_GEMM_DEFAULT));
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 
 // The extent of a row-major operand of `rows` rows of stride ld (its last row: `cols` elements)
@@ -220,15 +225,13 @@ extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, con
         count++;
     }
     if (!count) return;
-    rows_vary = 1;   // their row counts follow the routing: through cuBLASLt on a bf16 run
     if (uniform && count > 1) {
         long long es = (long long)op_size();
-        cu_gemm_op_sb(transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb,
-                      sb / es, beta, C[first], ldc, sc / (long long)sizeof(float), count);
-    } else {
-        for (int i = 0; i < n; i++)
-            if (M[i] && N[i] && K[i])
-                cu_gemm_op(transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, B[i], ldb, beta, C[i], ldc);
+        gemm(1, transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb, sb / es,
+             beta, C[first], ldc, sc / (long long)sizeof(float), count);
+        return;
     }
-    rows_vary = 0;
+    for (int i = 0; i < n; i++)
+        if (M[i] && N[i] && K[i])
+            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], ldc, 0, -1);
 }
