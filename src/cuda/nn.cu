@@ -496,6 +496,14 @@ static void matmul_backward_op(float *dinp, float *dw, const void *g, const floa
     }
 }
 
+// matmul_backward_op with the bias gradient: dbias += Σ rows dout (unless NULL); dout fp32
+static void matmul_backward_bias(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                 const void *inp16, const float *w, long N, int C, int OC, int accumulate) {
+    if (N <= 0) return;
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, inp16, w, N, C, OC, accumulate);
+    if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
+}
+
 // bias_gelu_forward over rows [r0, r0 + n / f), four elements a thread where the layout allows
 template <class W>
 static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El, long r0,
@@ -635,11 +643,7 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
-    if (N <= 0) return;
-    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, NULL, w, N, C, OC, accumulate);
-    if (dbias && OC > 0) {
-        colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
-    }
+    matmul_backward_bias(dinp, dw, dbias, dout, inp, NULL, w, N, C, OC, accumulate);
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
@@ -716,9 +720,7 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
                                 const float *wproj, long N, int C, int F, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    matmul_backward_op(dh, gwproj, cu_operand(dout, N * OC, 0), hg, cu_bf16() ? cu_hg_half(hg) : NULL, wproj, N, F,
-                       OC, 0);
-    if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
+    matmul_backward_bias(dh, gwproj, gbproj, dout, hg, cu_bf16() ? cu_hg_half(hg) : NULL, wproj, N, F, OC, 0);
     cu_matmul_bias_gelu_backward(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F);
 }
 
@@ -746,17 +748,11 @@ extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj,
                                       const float *att, const float *qkv, const float *atty, const float *wproj, int B,
                                       int T, int H, int hd, int OC, float *scratch) {
     PROF(PROF_ATTENTION);
-    long N = (long)B * T;
-    int D = H * hd;
-    if (!cu_bf16()) {
-        cu_matmul_backward(datty, gwproj, gbproj, dout, atty, wproj, N, D, OC, 0);
-        cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
-        return;
-    }
-    if (N <= 0) return;
-    matmul_backward_op(datty, gwproj, cu_operand(dout, N * OC, 0), atty, cu_hg_half(atty), wproj, N, D, OC, 0);
-    if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
-    cu_attention_bf16_backward(dqkv, datty, att, qkv, cu_hg_half(atty), B, T, H, hd, scratch);
+    int bf16 = cu_bf16();
+    matmul_backward_bias(datty, gwproj, gbproj, dout, atty, bf16 ? cu_hg_half(atty) : NULL, wproj, (long)B * T, H * hd,
+                         OC, 0);
+    if (bf16) cu_attention_bf16_backward(dqkv, datty, att, qkv, cu_hg_half(atty), B, T, H, hd, scratch);
+    else cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)
