@@ -747,10 +747,13 @@ static void test_fused(void) {
 // per-segment and counted sums of squares against the host's, AdamW with the device-side clipping
 // against adamw_mixed_host / adamw_f32_host with the host's coefficient, the gradients consumed,
 // and a non-finite norm leaving everything but the gradients as it was.
-// More segments than the norm's warps (8), sizes around the kernels' 4096-element chunks.
-enum { NSEG = 11 };
-static const long seg_len[NSEG] = {1037, 0, 70001, 5, 4096, 4097, 1, 300, 8191, 12, 4095};
-static const int seg_decay[NSEG] = {1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1}, seg_counted[NSEG] = {1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0};
+// More segments than the norm's warps (8), sizes around the kernels' 4096-element chunks; the
+// first two are aligned for the float4 passes (chunks of 4096, 4 and 8 elements at 16-byte
+// offsets), the others not (odd lengths, then odd bases): both paths run.
+enum { NSEG = 13 };
+static const long seg_len[NSEG] = {8196, 8, 1037, 0, 70001, 5, 4096, 4097, 1, 300, 8191, 12, 4095};
+static const int seg_decay[NSEG] = {1, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1};
+static const int seg_counted[NSEG] = {1, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0};
 
 // segment i after the step: its gradient zero, its weights the host's (bf16: within a bf16 step
 // of the host's rounding of a master 1e-6 apart)
