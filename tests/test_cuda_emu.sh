@@ -57,6 +57,12 @@ for sched in roundrobin low high; do
     else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
   done
 done
+# and with the side streams run first (TED_EMU_STREAMS=early; late is the default above): a
+# lane's work that does not wait for its inputs (the experts' GEMMs, runtime.cu) reads them unmade
+for t in test_cuda_kernels_emu test_cuda_moe_emu; do
+  if TED_EMU_STREAMS=early "$bin/$t" >"$TED_TMP/$t-early.out" 2>&1; then ok "$t (side streams first)"
+  else bad "$t (side streams first):"; grep -v " ok$" "$TED_TMP/$t-early.out" | tail -15; fi
+done
 # and with the blocks of every launch in reverse and in random order: the MoE plan (capacity scan,
 # rows) and the optimizer's norm are the CPU's whatever order the blocks run in
 for order in reverse random; do

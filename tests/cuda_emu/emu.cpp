@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -571,22 +572,66 @@ static void dev_free(void *p) {
 }
 
 // =======================================================================================
-// the stream: work queued in order, run when the host synchronises
+// the streams: work queued in order on each, run when the host synchronises. Stream 0 is the
+// default stream, the others come from cudaStreamCreate (ted's own stream first, side streams
+// after it). Work on two streams is ordered only by events (cudaEventRecord, then
+// cudaStreamWaitEvent). At a flush the streams run in the order TED_EMU_STREAMS names, so that
+// a missing wait gives wrong numbers: "late" (the default) runs the earliest made stream that
+// can run, as far as it can, so side streams run only when the main one waits for them or at
+// the end (a join never asked for reads results not yet made); "early" runs the latest made
+// first (a fork never asked for reads inputs not yet made).
 
-static std::vector<std::function<void()>> queue;
-static int stream_token;                 // the one stream's handle points here
+struct QueuedOp { std::function<void()> fn; CUevent_st *wait; unsigned gen; };   // wait: for e's gen-th record
+struct CUevent_st { bool recorded, done; double ms; unsigned gen, reached; };
+struct EmuStream { int *token; std::deque<QueuedOp> q; };
+static std::vector<EmuStream> streams(1);
+static int stream_token;                 // stream 0's handle points here
 static cudaStream_t the_stream = (cudaStream_t)&stream_token;
+static size_t cur_stream;                // the stream of the call being made (check_stream)
+static const bool streams_early = [] {
+    const char *v = getenv("TED_EMU_STREAMS");
+    if (v && strcmp(v, "early") && strcmp(v, "late")) {
+        fprintf(stderr, "TED_EMU_STREAMS=%s: expected late or early\n", v);
+        exit(2);
+    }
+    return v && !strcmp(v, "early");
+}();
 
 static void check_stream(cudaStream_t s, const char *what) {
-    if (s != the_stream && s != (cudaStream_t)0) die("%s: unknown stream %p", what, (void *)s);
+    cur_stream = 0;
+    if (s == the_stream || s == (cudaStream_t)0) return;
+    for (size_t i = 1; i < streams.size(); i++)
+        if (s == (cudaStream_t)streams[i].token) { cur_stream = i; return; }
+    die("%s: unknown stream %p", what, (void *)s);
 }
-static void enqueue(std::function<void()> op) { queue.push_back(std::move(op)); }
+static void enqueue(std::function<void()> op) { streams[cur_stream].q.push_back(QueuedOp{std::move(op), NULL, 0}); }
+
+// whether stream i's next op can run now (it is not a wait for an event not yet reached)
+static bool can_run(size_t i) {
+    if (streams[i].q.empty()) return false;
+    const QueuedOp &op = streams[i].q.front();
+    return !op.wait || op.wait->reached >= op.gen;
+}
 static void flush(void) {
-    if (queue.empty()) return;
+    bool any = false;
+    for (auto &st : streams) any |= !st.q.empty();
+    if (!any) return;
     Window w;
-    std::vector<std::function<void()>> q;
-    q.swap(queue);
-    for (auto &op : q) op();
+    for (;;) {
+        size_t pick = streams.size(), n = streams.size();
+        for (size_t k = 0; k < n && pick == n; k++) {   // late: 0, 1, 2, ...; early: n - 1, ..., 0
+            size_t i = streams_early ? n - 1 - k : k;
+            if (can_run(i)) pick = i;
+        }
+        if (pick == n) {
+            for (auto &st : streams)
+                if (!st.q.empty()) die("a stream waits for an event that no queued work will record");
+            return;
+        }
+        QueuedOp op = std::move(streams[pick].q.front());
+        streams[pick].q.pop_front();
+        if (op.fn) op.fn();
+    }
 }
 
 static void check_launch(const char *name, dim3 g, dim3 b, cudaStream_t s) {
@@ -639,8 +684,13 @@ const char *cudaGetErrorName(cudaError_t e) {
 }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : cudaGetErrorName(e); }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { *s = the_stream; return cudaSuccess; }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = the_stream; return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    LOCK;
+    streams.push_back(EmuStream{new int(0), {}});
+    *s = (cudaStream_t)streams.back().token;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { LOCK; check_stream(s, "cudaStreamDestroy"); flush(); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
@@ -745,15 +795,13 @@ cudaError_t cudaMemset(void *p, int v, size_t n) { LOCK; cudaMemsetAsync(p, v, n
 // (meaningless as GPU times, but the profiler's bookkeeping runs as on a GPU). An elapsed time
 // between events not yet reached is an error, as on a GPU (cudaErrorNotReady), and stops.
 
-struct CUevent_st { bool recorded, done; double ms; };
-
 static double now_ms_emu(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{false, false, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{false, false, 0, 0, 0}; return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { LOCK; flush(); delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
@@ -761,7 +809,16 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     check_stream(s, "cudaEventRecord");
     e->recorded = true;
     e->done = false;
-    enqueue([e] { e->done = true; e->ms = now_ms_emu(); });
+    unsigned gen = ++e->gen;
+    enqueue([e, gen] { e->done = true; e->ms = now_ms_emu(); e->reached = gen; });
+    return cudaSuccess;
+}
+// the stream's later work waits until the event's latest record is reached (none: no wait)
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    LOCK;
+    check_stream(s, "cudaStreamWaitEvent");
+    if (flags) die("cudaStreamWaitEvent: flags %u (the emulation knows 0)", flags);
+    if (e->gen) streams[cur_stream].q.push_back(QueuedOp{nullptr, e, e->gen});
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { LOCK; flush(); return cudaSuccess; }
