@@ -851,6 +851,7 @@ int main(void) {
     test_encoder(4, 37, 50, 10, 30, 45);   // N = 148: the token scan crosses chunks of 32
     test_layernorm(37, 48);
     test_layernorm(1100, 40);
+    test_layernorm(5, 50);                 // d not a multiple of 4: a float at a time
     test_matmul(37, 48, 70);
     test_matmul(777, 24, 70);
     test_gelu();
