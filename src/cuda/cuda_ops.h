@@ -22,9 +22,6 @@ void cu_lt_counts(long *asked, long *calls);   // gemm_lt.cu: heuristic queries,
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 cudaStream_t cu_stream(void);
-// lanes (runtime.cu): 0 the stream, 1 .. kLanes-1 side streams for the independent pieces of one op
-enum { kLanes = 4 };
-cudaStream_t cu_lane(int i);
 cublasHandle_t cu_blas(void);
 // GEMM operands (runtime.cu). A run's GEMMs take operands of one type: fp32 on an fp32 run, bf16
 // on a --bf16 run (fp32 accumulation and fp32 C either way). Weights are in that type already
@@ -49,10 +46,10 @@ void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const 
                 int ldb, float beta, float *C, int ldc);
 // The same through cuBLASLt (the experts' bf16 GEMMs), the heuristic's algorithm kept per class of shape
 // (gemm_lt.cu); 0, or the library's status when it refused (then take cublasGemmEx). Batch
-// problems at strides sA, sB (elements) and sC (floats) when batch > 1. On stream cu_lane(lane).
+// problems at strides sA, sB (elements) and sC (floats) when batch > 1.
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                           long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
-                          long long sC, int batch, int lane);
+                          long long sC, int batch);
 // the same for batch problems at strides sA, sB (elements of the operand type) and sC (floats)
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);

@@ -45,7 +45,7 @@ struct KeyHash {
 
 struct Lt {
     cublasLtHandle_t h;
-    void *ws[kLanes];                                             // a workspace per lane, made at its first use
+    void *ws;
     std::unordered_map<Key, cublasLtMatmulAlgo_t, KeyHash> algo;   // the classes seen
     long asked, calls;                                            // heuristic queries, GEMMs run
 } L;
@@ -131,9 +131,11 @@ void ask_into(const Key &k) {
 
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                           long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
-                          long long sC, int batch, int lane) {
-    if (!L.h) CUBLAS_CHECK(cublasLtCreate(&L.h));
-    if (!L.ws[lane]) L.ws[lane] = ted_alloc_dev(kWorkspace, MEM_TEMP);
+                          long long sC, int batch) {
+    if (!L.h) {
+        CUBLAS_CHECK(cublasLtCreate(&L.h));
+        L.ws = ted_alloc_dev(kWorkspace, MEM_TEMP);
+    }
     Key k;
     memset(&k, 0, sizeof k);   // the padding too: keys compare as bytes
     k.ta = transA; k.tb = transB; k.m = M; k.n = N; k.k = K; k.lda = lda; k.ldb = ldb; k.ldc = ldc;
@@ -161,8 +163,8 @@ extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alp
     Desc d(transA, transB);
     Layouts l(k, CUDA_R_16BF);
     L.calls++;
-    return (int)cublasLtMatmul(L.h, d.d, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &it->second, L.ws[lane],
-                               kWorkspace, cu_lane(lane));
+    return (int)cublasLtMatmul(L.h, d.d, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &it->second, L.ws,
+                               kWorkspace, cu_stream());
 }
 
 extern "C" void cu_lt_counts(long *asked, long *calls) { *asked = L.asked; *calls = L.calls; }

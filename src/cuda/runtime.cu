@@ -14,7 +14,6 @@ static cublasHandle_t blas;
 static const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 static int bf16_run;                   // the GEMMs take bf16 operands (cu_init, cu_set_bf16)
 static int lt_on = 1;                  // the experts' bf16 GEMMs go through cuBLASLt (TED_GEMM_LT=0: not)
-static int lanes_on = kLanes;          // ... on this many streams at once (TED_GEMM_LANES, 1 to kLanes)
 static cudaDeviceProp prop;
 
 extern "C" void cu_check_(cudaError_t e, const char *what, const char *file, int line) {
@@ -32,35 +31,6 @@ extern "C" void cu_check_blas_(int status, const char *what, const char *file, i
 }
 
 cudaStream_t cu_stream(void) { return stream; }
-
-// ---- lanes: side streams for the independent pieces of one op -----------------------------
-// Lane 0 is the stream; lanes 1 .. kLanes-1 are made at their first use. cu_fork(n) makes lanes
-// 1 .. n-1 wait for the stream's work so far; cu_join(n) makes the stream wait for theirs. An op
-// that forks joins before it returns, so nothing outside it sees a lane.
-static cudaStream_t lane_stream[kLanes];
-static cudaEvent_t lane_event[kLanes];   // [0]: the fork; [i]: lane i's end
-
-cudaStream_t cu_lane(int i) {
-    if (i == 0) return stream;
-    if (!lane_stream[i]) {
-        CU_CHECK(cudaStreamCreateWithFlags(&lane_stream[i], cudaStreamNonBlocking));
-        CU_CHECK(cudaEventCreateWithFlags(&lane_event[i], cudaEventDisableTiming));
-    }
-    return lane_stream[i];
-}
-
-static void cu_fork(int n) {
-    if (!lane_event[0]) CU_CHECK(cudaEventCreateWithFlags(&lane_event[0], cudaEventDisableTiming));
-    CU_CHECK(cudaEventRecord(lane_event[0], stream));
-    for (int i = 1; i < n; i++) CU_CHECK(cudaStreamWaitEvent(cu_lane(i), lane_event[0], 0));
-}
-
-static void cu_join(int n) {
-    for (int i = 1; i < n; i++) {
-        CU_CHECK(cudaEventRecord(lane_event[i], lane_stream[i]));
-        CU_CHECK(cudaStreamWaitEvent(stream, lane_event[i], 0));
-    }
-}
 extern "C" void *cu_stream_ptr(void) { return (void *)stream; }
 cublasHandle_t cu_blas(void) { return blas; }
 
@@ -82,16 +52,6 @@ extern "C" void cu_init(int local_rank, int bf16) {
     cu_set_bf16(bf16);
     const char *lt = getenv("TED_GEMM_LT");
     lt_on = !(lt && !strcmp(lt, "0"));
-    const char *ln = getenv("TED_GEMM_LANES");
-    if (ln) {
-        char *end;
-        long v = strtol(ln, &end, 10);
-        if (*end || v < 1 || v > kLanes) {
-            fprintf(stderr, "ted: TED_GEMM_LANES=%s: expected a whole number from 1 to %d\n", ln, kLanes);
-            exit(2);
-        }
-        lanes_on = (int)v;
-    }
     cu_prof_init(local_rank);
 }
 
@@ -199,8 +159,8 @@ const void *cu_operand(const float *x, long n, int slot) {
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. batch < 0:
 // one GEMM (cublasGemmEx), else batch problems at strides sA, sB, sC. lt: the experts' GEMMs,
-// whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu), on `lane`
-static void gemm(int lt, int lane, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+// whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu)
+static void gemm(int lt, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                  long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                  int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
@@ -209,7 +169,7 @@ static void gemm(int lt, int lane, int transA, int transB, int M, int N, int K, 
     cu_prof_gemm(transA, transB, M, N, K, nb, beta);
     cu_prof_launch(1);
     if (lt && bf16_run && lt_on &&
-        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, nb, lane))
+        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, nb))
         return;
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch < 0)
@@ -223,12 +183,12 @@ static void gemm(int lt, int lane, int transA, int transB, int M, int N, int K, 
 
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc) {
-    gemm(0, 0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, -1);
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, -1);
 }
 
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
-    gemm(0, 0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 
 // The extent of a row-major operand of `rows` rows of stride ld (its last row: `cols` elements)
@@ -267,17 +227,11 @@ extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, con
     if (!count) return;
     if (uniform && count > 1) {
         long long es = (long long)op_size();
-        gemm(1, 0, transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb, sb / es,
+        gemm(1, transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb, sb / es,
              beta, C[first], ldc, sc / (long long)sizeof(float), count);
         return;
     }
-    // one GEMM each, spread over the lanes when they go through cuBLASLt: an expert's GEMM of
-    // about a thousand rows fills a fraction of the GPU (64 output tiles of 132 SMs at d 2048)
-    int lanes = bf16_run && lt_on && count > 1 ? (count < lanes_on ? count : lanes_on) : 1, j = 0;
-    if (lanes > 1) cu_fork(lanes);
     for (int i = 0; i < n; i++)
         if (M[i] && N[i] && K[i])
-            gemm(1, j++ % lanes, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], ldc,
-                 0, -1);
-    if (lanes > 1) cu_join(lanes);
+            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], ldc, 0, -1);
 }

@@ -6,6 +6,11 @@
 //   fasttf32     fp32 operands with CUBLAS_COMPUTE_32F_FAST_TF32: likewise
 //   mixed        bf16 A with fp32 B: refused (CUBLAS_STATUS_NOT_SUPPORTED), exits 3
 //   grouped      cublasGemmGroupedBatchedEx with bf16 A and B and fp32 C: refused, exits 3
+//   join-wait, join-nowait, fork-wait, fork-nowait   two streams: a side stream makes what the
+//                first reads (join) or reads what the first makes (fork), the reader waiting on
+//                an event of the maker's or not; prints whether it read the value made (exit 0)
+//                or memory not yet written (exit 4). Without the wait, TED_EMU_STREAMS=late
+//                (join) or early (fork) runs the reader first.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <math.h>
@@ -62,8 +67,36 @@ static int run_bf16(cublasHandle_t h) {
     return bad;
 }
 
+// the streams' probe: first made (main) and side; join: side makes y, main copies it to z; fork:
+// main makes y, side copies it to z; "-wait": the copy waits on an event recorded after the maker
+static int run_streams(const char *mode) {
+    const size_t n = 64;
+    cudaStream_t main_s, side_s;
+    cudaStreamCreate(&main_s);
+    cudaStreamCreate(&side_s);
+    cudaEvent_t made;
+    cudaEventCreate(&made);
+    void *y = NULL, *z = NULL;
+    cudaMalloc(&y, n);
+    cudaMalloc(&z, n);
+    bool join = !strncmp(mode, "join", 4), wait = strstr(mode, "nowait") == NULL;
+    cudaStream_t maker = join ? side_s : main_s, reader = join ? main_s : side_s;
+    cudaMemsetAsync(y, 7, n, maker);
+    cudaEventRecord(made, maker);
+    if (wait) cudaStreamWaitEvent(reader, made, 0);
+    cudaMemcpyAsync(z, y, n, cudaMemcpyDeviceToDevice, reader);
+    cudaDeviceSynchronize();
+    unsigned char out[64];
+    cudaMemcpy(out, z, n, cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) ok &= out[i] == 7;
+    printf("%s: %s\n", mode, ok ? "read the value made" : "read memory not yet written");
+    return ok ? 0 : 4;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (!strncmp(mode, "join-", 5) || !strncmp(mode, "fork-", 5)) return run_streams(mode);
     cublasHandle_t h;
     cudaStream_t st;
     cudaStreamCreate(&st);
@@ -89,7 +122,7 @@ int main(int argc, char **argv) {
                                          (const void *const *)(dp + 1), CUDA_R_16BF, &ldb, &zero, dp + 2, CUDA_R_32F,
                                          &ldc, 1, &size, CUBLAS_COMPUTE_32F);
     } else {
-        fprintf(stderr, "usage: emu_probe bf16|fast16bf|fasttf32|mixed|grouped\n");
+        fprintf(stderr, "usage: emu_probe bf16|fast16bf|fasttf32|mixed|grouped|{join,fork}-{wait,nowait}\n");
         return 2;
     }
     cudaStreamSynchronize(st);
