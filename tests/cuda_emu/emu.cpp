@@ -579,12 +579,15 @@ static void dev_free(void *p) {
 // a missing wait gives wrong numbers: "late" (the default) runs the earliest made stream that
 // can run, as far as it can, so side streams run only when the main one waits for them or at
 // the end (a join never asked for reads results not yet made); "early" runs the latest made
-// first (a fork never asked for reads inputs not yet made).
+// first (a fork never asked for reads inputs not yet made). Stream 0 is the legacy default
+// stream: its work waits for the work queued before it on every blocking stream (made without
+// cudaStreamNonBlocking), and theirs for the work queued before it on stream 0.
 
-struct QueuedOp { std::function<void()> fn; CUevent_st *wait; unsigned gen; };   // wait: for e's gen-th record
+struct QueuedOp { std::function<void()> fn; CUevent_st *wait; unsigned gen; unsigned long seq; };   // wait: for e's gen-th record
 struct CUevent_st { bool recorded, done; double ms; unsigned gen, reached; };
-struct EmuStream { int *token; std::deque<QueuedOp> q; };
-static std::vector<EmuStream> streams(1);
+struct EmuStream { int *token; bool blocking; std::deque<QueuedOp> q; };
+static std::vector<EmuStream> streams{EmuStream{NULL, true, {}}};
+static unsigned long queued_ops;         // the order of enqueueing, across streams
 static int stream_token;                 // stream 0's handle points here
 static cudaStream_t the_stream = (cudaStream_t)&stream_token;
 static size_t cur_stream;                // the stream of the call being made (check_stream)
@@ -604,13 +607,20 @@ static void check_stream(cudaStream_t s, const char *what) {
         if (s == (cudaStream_t)streams[i].token) { cur_stream = i; return; }
     die("%s: unknown stream %p", what, (void *)s);
 }
-static void enqueue(std::function<void()> op) { streams[cur_stream].q.push_back(QueuedOp{std::move(op), NULL, 0}); }
+static void enqueue(std::function<void()> op) {
+    streams[cur_stream].q.push_back(QueuedOp{std::move(op), NULL, 0, ++queued_ops});
+}
 
-// whether stream i's next op can run now (it is not a wait for an event not yet reached)
+// whether stream i's next op can run now: not a wait for an event not yet reached, nor behind
+// work queued earlier on stream 0 (a blocking stream) or on a blocking stream (stream 0)
 static bool can_run(size_t i) {
     if (streams[i].q.empty()) return false;
     const QueuedOp &op = streams[i].q.front();
-    return !op.wait || op.wait->reached >= op.gen;
+    if (op.wait && op.wait->reached < op.gen) return false;
+    for (size_t j = 0; j < streams.size() && streams[i].blocking; j++)
+        if ((i == 0) != (j == 0) && streams[j].blocking && !streams[j].q.empty() && streams[j].q.front().seq < op.seq)
+            return false;
+    return true;
 }
 static void flush(void) {
     bool any = false;
@@ -684,13 +694,13 @@ const char *cudaGetErrorName(cudaError_t e) {
 }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : cudaGetErrorName(e); }
 
-cudaError_t cudaStreamCreate(cudaStream_t *s) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     LOCK;
-    streams.push_back(EmuStream{new int(0), {}});
+    streams.push_back(EmuStream{new int(0), !(flags & cudaStreamNonBlocking), {}});
     *s = (cudaStream_t)streams.back().token;
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { LOCK; check_stream(s, "cudaStreamDestroy"); flush(); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
@@ -818,7 +828,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     LOCK;
     check_stream(s, "cudaStreamWaitEvent");
     if (flags) die("cudaStreamWaitEvent: flags %u (the emulation knows 0)", flags);
-    if (e->gen) streams[cur_stream].q.push_back(QueuedOp{nullptr, e, e->gen});
+    if (e->gen) streams[cur_stream].q.push_back(QueuedOp{nullptr, e, e->gen, ++queued_ops});
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { LOCK; flush(); return cudaSuccess; }
