@@ -337,9 +337,11 @@ static void test_plan(const char *kind, long N, RouterCfg c, int padded, int mul
 
 // ---------------------------------------------------------------------------------------
 
-static void test_dispatcher(void) {
+// d 45: not a multiple of 32 (the warp loops have a ragged tail) nor of 4 (the row passes take a
+// float at a time); d 1040: float4 rows wider than a block's 256 × 4 columns
+static void test_dispatcher(int d) {
     long N = 37;
-    int k = 2, d = 45;   // d not a multiple of 32: the warp loops have a ragged tail
+    int k = 2;
     long Nk = N * k, R = Nk + 5;   // 5 rows no choice maps to
     // each kept (t, j) gets its own row (a random permutation); about 1 in 5 dropped
     int *perm = xmalloc(sizeof(int) * R), *row = xmalloc(sizeof(int) * Nk);
@@ -483,7 +485,8 @@ int main(void) {
         test_plan(kinds[i], 300, RCFG(8, 2, 0.0f, 0, 64), 0, 1);    // dropless
     }
     test_plan("random", 37, RCFG(5, 1, 1.25f, 2, 10), 1, 1);        // top-1, min_capacity
-    test_dispatcher();
+    test_dispatcher(45);
+    test_dispatcher(1040);
     long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
     long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path
     test_experts("uneven", uneven, 1);

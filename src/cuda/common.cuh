@@ -98,6 +98,22 @@ static __device__ __forceinline__ uint16_t half_from_f32_d(int kind, float f) {
     return __half_as_ushort(__float2half_rn(f));   // fp16: round to nearest even (as _Float16)
 }
 
+// V consecutive floats from p + c, or to it: V = 4 a float4 (p + c 16-byte aligned), V = 1 one float
+template <int V> __device__ __forceinline__ void ldv(float (&r)[V], const float *p, int c) {
+    if constexpr (V == 4) {
+        float4 t = *(const float4 *)(p + c);
+        r[0] = t.x; r[1] = t.y; r[2] = t.z; r[3] = t.w;
+    } else r[0] = p[c];
+}
+template <int V> __device__ __forceinline__ void stv(float *p, int c, const float (&r)[V]) {
+    if constexpr (V == 4) *(float4 *)(p + c) = make_float4(r[0], r[1], r[2], r[3]);
+    else p[c] = r[0];
+}
+// whether rows of d floats at these pointers (NULL: none) can be read and written 4 at a time
+static inline int rows_vec4(int d, const void *a, const void *b, const void *c, const void *e) {
+    return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)e) % 16 == 0;
+}
+
 // A weight element as fp32: weights are fp32 (W = float) or, on a --bf16 run, bf16 (W = uint16_t)
 static __device__ __forceinline__ float ldw(const float *w, long i) { return w[i]; }
 static __device__ __forceinline__ float ldw(const uint16_t *w, long i) { return half_to_f32_d(1, w[i]); }

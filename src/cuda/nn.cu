@@ -76,16 +76,6 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 // V = 1 a warp's loads were 128 bytes each and the passes ran at a third to half of the HBM's
 // rate (1.7 ms a step for LayerNorm's backward at the 4 K-token MoE bench shape on an H200).
 
-template <int V> __device__ __forceinline__ void ldv(float (&r)[V], const float *p, int c) {
-    if constexpr (V == 4) {
-        float4 t = *(const float4 *)(p + c);
-        r[0] = t.x; r[1] = t.y; r[2] = t.z; r[3] = t.w;
-    } else r[0] = p[c];
-}
-template <int V> __device__ __forceinline__ void stv(float *p, int c, const float (&r)[V]) {
-    if constexpr (V == 4) *(float4 *)(p + c) = make_float4(r[0], r[1], r[2], r[3]);
-    else p[c] = r[0];
-}
 template <int V, class W> __device__ __forceinline__ void ldwv(float (&r)[V], const W *w, int c) {
     if constexpr (V == 4 && sizeof(W) == 2) {
         uint2 t = *(const uint2 *)(w + c);
@@ -98,9 +88,7 @@ template <int V, class W> __device__ __forceinline__ void ldwv(float (&r)[V], co
 // whether rows of d floats at these pointers (NULL: none) can go 4 at a time; weights W
 template <class W> static int ln_vec(int d, const void *a, const void *b, const void *c, const void *e, const W *w,
                                      const W *bias) {
-    uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)e;
-    uintptr_t y = (uintptr_t)w | (uintptr_t)bias;
-    return d % 4 == 0 && x % 16 == 0 && y % (4 * sizeof(W)) == 0;
+    return rows_vec4(d, a, b, c, e) && ((uintptr_t)w | (uintptr_t)bias) % (4 * sizeof(W)) == 0;
 }
 
 // o[d] = (x − mean)·rstd·w + b for the row x[d] of this warp; returns mean and rstd to every lane
