@@ -99,6 +99,17 @@ static void run_flash(const Shape *s, int bf16, const float *qkv, const float *d
         for (long i = 0; i < s->nout; i++) out[i] = bf16_to_f32(h[i]);
         cu_memcpy(h, d.dqkv, 2 * s->nqkv);
         for (long i = 0; i < s->nqkv; i++) dqkv[i] = bf16_to_f32(h[i]);
+        // the wide form: its fp32 sums, rounded, are the bf16 form's bits
+        float *wide = nan_buf(4 * s->nqkv), *hw = malloc(4 * s->nqkv);
+        cu_flash_attention_backward_bf16_wide(wide, d.delta, d.dout, d.out, d.qkv, d.lse, s->B, s->T, s->H, s->hd);
+        cu_memcpy(hw, wide, 4 * s->nqkv);
+        long off = 0;
+        for (long i = 0; i < s->nqkv; i++) off += bf16_from_f32(hw[i]) != h[i];
+        char name[96];
+        snprintf(name, sizeof name, "flash bwd wide, rounded = bf16 (B%d T%d H%d hd%d)", s->B, s->T, s->H, s->hd);
+        report(name, (double)off, 0);
+        cu_free(wide);
+        free(hw);
         free(h);
     } else {
         d.qkv = up(qkv, 4 * s->nqkv);

@@ -146,5 +146,8 @@ template <class E> int vec_ok(int hd, const void *a, const void *b, const void *
 void mma_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T, int H, int hd);
 void mma_backward(__nv_bfloat16 *dqkv, float *delta, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
                   const __nv_bfloat16 *qkv, const float *lse, int B, int T, int H, int hd);
+// the same with dqkv in fp32 (written as the kernels' fp32 sums, not rounded to bf16)
+void mma_backward(float *dqkv, float *delta, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
+                  const __nv_bfloat16 *qkv, const float *lse, int B, int T, int H, int hd);
 
 }   // namespace flash

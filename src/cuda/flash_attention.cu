@@ -447,10 +447,17 @@ extern "C" void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, c
                                 (const __nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
 }
 
+extern "C" void cu_flash_attention_backward_bf16_wide(float *dqkv, float *delta, const uint16_t *dout,
+                                                      const uint16_t *out, const uint16_t *qkv, const float *lse,
+                                                      int B, int T, int H, int hd) {
+    flash::mma_backward(dqkv, delta, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)out,
+                        (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
+}
+
 // A --bf16 run's attention: over bf16 copies of its fp32 activations in the GEMM operand slots
 // (cuda_ops.h), as its GEMMs do. The forward writes the output's bf16 copy o16 [N, H·hd] (qkv's
-// copy in slot 0); the backward takes the forward's o16 and writes dqkv in fp32 (slots 0: qkv,
-// 1: dout, 3: dqkv's bf16).
+// copy in slot 0); the backward takes the forward's o16 and writes dqkv in fp32 straight from the
+// kernels' sums (slots 0: qkv, 1: dout).
 void cu_attention_bf16_forward(uint16_t *o16, float *att, const float *qkv, int B, int T, int H, int hd) {
     PROF(PROF_ATTENTION);
     long n = (long)B * T * H * hd;
@@ -462,9 +469,7 @@ void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att
     PROF(PROF_ATTENTION);
     long n = (long)B * T * H * hd;
     const uint16_t *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0), *g = (const uint16_t *)cu_operand(dout, n, 1);
-    uint16_t *dx = cu_half_slot(3 * n, 3);
-    cu_flash_attention_backward_bf16(dx, scratch, g, o16, x, att, B, T, H, hd);
-    cu_half_to_f32(dqkv, dx, 3 * n, 1);
+    cu_flash_attention_backward_bf16_wide(dqkv, scratch, g, o16, x, att, B, T, H, hd);
 }
 
 // ops.c's attention_forward / attention_backward on a GPU: att holds the log-sum-exp, the

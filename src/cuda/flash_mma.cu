@@ -90,10 +90,14 @@ __device__ __forceinline__ float quad_max(float x) {
     return fmaxf(x, __shfl_xor_sync(kFull, x, 2));
 }
 
-// Rows of a warp's accumulators (bf16 rows of HD/8 blocks) to global: row r0 + g + 8·i of dst (row
-// stride ld), columns below hd, rows below T, each value times mul[i].
-template <int N> __device__ void store_acc(bf16 *dst, long ld, const float (&x)[N][4], int r0, int T, int hd,
-                                           const float (&mul)[2]) {
+// an output element: bf16 (rounded to nearest even) or fp32
+__device__ __forceinline__ void put(bf16 *p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void put(float *p, float x) { *p = x; }
+
+// Rows of a warp's accumulators (rows of HD/8 blocks) to global, bf16 or fp32: row r0 + g + 8·i
+// of dst (row stride ld), columns below hd, rows below T, each value times mul[i].
+template <int N, class O> __device__ void store_acc(O *dst, long ld, const float (&x)[N][4], int r0, int T, int hd,
+                                                    const float (&mul)[2]) {
     int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -104,7 +108,7 @@ template <int N> __device__ void store_acc(bf16 *dst, long ld, const float (&x)[
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int c = 8 * n + 2 * t + e;
-                if (c < hd) dst[(long)r * ld + c] = __float2bfloat16_rn(x[n][2 * i + e] * mul[i]);
+                if (c < hd) put(dst + (long)r * ld + c, x[n][2 * i + e] * mul[i]);
             }
     }
 }
@@ -215,8 +219,9 @@ __device__ __forceinline__ void softmax_grad(float (&s)[NS][4], float (&dp)[NS][
 }
 
 // dQ (and Δ into delta) for a query tile; block (x, y): query tile (last first), b·H + h.
-template <int HD>
-__global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *out,
+// dqkv: bf16, or fp32 for a caller that wants the gradient wide (no widening pass after).
+template <int HD, class O>
+__global__ void __launch_bounds__(kThreads) mma_dq_kernel(O *dqkv, float *delta, const bf16 *dout, const bf16 *out,
                                                            const bf16 *qkv, const float *lse, int T, int H, int hd,
                                                            float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
@@ -262,8 +267,8 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(bf16 *dqkv, float *del
 }
 
 // dK, dV for a key tile; block (x, y): key tile (first first: the most query tiles), b·H + h.
-template <int HD>
-__global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+template <int HD, class O>
+__global__ void __launch_bounds__(kThreads) mma_dkv_kernel(O *dqkv, const bf16 *dout, const bf16 *qkv,
                                                             const float *lse, const float *delta, int T, int H, int hd,
                                                             float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
@@ -308,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(bf16 *dqkv, const bf1
         __pipeline_commit();
     }
     const float one[2] = {1.0f, 1.0f};
-    bf16 *dst = dqkv + at.x;
+    O *dst = dqkv + at.x;
     store_acc<HD / 8>(dst + D, ld, dk, k0 + 16 * w, T, hd, one);
     store_acc<HD / 8>(dst + 2 * D, ld, dv, k0 + 16 * w, T, hd, one);
 }
@@ -324,18 +329,18 @@ template <int HD> void forward(bf16 *out, float *lse, const bf16 *qkv, int B, in
     CU_LAUNCH_CHECK();
 }
 
-template <int HD> void backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv,
-                                const float *lse, int B, int T, int H, int hd) {
+template <int HD, class O> void backward(O *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv,
+                                         const float *lse, int B, int T, int H, int hd) {
     static bool done_q, done_kv;
     size_t bytes = smem_bytes<MmaSmem<HD, true>>();
-    allow_smem(mma_dq_kernel<HD>, bytes, &done_q);
-    allow_smem(mma_dkv_kernel<HD>, bytes, &done_kv);
+    allow_smem(mma_dq_kernel<HD, O>, bytes, &done_q);
+    allow_smem(mma_dkv_kernel<HD, O>, bytes, &done_kv);
     dim3 grid((T + kTile - 1) / kTile, B * H);
     float scale = 1.0f / sqrtf((float)hd);
     int vec = vec_ok<bf16>(hd, dqkv, dout, qkv) && vec_ok<bf16>(hd, out, out, out);
-    mma_dq_kernel<HD><<<grid, kThreads, bytes, cu_stream()>>>(dqkv, delta, dout, out, qkv, lse, T, H, hd, scale, vec);
+    mma_dq_kernel<HD, O><<<grid, kThreads, bytes, cu_stream()>>>(dqkv, delta, dout, out, qkv, lse, T, H, hd, scale, vec);
     CU_LAUNCH_CHECK();
-    mma_dkv_kernel<HD><<<grid, kThreads, bytes, cu_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, hd, scale, vec);
+    mma_dkv_kernel<HD, O><<<grid, kThreads, bytes, cu_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, hd, scale, vec);
     CU_LAUNCH_CHECK();
 }
 
@@ -350,12 +355,22 @@ void mma_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, in
     else forward<128>(out, lse, qkv, B, T, H, hd);
 }
 
-void mma_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv, const float *lse,
-                  int B, int T, int H, int hd) {
+template <class O> void backward_any(O *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv,
+                                     const float *lse, int B, int T, int H, int hd) {
     check_shape(B, H, hd);
     if ((long)B * H * T == 0) return;
     if (hd <= 64) backward<64>(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
     else backward<128>(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
+}
+
+void mma_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv, const float *lse,
+                  int B, int T, int H, int hd) {
+    backward_any(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
+}
+
+void mma_backward(float *dqkv, float *delta, const bf16 *dout, const bf16 *out, const bf16 *qkv, const float *lse,
+                  int B, int T, int H, int hd) {
+    backward_any(dqkv, delta, dout, out, qkv, lse, B, T, H, hd);
 }
 
 }   // namespace flash

@@ -100,6 +100,10 @@ void cu_flash_attention_backward(float *dqkv, float *delta, const float *dout, c
 void cu_flash_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int H, int hd);
 void cu_flash_attention_backward_bf16(uint16_t *dqkv, float *delta, const uint16_t *dout, const uint16_t *out,
                                       const uint16_t *qkv, const float *lse, int B, int T, int H, int hd);
+// the same with dqkv in fp32: the sums the bf16 form rounds (a --bf16 run's attention takes it
+// wide, with no widening pass after)
+void cu_flash_attention_backward_bf16_wide(float *dqkv, float *delta, const uint16_t *dout, const uint16_t *out,
+                                           const uint16_t *qkv, const float *lse, int B, int T, int H, int hd);
 
 // ---- block-sparse attention (sparse_attention.cu); L is host, its *_d arrays device
 void cu_sparse_attention_forward(float *out, float *att, const float *qkv, const SparseLayout *L, int B, int T,
