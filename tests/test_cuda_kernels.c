@@ -713,7 +713,7 @@ static void test_mlp_whole_backward(long N, int C, int F, int OC) {
     char name[96];
     for (int k = 0; k < 6; k++) {
         snprintf(name, sizeof name, "%smlp whole backward %s = unfused gpu", run_name(), what[k]);
-        same_dev(name, g[k], u[k], len[k]);
+        if (k < 5 || !bf16) same_dev(name, g[k], u[k], len[k]);   // bf16: dh is scratch (ops.h)
         if (!bf16) {
             snprintf(name, sizeof name, "%smlp whole backward %s", run_name(), what[k]);
             cmp(name, g[k], ref[k], len[k], 1e-4);

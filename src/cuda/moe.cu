@@ -506,7 +506,7 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the
     // GEMMs read, in one pass (slot 0: dy's copy is read by then)
     uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
-    cu_experts_gelu_backward(gbfc, dhg, dh16, dhg, h, off, El, f);
+    cu_experts_gelu_backward(gbfc, dh16 ? NULL : dhg, dh16, dhg, h, off, El, f);   // bf16: no fp32 dhg after
     const void *gh = dh16 ? (const void *)dh16 : dhg;
     // c_fc: dxin = dhg·wfcᵀ (written)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);

@@ -349,7 +349,7 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, long n) {
 __global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float *inp, const float *dout, long n) {
     GRID_STRIDE(i, n) {
         float g = gelu_grad_d(inp[i], dout[i]);
-        dinp[i] = g;
+        if (dinp) dinp[i] = g;
         if (dinp16) dinp16[i] = half_from_f32_d(1, g);
     }
 }
@@ -413,7 +413,7 @@ struct GeluBiasTerm {
     __device__ void operator()(long i, int c, float (&v)[1]) const {
         long k = i * C + c;
         float g = gelu_grad_d(h[k], dhg[k]);
-        dh[k] = g;
+        if (dh) dh[k] = g;
         if (dh16) dh16[k] = half_from_f32_d(1, g);
         v[0] = g;
     }
@@ -574,7 +574,7 @@ void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias
     else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, n, f);
 }
 
-// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 (unless NULL) = dh in bf16
+// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 = dh in bf16 (either may be NULL)
 static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
     if (n <= 0) return;
     gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dh, dh16, h, dhg, n);
@@ -592,7 +592,7 @@ void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float 
         return;
     }
     long r0 = off[0] * f;
-    gelu_backward_copy(dh + r0, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
+    gelu_backward_copy(dh ? dh + r0 : NULL, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
 }
 
 // h[N,F] = inp·w + bias, hg = GELU(h), hg16 its bf16 copy unless NULL: one GEMM (beta 0), one pass
@@ -603,7 +603,7 @@ static void mlp_first_half(float *h, float *hg, uint16_t *hg16, const float *inp
     cu_bias_gelu_forward(h, hg, hg16, bias, NULL, 0, 0, N, F);
 }
 
-// dh[N,F] = dhg ⊙ GELU'(h) and its bf16 copy dh16 (unless NULL), dbias += Σ rows dh: one pass
+// dh[N,F] = dhg ⊙ GELU'(h) and its bf16 copy dh16 (either may be NULL), dbias += Σ rows dh: one pass
 static void gelu_bias_backward(float *dh, uint16_t *dh16, float *dbias, const float *dhg, const float *h, long N,
                                int F) {
     if (F <= 0) return;
@@ -760,13 +760,19 @@ extern "C" void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *in
     mlp_first_half(h, hg, NULL, inp, w, bias, N, C, OC);
 }
 
+// (wide: dh is written in fp32 on a bf16 run too; else only the bf16 copy the GEMMs read)
+static void bias_gelu_backward_op(float *dinp, float *dw, float *dbias, float *dh, const float *dhg, const float *h,
+                                  const float *inp, const float *w, long N, int C, int OC, int wide) {
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(N * OC, 0) : NULL;
+    gelu_bias_backward(dh16 && !wide ? NULL : dh, dh16, dbias, dhg, h, N, OC);
+    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, NULL, w, N, C, OC, 0);
+}
+
 extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, const float *dhg,
                                              const float *h, const float *inp, const float *w, long N, int C, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    uint16_t *dh16 = cu_bf16() ? cu_half_slot(N * OC, 0) : NULL;
-    gelu_bias_backward(dh, dh16, dbias, dhg, h, N, OC);
-    matmul_backward_op(dinp, dw, dh16 ? (const void *)dh16 : dh, inp, NULL, w, N, C, OC, 0);
+    bias_gelu_backward_op(dinp, dw, dbias, dh, dhg, h, inp, w, N, C, OC, 1);
 }
 
 // The dense MLP (ops.c's mlp_forward): the first half as above; on a --bf16 run its GELU pass
@@ -784,14 +790,14 @@ extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp
 
 // Its backward (ops.c's mlp_backward): the second GEMM's (dh = dout·wprojᵀ written, gwproj +=
 // hgᵀ·dout with hg as cu_mlp_forward left it, gbproj += Σ rows dout), then the first half's from
-// dh in place
+// dh in place (a --bf16 run writes only the GELU gradient's bf16 copy, which the GEMMs read)
 extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh,
                                 const float *dout, const float *h, const float *hg, const float *inp, const float *wfc,
                                 const float *wproj, long N, int C, int F, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     matmul_backward_bias(dh, gwproj, gbproj, dout, hg, cu_bf16() ? cu_hg_half(hg) : NULL, wproj, N, F, OC, 0);
-    cu_matmul_bias_gelu_backward(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F);
+    bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
 }
 
 // Attention and its output projection (ops.c's attn_proj_forward): on a --bf16 run the attention

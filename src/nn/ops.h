@@ -72,6 +72,8 @@ void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, 
 // copy (in the first half of its room), which the second GEMM and mlp_backward read: hg is for
 // these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
 // dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C].
+// dh is scratch: on a --bf16 GPU run it ends holding dout·wprojᵀ, the GELU's gradient going to
+// the GEMMs in bf16 only.
 void mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
                  const float *wproj, const float *bproj, long N, int C, int F, int OC);
 void mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh, const float *dout,
