@@ -157,7 +157,8 @@ static void test_attention(int B, int T, int H, int hd) {
 }
 
 // attn_proj_forward / _backward (attention and its output projection; on a bf16 run atty kept as
-// its bf16 copy only) against the GPU ops they replace, bit for bit, and on fp32 against the CPU
+// its bf16 copy only, and qkv taken as qkv_forward keeps it) against the GPU ops they replace, bit
+// for bit, and on fp32 against the CPU
 static void same_bits(const char *what, const float *a_dev, const float *b_dev, long n) {
     float *a = host_copy(a_dev, sizeof(float) * n), *b = host_copy(b_dev, sizeof(float) * n);
     int ok = !memcmp(a, b, sizeof(float) * n);
@@ -179,8 +180,17 @@ static void test_attn_proj(int B, int T, int H, int hd, int OC) {
         f[k] = init ? dev_copy(init, sizeof(float) * len[k]) : cu_malloc(sizeof(float) * len[k]);
         u[k] = init ? dev_copy(init, sizeof(float) * len[k]) : cu_malloc(sizeof(float) * len[k]);
     }
-    cu_attn_proj_forward(f[0], f[1], f[2], d_qkv, d_w, d_b, B, T, H, hd, OC);
-    cu_attn_proj_backward(f[3], f[4], f[5], f[6], d_dout, f[2], d_qkv, f[1], d_w, B, T, H, hd, OC, f[7]);
+    float *d_room = d_qkv;   // bf16: qkv's room as qkv_forward leaves it, its bf16 copy first
+    if (bf16) {
+        uint16_t *h16 = xmalloc(sizeof(uint16_t) * nq);
+        for (long i = 0; i < nq; i++) h16[i] = bf16_from_f32(qkv[i]);
+        d_room = cu_malloc(sizeof(float) * nq);
+        cu_memcpy(d_room, h16, sizeof(uint16_t) * nq);
+        free(h16);
+    }
+    cu_attn_proj_forward(f[0], f[1], f[2], d_room, d_w, d_b, B, T, H, hd, OC);
+    cu_attn_proj_backward(f[3], f[4], f[5], f[6], d_dout, f[2], d_room, f[1], d_w, B, T, H, hd, OC, f[7]);
+    if (bf16) cu_free(d_room);
     cu_attention_forward(u[1], u[2], d_qkv, B, T, H, hd);
     cu_matmul_forward(u[0], u[1], d_w, d_b, N, D, OC, 0);
     cu_matmul_backward(u[6], u[4], u[5], d_dout, u[1], d_w, N, D, OC, 0);
@@ -215,6 +225,38 @@ static void test_attn_proj(int B, int T, int H, int hd, int OC) {
     for (int k = 0; k < 8; k++) { cu_free(f[k]); cu_free(u[k]); }
     cu_free(d_qkv); cu_free(d_dout); cu_free(d_w); cu_free(d_b);
     free(qkv); free(w); free(bias); free(dout); free(gw0); free(gb0);
+}
+
+// qkv_forward: on fp32 the matmul_forward it is, bit for bit; on bf16 its bf16 copy (the room's first
+// half) within one bf16 step of the fp32 GEMM's result rounded (the library may sum in another
+// order for a bf16 C), and the rest of the room untouched
+static void test_qkv_forward(long N, int C, int OC, int with_bias) {
+    int bf16 = cu_bf16();
+    float *x = frandom(N * C, 1.0f), *w = frandom((long)C * OC, 0.3f), *b = frandom(OC, 0.3f);
+    float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)C * OC, bf16);
+    float *d_b = weights_up(b, OC, bf16), *bias = with_bias ? d_b : NULL;
+    float *junk = frandom(N * OC, 9.0f), *room = dev_copy(junk, sizeof(float) * N * OC);
+    float *ref = cu_malloc(sizeof(float) * N * OC);
+    cu_qkv_forward(room, d_x, d_w, bias, N, C, OC);
+    cu_matmul_forward(ref, d_x, d_w, bias, N, C, OC, 0);
+    char what[96];
+    snprintf(what, sizeof what, "%sqkv_forward N=%ld OC=%d%s", bf16 ? "bf16 " : "", N, OC, with_bias ? "" : " no bias");
+    if (!bf16) same_bits(what, room, ref, N * OC);
+    else {
+        float *got = host_copy(room, sizeof(float) * N * OC), *want = host_copy(ref, sizeof(float) * N * OC);
+        const uint16_t *q = (const uint16_t *)got;
+        long off = 0, n = N * OC, half = (n + 1) / 2;   // the bf16 copy fills the first n·2 bytes
+        for (long i = 0; i < n; i++) {
+            float r = bf16_to_f32(bf16_from_f32(want[i])), g = bf16_to_f32(q[i]);
+            off += fabsf(g - r) > fabsf(r) / 128 + 1e-30f;
+        }
+        for (long i = half; i < n; i++) off += memcmp(&got[i], &junk[i], sizeof(float)) != 0;
+        printf("%-44s %s (%ld off)\n", what, off ? "FAIL" : "ok", off);
+        failures += off != 0;
+        free(got); free(want);
+    }
+    cu_free(d_x); cu_free(d_w); cu_free(d_b); cu_free(room); cu_free(ref);
+    free(x); free(w); free(b); free(junk);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -497,6 +539,7 @@ int main(void) {
     long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
     test_experts("empty", none, 1);
     test_attn_proj(2, 37, 3, 16, 20);   // last: the random numbers of the tests above stay theirs
+    test_qkv_forward(74, 20, 3 * 48, 1);
     cu_set_bf16(1);   // as a --bf16 run
     printf("-- bf16 weights and GEMM operands\n");
     test_attention(2, 7, 3, 8);
@@ -504,6 +547,8 @@ int main(void) {
     test_experts("bf16 even", even, 1);
     test_experts("bf16 600 rows", big, 1);
     test_attn_proj(2, 37, 3, 16, 20);
+    test_qkv_forward(74, 20, 3 * 48, 1);
+    test_qkv_forward(33, 64, 3 * 16, 0);
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");

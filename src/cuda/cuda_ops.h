@@ -36,14 +36,17 @@ const void *cu_at(const void *p, long i);                   // element i of an o
 // weight gradient) and the attention's output (attn_proj_forward) are kept in bf16 only, in the
 // first half of their fp32 room: element i here
 static inline uint16_t *cu_hg_half(const float *hg) { return (uint16_t *)hg; }
-// A --bf16 run's flash attention (flash_attention.cu) from bf16 copies in the operand slots: the
-// output's bf16 copy o16 written; the backward from the forward's o16, dqkv in fp32
-void cu_attention_bf16_forward(uint16_t *o16, float *att, const float *qkv, int B, int T, int H, int hd);
-void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const float *qkv,
+// A --bf16 run's flash attention (flash_attention.cu) from qkv in bf16 (qkv16): the output's bf16
+// copy o16 written; the backward from the forward's o16 and dout's bf16 copy (slot 1), dqkv in fp32
+void cu_attention_bf16_forward(uint16_t *o16, float *att, const uint16_t *qkv16, int B, int T, int H, int hd);
+void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const uint16_t *qkv16,
                                 const uint16_t *o16, int B, int T, int H, int hd, float *scratch);
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);
+// the same with bf16 A, B and C (a --bf16 run only)
+void cu_gemm_op_c16(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                    int ldb, float beta, uint16_t *C, int ldc);
 // The same through cuBLASLt (the experts' bf16 GEMMs), the heuristic's algorithm kept per class of shape
 // (gemm_lt.cu); 0, or the library's status when it refused (then take cublasGemmEx). Batch
 // problems at strides sA, sB (elements) and sC (floats) when batch > 1.

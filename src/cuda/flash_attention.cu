@@ -454,22 +454,21 @@ extern "C" void cu_flash_attention_backward_bf16_wide(float *dqkv, float *delta,
                         (const __nv_bfloat16 *)qkv, lse, B, T, H, hd);
 }
 
-// A --bf16 run's attention: over bf16 copies of its fp32 activations in the GEMM operand slots
-// (cuda_ops.h), as its GEMMs do. The forward writes the output's bf16 copy o16 [N, H·hd] (qkv's
-// copy in slot 0); the backward takes the forward's o16 and writes dqkv in fp32 straight from the
-// kernels' sums (slots 0: qkv, 1: dout).
-void cu_attention_bf16_forward(uint16_t *o16, float *att, const float *qkv, int B, int T, int H, int hd) {
+// A --bf16 run's attention from qkv in bf16 (qkv16: the operand slot 0's copy of an fp32 qkv, or
+// the bf16 qkv that qkv_forward keeps). The forward writes the output's bf16 copy o16 [N, H·hd];
+// the backward takes the forward's o16 and writes dqkv in fp32 straight from the kernels' sums
+// (slot 1: dout's copy).
+void cu_attention_bf16_forward(uint16_t *o16, float *att, const uint16_t *qkv16, int B, int T, int H, int hd) {
     PROF(PROF_ATTENTION);
-    long n = (long)B * T * H * hd;
-    cu_flash_attention_forward_bf16(o16, att, (const uint16_t *)cu_operand(qkv, 3 * n, 0), B, T, H, hd);
+    cu_flash_attention_forward_bf16(o16, att, qkv16, B, T, H, hd);
 }
 
-void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const float *qkv,
+void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const uint16_t *qkv16,
                                 const uint16_t *o16, int B, int T, int H, int hd, float *scratch) {
     PROF(PROF_ATTENTION);
     long n = (long)B * T * H * hd;
-    const uint16_t *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0), *g = (const uint16_t *)cu_operand(dout, n, 1);
-    cu_flash_attention_backward_bf16_wide(dqkv, scratch, g, o16, x, att, B, T, H, hd);
+    const uint16_t *g = (const uint16_t *)cu_operand(dout, n, 1);
+    cu_flash_attention_backward_bf16_wide(dqkv, scratch, g, o16, qkv16, att, B, T, H, hd);
 }
 
 // ops.c's attention_forward / attention_backward on a GPU: att holds the log-sum-exp, the
@@ -480,7 +479,7 @@ extern "C" void cu_attention_forward(float *out, float *att, const float *qkv, i
     if (!cu_bf16()) { forward_any<float>(out, att, qkv, B, T, H, hd); return; }
     long n = (long)B * T * H * hd;
     uint16_t *o = cu_half_slot(n, 1);
-    cu_attention_bf16_forward(o, att, qkv, B, T, H, hd);
+    cu_attention_bf16_forward(o, att, (const uint16_t *)cu_operand(qkv, 3 * n, 0), B, T, H, hd);
     cu_half_to_f32(out, o, n, 1);
 }
 
@@ -489,5 +488,6 @@ extern "C" void cu_attention_backward(float *dqkv, const float *dout, const floa
     PROF(PROF_ATTENTION);
     if (!cu_bf16()) { backward_any<float>(dqkv, scratch, dout, out, qkv, att, B, T, H, hd); return; }
     long n = (long)B * T * H * hd;
-    cu_attention_bf16_backward(dqkv, dout, att, qkv, (const uint16_t *)cu_operand(out, n, 2), B, T, H, hd, scratch);
+    const uint16_t *o = (const uint16_t *)cu_operand(out, n, 2), *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0);
+    cu_attention_bf16_backward(dqkv, dout, att, x, o, B, T, H, hd, scratch);
 }

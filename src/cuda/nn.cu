@@ -800,6 +800,28 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
 }
 
+// rows of a bf16 bias: out16[i, c] = bias16[c] (the bits copied)
+__global__ void fill_rows16_kernel(uint16_t *out16, const uint16_t *bias16, long n, int OC) {
+    GRID_STRIDE(i, n) out16[i] = bias16[i % OC];
+}
+
+// ops.c's qkv_forward: on a --bf16 run the GEMM writes qkv in bf16 only, into the first half of
+// its room (cu_hg_half), over the bias's rows (beta 1: the bias added in fp32, the sum rounded
+// once, as the fp32 product and its copy would be); flash attention reads it there in
+// cu_attn_proj_forward and _backward, with no fp32 qkv written and no cast of it in either pass.
+extern "C" void cu_qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C,
+                               int OC) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0 || OC <= 0) return;
+    if (!cu_bf16()) { matmul_forward_op(qkv, cu_operand(inp, N * C, 0), w, bias, N, C, OC, 0); return; }
+    uint16_t *q16 = cu_hg_half(qkv);
+    if (bias) {
+        fill_rows16_kernel<<<grid_for(N * OC, kThreads), kThreads, 0, cu_stream()>>>(q16, bf16_of(bias), N * OC, OC);
+        CU_LAUNCH_CHECK();
+    }
+    cu_gemm_op_c16(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, bias ? 1.0f : 0.0f, q16, OC);
+}
+
 // Attention and its output projection (ops.c's attn_proj_forward): on a --bf16 run the attention
 // writes its output's bf16 copy straight into atty's room (cu_hg_half), which the projection and
 // cu_attn_proj_backward read (no fp32 atty, no widening, no cast of it in either pass). out NULL:
@@ -814,7 +836,7 @@ extern "C" void cu_attn_proj_forward(float *out, float *atty, float *att, const 
         if (out) cu_matmul_forward(out, atty, wproj, bproj, N, D, OC, 0);
         return;
     }
-    cu_attention_bf16_forward(cu_hg_half(atty), att, qkv, B, T, H, hd);
+    cu_attention_bf16_forward(cu_hg_half(atty), att, cu_hg_half(qkv), B, T, H, hd);   // qkv: as cu_qkv_forward left it
     if (out && N > 0) matmul_forward_op(out, cu_hg_half(atty), wproj, bproj, N, D, OC, 0);
 }
 
@@ -827,7 +849,7 @@ extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj,
     int bf16 = cu_bf16();
     matmul_backward_bias(datty, gwproj, gbproj, dout, atty, bf16 ? cu_hg_half(atty) : NULL, wproj, (long)B * T, H * hd,
                          OC, 0);
-    if (bf16) cu_attention_bf16_backward(dqkv, datty, att, qkv, cu_hg_half(atty), B, T, H, hd, scratch);
+    if (bf16) cu_attention_bf16_backward(dqkv, datty, att, cu_hg_half(qkv), cu_hg_half(atty), B, T, H, hd, scratch);
     else cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
 }
 

@@ -191,6 +191,19 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
     gemm(0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 
+// The same into a bf16 C (a --bf16 run's GEMM whose output is kept in bf16 only): the product and
+// beta·C in fp32, then rounded once (cublasGemmEx, C and D of type bf16)
+void cu_gemm_op_c16(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                    int ldb, float beta, uint16_t *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    PROF(PROF_GEMM);
+    cu_prof_gemm(transA, transB, M, N, K, 1, beta);
+    cu_prof_launch(1);
+    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasGemmEx(blas, tb, ta, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                              CUDA_R_16BF, ldc, compute, CUBLAS_GEMM_DEFAULT));
+}
+
 // The extent of a row-major operand of `rows` rows of stride ld (its last row: `cols` elements)
 static long extent(long rows, long cols, long ld) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
 

@@ -649,7 +649,8 @@ static void attn_forward(Model *M, int l, int B, int T, int recompute) {
         llama_qkv_forward(M, l, B, T);
     } else {
         layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
-        matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+        if (M->sl) matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+        else qkv_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl);   // for attn_proj_* alone
     }
     int keep = !(recompute && x->ar_attn);   // a CAC recompute needs atty alone
     if (!M->sl && !M->llama) {   // attention and projection as one op pair (atty for them alone)

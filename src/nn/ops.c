@@ -296,6 +296,11 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
     }
 }
 
+void qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC) {
+    ON_GPU(cu_qkv_forward(qkv, inp, w, bias, N, C, OC));
+    matmul_forward(qkv, inp, w, bias, N, C, OC, 0);
+}
+
 void attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
                        int B, int T, int H, int hd, int OC) {
     ON_GPU(cu_attn_proj_forward(out, atty, att, qkv, wproj, bproj, B, T, H, hd, OC));
