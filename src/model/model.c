@@ -269,22 +269,40 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 //    16-bit store of its own and unpacked before its backward.
 // The small exact ones (LN statistics, router state, indices) are per block unless
 // checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
+// The rooms a --bf16 GPU run's ops keep in bf16 alone, in their first half (cuda_ops.h: cu_hg_half),
+// take half the floats: q, k, v and the attention's output on the GPT path with dense attention
+// (qkv_forward, attn_proj_forward), the GELU MLP's and GELU experts' hg (mlp_forward, the experts;
+// not when the MoE chunks overlap: their pieces of hg sit at fp32 offsets).
+enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
+static long room(const Model *M, long n, int which) {
+    int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
+    int half = gpu16 && (which == ROOM_ATTN ? !M->sl
+                         : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
+    return half ? (n + 1) / 2 : n;
+}
+
 static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int cac) {
     long N = (long)M->Bmax * M->T;
     int d = M->d;
     x->ln1 = TAKE(a, float, N * d);
-    x->qkv = TAKE(a, float, N * 3 * M->Hl * M->hd);
+    x->qkv = TAKE(a, float, room(M, N * 3 * M->Hl * M->hd, ROOM_ATTN));
     if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
-    x->atty = TAKE(a, float, N * M->Hl * M->hd);
+    x->atty = TAKE(a, float, room(M, N * M->Hl * M->hd, ROOM_ATTN));
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
-    if (dense) { x->fch = TAKE(a, float, N * M->fl * M->ffn_mult); x->fchg = TAKE(a, float, N * M->fl); }
+    if (dense) {
+        x->fch = TAKE(a, float, N * M->fl * M->ffn_mult);
+        x->fchg = TAKE(a, float, room(M, N * M->fl, ROOM_MLP));
+    }
     if (moe) {
         int mult = M->kind->hidden_mult;
         MoeActs *e = &x->moe;
         long Rs = M->moe.Rs, Rr = M->moe.Rr;
-        e->h = TAKE(a, float, Rr * M->fel * mult); e->hg = TAKE(a, float, Rr * M->fel);
-        if (M->fs) { e->sh_h = TAKE(a, float, N * M->fsl * mult); e->sh_hg = TAKE(a, float, N * M->fsl); }
+        e->h = TAKE(a, float, Rr * M->fel * mult); e->hg = TAKE(a, float, room(M, Rr * M->fel, ROOM_EXPERTS));
+        if (M->fs) {
+            e->sh_h = TAKE(a, float, N * M->fsl * mult);
+            e->sh_hg = TAKE(a, float, room(M, N * M->fsl, ROOM_EXPERTS));
+        }
         if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);
         if (!cac) { e->xexp = TAKE(a, float, Rr * d); e->ysend = TAKE(a, float, Rs * d); }
     }
