@@ -248,70 +248,55 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
 
 static unsigned row_blocks(long rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
 
-// xin[row[t,j], c] = x[t, c]
-template <int V> static __global__ void dispatch_forward_kernel(float *xin, const float *x, const int *row, long N,
-                                                                int k, int d) {
+// dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: 1): dispatch's forward, combine's dy
+template <int V> static __global__ void scatter_rows_kernel(float *dst, const float *src, const float *gate,
+                                                            const int *row, long N, int k, int d) {
     for (long tj = blockIdx.x; tj < N * k; tj += gridDim.x) {
         int r = row[tj];
         if (r < 0) continue;   // block-uniform
-        float v[V];
+        float g = gate ? gate[tj] : 1.0f, u[V];
         ROW_COLS(c, d, V) {
-            ldv<V>(v, x + (tj / k) * d, c);
-            stv<V>(xin + (long)r * d, c, v);
+            ldv<V>(u, src + (tj / k) * d, c);
+            for (int e = 0; e < V; e++) u[e] = g * u[e];
+            stv<V>(dst + (long)r * d, c, u);
         }
     }
 }
 
-// dx[t, c] += Σ_j dxin[row[t,j], c], j in order
-template <int V> static __global__ void dispatch_backward_kernel(float *dx, const float *dxin, const int *row, long N,
-                                                                 int k, int d) {
+// acc[t, c] += Σ_j gate[t,j] · src[row[t,j], c], j in order (gate NULL: 1): combine's forward,
+// dispatch's dx
+template <int V> static __global__ void gather_rows_kernel(float *acc, const float *src, const float *gate,
+                                                           const int *row, long N, int k, int d) {
     for (long t = blockIdx.x; t < N; t += gridDim.x) {
         float o[V], u[V];
         ROW_COLS(c, d, V) {
-            ldv<V>(o, dx + t * d, c);
+            ldv<V>(o, acc + t * d, c);
             for (int j = 0; j < k; j++) {
                 int r = row[t * k + j];
                 if (r < 0) continue;
-                ldv<V>(u, dxin + (long)r * d, c);
-                for (int e = 0; e < V; e++) o[e] += u[e];
-            }
-            stv<V>(dx + t * d, c, o);
-        }
-    }
-}
-
-// out[t, c] += Σ_j gate[t,j] · y[row[t,j], c], j in order
-template <int V> static __global__ void combine_forward_kernel(float *out, const float *y, const float *gate,
-                                                               const int *row, long N, int k, int d) {
-    for (long t = blockIdx.x; t < N; t += gridDim.x) {
-        float o[V], u[V];
-        ROW_COLS(c, d, V) {
-            ldv<V>(o, out + t * d, c);
-            for (int j = 0; j < k; j++) {
-                int r = row[t * k + j];
-                if (r < 0) continue;
-                float g = gate[t * k + j];
-                ldv<V>(u, y + (long)r * d, c);
+                float g = gate ? gate[t * k + j] : 1.0f;
+                ldv<V>(u, src + (long)r * d, c);
                 for (int e = 0; e < V; e++) o[e] += g * u[e];
             }
-            stv<V>(out + t * d, c, o);
+            stv<V>(acc + t * d, c, o);
         }
     }
 }
 
-// dy[row[t,j], c] = gate[t,j] · dout[t, c]
-template <int V> static __global__ void combine_backward_dy_kernel(float *dy, const float *dout, const float *gate,
-                                                                   const int *row, long N, int k, int d) {
-    for (long tj = blockIdx.x; tj < N * k; tj += gridDim.x) {
-        int r = row[tj];
-        if (r < 0) continue;   // block-uniform
-        float g = gate[tj], u[V];
-        ROW_COLS(c, d, V) {
-            ldv<V>(u, dout + (tj / k) * d, c);
-            for (int e = 0; e < V; e++) u[e] = g * u[e];
-            stv<V>(dy + (long)r * d, c, u);
-        }
-    }
+static void scatter_rows(float *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
+    if (N * k * d <= 0) return;
+    if (rows_vec4(d, dst, src, NULL, NULL))
+        scatter_rows_kernel<4><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
+    else scatter_rows_kernel<1><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
+    CU_LAUNCH_CHECK();
+}
+
+static void gather_rows(float *acc, const float *src, const float *gate, const int *row, long N, int k, int d) {
+    if (N * d <= 0) return;
+    if (rows_vec4(d, acc, src, NULL, NULL))
+        gather_rows_kernel<4><<<row_blocks(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
+    else gather_rows_kernel<1><<<row_blocks(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
+    CU_LAUNCH_CHECK();
 }
 
 // dgate[t,j] = y[row[t,j]]·dout[t] (0 when dropped): one warp per (t, j)
@@ -332,30 +317,18 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
 
 extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
     PROF(PROF_MOE);
-    if (N * k * d <= 0) return;
-    if (rows_vec4(d, xin, x, NULL, NULL))
-        dispatch_forward_kernel<4><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(xin, x, row, N, k, d);
-    else dispatch_forward_kernel<1><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(xin, x, row, N, k, d);
-    CU_LAUNCH_CHECK();
+    scatter_rows(xin, x, NULL, row, N, k, d);
 }
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
     PROF(PROF_MOE);
-    if (N * d <= 0) return;
-    if (rows_vec4(d, dx, dxin, NULL, NULL))
-        dispatch_backward_kernel<4><<<row_blocks(N), THREADS, 0, cu_stream()>>>(dx, dxin, row, N, k, d);
-    else dispatch_backward_kernel<1><<<row_blocks(N), THREADS, 0, cu_stream()>>>(dx, dxin, row, N, k, d);
-    CU_LAUNCH_CHECK();
+    gather_rows(dx, dxin, NULL, row, N, k, d);
 }
 
 extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
                                    int d) {
     PROF(PROF_MOE);
-    if (N * d <= 0) return;
-    if (rows_vec4(d, out, y, NULL, NULL))
-        combine_forward_kernel<4><<<row_blocks(N), THREADS, 0, cu_stream()>>>(out, y, gate, row, N, k, d);
-    else combine_forward_kernel<1><<<row_blocks(N), THREADS, 0, cu_stream()>>>(out, y, gate, row, N, k, d);
-    CU_LAUNCH_CHECK();
+    gather_rows(out, y, gate, row, N, k, d);
 }
 
 extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
@@ -363,12 +336,7 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
     PROF(PROF_MOE);
     long nk = N * k;
     if (nk <= 0) return;
-    if (d > 0) {
-        if (rows_vec4(d, dy, dout, NULL, NULL))
-            combine_backward_dy_kernel<4><<<row_blocks(nk), THREADS, 0, cu_stream()>>>(dy, dout, gate, row, N, k, d);
-        else combine_backward_dy_kernel<1><<<row_blocks(nk), THREADS, 0, cu_stream()>>>(dy, dout, gate, row, N, k, d);
-        CU_LAUNCH_CHECK();
-    }
+    scatter_rows(dy, dout, gate, row, N, k, d);
     combine_backward_dgate_kernel<<<(unsigned)((nk + WARPS - 1) / WARPS), WARPS * 32, 0, cu_stream()>>>(
         dgate, dout, y, row, N, k, d);
     CU_LAUNCH_CHECK();
