@@ -166,6 +166,20 @@ static void same_bits(const char *what, const float *a_dev, const float *b_dev, 
     failures += !ok;
     free(a); free(b);
 }
+// x[n] on the device: its bf16 first half widened in place; round: also round this fp32 buffer to bf16
+static void widen_room(float *x, long n, float *round) {
+    float *raw = host_copy(x, sizeof(float) * n), *wide = xmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) wide[i] = bf16_to_f32(((const uint16_t *)raw)[i]);
+    cu_memcpy(x, wide, sizeof(float) * n);
+    if (round) {
+        float *r = host_copy(round, sizeof(float) * n);
+        for (long i = 0; i < n; i++) r[i] = bf16_to_f32(bf16_from_f32(r[i]));
+        cu_memcpy(round, r, sizeof(float) * n);
+        free(r);
+    }
+    free(raw); free(wide);
+}
+
 static void test_attn_proj(int B, int T, int H, int hd, int OC) {
     int D = H * hd, bf16 = cu_bf16();
     long N = (long)B * T, nq = N * 3 * D, no = N * D, nl = (long)B * H * T;
@@ -197,11 +211,10 @@ static void test_attn_proj(int B, int T, int H, int hd, int OC) {
     cu_attention_backward(u[3], u[6], u[2], d_qkv, u[1], B, T, H, hd, u[7]);
     const char *name[7] = {"out", "atty", "lse", "dqkv", "gwproj", "gbproj", "datty"};
     char what[96];
-    if (bf16) {   // atty: its bf16 copy in the fused op's room, widened, is the unfused fp32 atty
-        float *raw = host_copy(f[1], sizeof(float) * no), *wide = xmalloc(sizeof(float) * no);
-        for (long i = 0; i < no; i++) wide[i] = bf16_to_f32(((const uint16_t *)raw)[i]);
-        cu_memcpy(f[1], wide, sizeof(float) * no);
-        free(raw); free(wide);
+    if (bf16) {   // atty: its bf16 copy in the fused op's room, widened, is the unfused fp32 atty;
+        // dqkv: the fused op's bf16 copy (for qkv_backward), widened, is the unfused fp32 dqkv rounded
+        widen_room(f[1], no, NULL);
+        widen_room(f[3], nq, u[3]);
     }
     for (int k = 0; k < 7; k++) {
         snprintf(what, sizeof what, "%sattn_proj T=%d %s = unfused", bf16 ? "bf16 " : "", T, name[k]);
@@ -257,6 +270,39 @@ static void test_qkv_forward(long N, int C, int OC, int with_bias) {
     }
     cu_free(d_x); cu_free(d_w); cu_free(d_b); cu_free(room); cu_free(ref);
     free(x); free(w); free(b); free(junk);
+}
+
+// qkv_backward against matmul_backward, bit for bit: on fp32 from the same dqkv; on bf16 from dqkv's
+// bf16 copy in its buffer's first half (as attn_proj_backward leaves it) against the same values in fp32
+static void test_qkv_backward(long N, int C, int OC) {
+    int bf16 = cu_bf16();
+    float *x = frandom(N * C, 1.0f), *w = frandom((long)C * OC, 0.3f), *g = frandom(N * OC, 1.0f);
+    float *gw = frandom((long)C * OC, 0.1f), *gb = frandom(OC, 0.1f);
+    if (bf16) for (long i = 0; i < N * OC; i++) g[i] = bf16_to_f32(bf16_from_f32(g[i]));
+    float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)C * OC, bf16);
+    float *d_g = dev_copy(g, sizeof(float) * N * OC), *room = d_g;
+    if (bf16) {
+        uint16_t *h16 = xmalloc(sizeof(uint16_t) * N * OC);
+        for (long i = 0; i < N * OC; i++) h16[i] = bf16_from_f32(g[i]);
+        room = dev_copy(g, sizeof(float) * N * OC);
+        cu_memcpy(room, h16, sizeof(uint16_t) * N * OC);
+        free(h16);
+    }
+    float *f[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
+    float *u[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
+    cu_qkv_backward(f[0], f[1], f[2], room, d_x, d_w, N, C, OC);
+    cu_matmul_backward(u[0], u[1], u[2], d_g, d_x, d_w, N, C, OC, 0);
+    const char *name[3] = {"dinp", "dw", "dbias"};
+    long len[3] = {N * C, (long)C * OC, OC};
+    char what[96];
+    for (int k = 0; k < 3; k++) {
+        snprintf(what, sizeof what, "%sqkv_backward %s = matmul_backward", bf16 ? "bf16 " : "", name[k]);
+        same_bits(what, f[k], u[k], len[k]);
+        cu_free(f[k]); cu_free(u[k]);
+    }
+    if (bf16) cu_free(room);
+    cu_free(d_x); cu_free(d_w); cu_free(d_g);
+    free(x); free(w); free(g); free(gw); free(gb);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -540,6 +586,7 @@ int main(void) {
     test_experts("empty", none, 1);
     test_attn_proj(2, 37, 3, 16, 20);   // last: the random numbers of the tests above stay theirs
     test_qkv_forward(74, 20, 3 * 48, 1);
+    test_qkv_backward(74, 20, 3 * 48);
     cu_set_bf16(1);   // as a --bf16 run
     printf("-- bf16 weights and GEMM operands\n");
     test_attention(2, 7, 3, 8);
@@ -549,6 +596,7 @@ int main(void) {
     test_attn_proj(2, 37, 3, 16, 20);
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_forward(33, 64, 3 * 16, 0);
+    test_qkv_backward(74, 20, 3 * 48);
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");

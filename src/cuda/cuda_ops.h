@@ -38,9 +38,11 @@ const void *cu_at(const void *p, long i);                   // element i of an o
 static inline uint16_t *cu_hg_half(const float *hg) { return (uint16_t *)hg; }
 // A --bf16 run's flash attention (flash_attention.cu) from qkv in bf16 (qkv16): the output's bf16
 // copy o16 written; the backward from the forward's o16 and dout's bf16 copy (slot 1), dqkv in fp32
+// or (dqkv NULL) in bf16 into dqkv16
 void cu_attention_bf16_forward(uint16_t *o16, float *att, const uint16_t *qkv16, int B, int T, int H, int hd);
-void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const uint16_t *qkv16,
-                                const uint16_t *o16, int B, int T, int H, int hd, float *scratch);
+void cu_attention_bf16_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const float *att,
+                                const uint16_t *qkv16, const uint16_t *o16, int B, int T, int H, int hd,
+                                float *scratch);
 // C[M,N] (fp32) = alpha·op(A)·op(B) + beta·C, row-major, A and B operands of the run's type
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc);

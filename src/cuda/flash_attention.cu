@@ -456,19 +456,21 @@ extern "C" void cu_flash_attention_backward_bf16_wide(float *dqkv, float *delta,
 
 // A --bf16 run's attention from qkv in bf16 (qkv16: the operand slot 0's copy of an fp32 qkv, or
 // the bf16 qkv that qkv_forward keeps). The forward writes the output's bf16 copy o16 [N, H·hd];
-// the backward takes the forward's o16 and writes dqkv in fp32 straight from the kernels' sums
-// (slot 1: dout's copy).
+// the backward takes the forward's o16 and writes dqkv in fp32 straight from the kernels' sums, or
+// in bf16 (slot 1: dout's copy).
 void cu_attention_bf16_forward(uint16_t *o16, float *att, const uint16_t *qkv16, int B, int T, int H, int hd) {
     PROF(PROF_ATTENTION);
     cu_flash_attention_forward_bf16(o16, att, qkv16, B, T, H, hd);
 }
 
-void cu_attention_bf16_backward(float *dqkv, const float *dout, const float *att, const uint16_t *qkv16,
-                                const uint16_t *o16, int B, int T, int H, int hd, float *scratch) {
+void cu_attention_bf16_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const float *att,
+                                const uint16_t *qkv16, const uint16_t *o16, int B, int T, int H, int hd,
+                                float *scratch) {
     PROF(PROF_ATTENTION);
     long n = (long)B * T * H * hd;
     const uint16_t *g = (const uint16_t *)cu_operand(dout, n, 1);
-    cu_flash_attention_backward_bf16_wide(dqkv, scratch, g, o16, qkv16, att, B, T, H, hd);
+    if (dqkv) cu_flash_attention_backward_bf16_wide(dqkv, scratch, g, o16, qkv16, att, B, T, H, hd);
+    else cu_flash_attention_backward_bf16(dqkv16, scratch, g, o16, qkv16, att, B, T, H, hd);
 }
 
 // ops.c's attention_forward / attention_backward on a GPU: att holds the log-sum-exp, the
@@ -489,5 +491,5 @@ extern "C" void cu_attention_backward(float *dqkv, const float *dout, const floa
     if (!cu_bf16()) { backward_any<float>(dqkv, scratch, dout, out, qkv, att, B, T, H, hd); return; }
     long n = (long)B * T * H * hd;
     const uint16_t *o = (const uint16_t *)cu_operand(out, n, 2), *x = (const uint16_t *)cu_operand(qkv, 3 * n, 0);
-    cu_attention_bf16_backward(dqkv, dout, att, x, o, B, T, H, hd, scratch);
+    cu_attention_bf16_backward(dqkv, NULL, dout, att, x, o, B, T, H, hd, scratch);
 }

@@ -256,6 +256,11 @@ struct ColTerm {      // x[i, c]
     int C;
     __device__ void operator()(long i, int c, float (&v)[1]) const { v[0] = x[i * C + c]; }
 };
+struct ColTerm16 {    // x[i, c], x in bf16
+    const uint16_t *x;
+    int C;
+    __device__ void operator()(long i, int c, float (&v)[1]) const { v[0] = half_to_f32_d(1, x[i * C + c]); }
+};
 
 // out0[c] (and out1[c]) += Σ_rows of f's terms, a fixed order for given N and C
 // (gradients both wholly fresh, nn/fresh.h, are written instead: no zeroing pass before)
@@ -822,6 +827,19 @@ extern "C" void cu_qkv_forward(float *qkv, const float *inp, const float *w, con
     cu_gemm_op_c16(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, bias ? 1.0f : 0.0f, q16, OC);
 }
 
+// ops.c's qkv_backward: matmul_backward (dinp written); on a --bf16 run from dqkv as
+// cu_attn_proj_backward leaves it, in bf16 in its buffer's first half: the GEMMs take it as their
+// operand (no cast) and the bias gradient sums its bf16 values
+extern "C" void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp,
+                                const float *w, long N, int C, int OC) {
+    PROF(PROF_ELEMENTWISE);
+    if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, inp, NULL, w, N, C, OC, 0); return; }
+    if (N <= 0) return;
+    const uint16_t *g16 = cu_hg_half(dqkv);
+    matmul_backward_op(dinp, dw, g16, inp, NULL, w, N, C, OC, 0);
+    if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm16{g16, OC});
+}
+
 // Attention and its output projection (ops.c's attn_proj_forward): on a --bf16 run the attention
 // writes its output's bf16 copy straight into atty's room (cu_hg_half), which the projection and
 // cu_attn_proj_backward read (no fp32 atty, no widening, no cast of it in either pass). out NULL:
@@ -849,7 +867,9 @@ extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj,
     int bf16 = cu_bf16();
     matmul_backward_bias(datty, gwproj, gbproj, dout, atty, bf16 ? cu_hg_half(atty) : NULL, wproj, (long)B * T, H * hd,
                          OC, 0);
-    if (bf16) cu_attention_bf16_backward(dqkv, datty, att, cu_hg_half(qkv), cu_hg_half(atty), B, T, H, hd, scratch);
+    if (bf16)   // dqkv in bf16 only, in its buffer's first half: for cu_qkv_backward
+        cu_attention_bf16_backward(NULL, cu_hg_half(dqkv), datty, att, cu_hg_half(qkv), cu_hg_half(atty), B, T, H, hd,
+                                   scratch);
     else cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
 }
 

@@ -873,7 +873,8 @@ static void attn_backward(Model *M, int l, int B, int T) {
         else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
     }
     if (M->llama) llama_qkv_backward(M, l, B, T);
-    else matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+    else if (M->sl) matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
+    else qkv_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl);   // attn_proj's dqkv
 }
 
 // Block l's backward: dres holds the gradient of its output and then of its input.

@@ -301,6 +301,12 @@ void qkv_forward(float *qkv, const float *inp, const float *w, const float *bias
     matmul_forward(qkv, inp, w, bias, N, C, OC, 0);
 }
 
+void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w, long N,
+                  int C, int OC) {
+    ON_GPU(cu_qkv_backward(dinp, dw, dbias, dqkv, inp, w, N, C, OC));
+    matmul_backward(dinp, dw, dbias, dqkv, inp, w, N, C, OC, 0);
+}
+
 void attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
                        int B, int T, int H, int hd, int OC) {
     ON_GPU(cu_attn_proj_forward(out, atty, att, qkv, wproj, bproj, B, T, H, hd, OC));

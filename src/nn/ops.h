@@ -47,12 +47,17 @@ long attention_scratch_floats(int T);
 // run qkv holds only its bf16 copy (in the first half of its room), which attn_proj_forward and
 // attn_proj_backward read: qkv is for those two ops alone.
 void qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC);
+// Its backward: matmul_backward from dqkv[N,OC] (dinp written, not added), dqkv as
+// attn_proj_backward leaves it.
+void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w, long N,
+                  int C, int OC);
 // Attention and its output projection, the pair the GPT block runs: atty = attention(qkv), then
 // out[N,OC] = atty·wproj[H·hd,OC] + bproj (bproj may be NULL; out NULL: atty alone, CAC's
 // recompute). On a --bf16 GPU run atty holds only its bf16 copy (in the first half of its room),
 // which the projection and attn_proj_backward read: atty is for these two ops alone. The backward
 // from dout[N,OC]: datty = dout·wprojᵀ, gwproj += attyᵀ·dout, gbproj += Σ rows dout (gbproj may
-// be NULL), then attention_backward from datty into dqkv. Both take qkv as qkv_forward leaves it.
+// be NULL), then attention_backward from datty into dqkv. Both take qkv as qkv_forward leaves it;
+// on a --bf16 GPU run the backward writes dqkv in bf16 only (its first half), for qkv_backward.
 void attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
                        int B, int T, int H, int hd, int OC);
 void attn_proj_backward(float *dqkv, float *gwproj, float *gbproj, float *datty, const float *dout, const float *att,
