@@ -159,22 +159,23 @@ const void *cu_operand(const float *x, long n, int slot) {
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. batch < 0:
 // one GEMM (cublasGemmEx), else batch problems at strides sA, sB, sC. lt: the experts' GEMMs,
-// whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu)
+// whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu). C: fp32, or
+// bf16 (c16, one GEMM, a bf16 run: the product and beta·C in fp32, rounded once).
 static void gemm(int lt, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
-                 long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                 int batch) {
+                 long long sA, const void *B, int ldb, long long sB, float beta, void *C, int c16, int ldc,
+                 long long sC, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
     PROF(PROF_GEMM);
     int nb = batch < 0 ? 1 : batch;
     cu_prof_gemm(transA, transB, M, N, K, nb, beta);
     cu_prof_launch(1);
     if (lt && bf16_run && lt_on &&
-        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, nb))
+        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, (float *)C, ldc, sC, nb))
         return;
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch < 0)
         CUBLAS_CHECK(cublasGemmEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, A, op_type(), lda, &beta, C,
-                                  CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+                                  c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
     else
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(),
                                                 lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch, compute,
@@ -183,25 +184,17 @@ static void gemm(int lt, int transA, int transB, int M, int N, int K, float alph
 
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                 int ldb, float beta, float *C, int ldc) {
-    gemm(0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, -1);
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, 0, ldc, 0, -1);
 }
 
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch) {
-    gemm(0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, 0, ldc, sC, batch);
 }
 
-// The same into a bf16 C (a --bf16 run's GEMM whose output is kept in bf16 only): the product and
-// beta·C in fp32, then rounded once (cublasGemmEx, C and D of type bf16)
 void cu_gemm_op_c16(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
                     int ldb, float beta, uint16_t *C, int ldc) {
-    if (M == 0 || N == 0) return;
-    PROF(PROF_GEMM);
-    cu_prof_gemm(transA, transB, M, N, K, 1, beta);
-    cu_prof_launch(1);
-    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasGemmEx(blas, tb, ta, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
-                              CUDA_R_16BF, ldc, compute, CUBLAS_GEMM_DEFAULT));
+    gemm(0, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, 1, ldc, 0, -1);
 }
 
 // The extent of a row-major operand of `rows` rows of stride ld (its last row: `cols` elements)
@@ -241,10 +234,11 @@ extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, con
     if (uniform && count > 1) {
         long long es = (long long)op_size();
         gemm(1, transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb, sb / es,
-             beta, C[first], ldc, sc / (long long)sizeof(float), count);
+             beta, C[first], 0, ldc, sc / (long long)sizeof(float), count);
         return;
     }
     for (int i = 0; i < n; i++)
         if (M[i] && N[i] && K[i])
-            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], ldc, 0, -1);
+            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], 0, ldc, 0,
+                 -1);
 }

@@ -241,6 +241,10 @@ static void *take(Bump *b, size_t bytes) {
 // the probabilities.
 static int flash(const Model *M) { return M->cfg.device == DEV_CUDA && !M->sl; }
 
+// The GPT block with dense attention runs its attention half as op pairs: qkv_forward /
+// qkv_backward and attn_proj_forward / attn_proj_backward (q, k, v and atty for them alone)
+static int gpt_pairs(const Model *M) { return !M->sl && !M->llama; }
+
 // Attention probabilities of layer l (-1: the most of any layer) for B sequences: T·T per head,
 // or the present blocks of the layer's sparse layout (not on a flash run).
 static long att_floats(const Model *M, int l, int B) {
@@ -276,7 +280,7 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
-    int half = gpu16 && (which == ROOM_ATTN ? !M->sl
+    int half = gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
                          : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
     return half ? (n + 1) / 2 : n;
 }
@@ -667,11 +671,11 @@ static void attn_forward(Model *M, int l, int B, int T, int recompute) {
         llama_qkv_forward(M, l, B, T);
     } else {
         layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
-        if (M->sl) matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
-        else qkv_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl);   // for attn_proj_* alone
+        if (gpt_pairs(M)) qkv_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl);
+        else matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
     }
     int keep = !(recompute && x->ar_attn);   // a CAC recompute needs atty alone
-    if (!M->sl && !M->llama) {   // attention and projection as one op pair (atty for them alone)
+    if (gpt_pairs(M)) {
         attn_proj_forward(keep ? M->tmp : NULL, x->atty, x->att, x->qkv, W(b->projw), tp0 ? W(b->projb) : NULL, B, T,
                           M->Hl, M->hd, d);
         return;
@@ -861,20 +865,19 @@ static void attn_backward(Model *M, int l, int B, int T) {
     BlockActs *x = &M->ba[l];
     int d = M->d, Dl = M->Hl * M->hd;
     long N = (long)B * T;
-    if (!M->sl && !M->llama)   // attn_proj_forward's pair
+    if (gpt_pairs(M)) {
         attn_proj_backward(M->dqkv, G(b->projw), G(b->projb), M->datty, M->dres, x->att, x->qkv, x->atty, W(b->projw),
                            B, T, M->Hl, M->hd, d, M->att_scratch);
-    else {
-        if (M->llama) llama_out_backward(M, l, N);
-        else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
-        if (M->sl)
-            sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd,
-                                      M->att_scratch);
-        else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
+        qkv_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl);
+        return;
     }
+    if (M->llama) llama_out_backward(M, l, N);
+    else matmul_backward(M->datty, G(b->projw), G(b->projb), M->dres, x->atty, W(b->projw), N, Dl, d, 0);
+    if (M->sl)
+        sparse_attention_backward(M->dqkv, M->datty, x->att, x->qkv, &M->sl[l], B, T, M->Hl, M->hd, M->att_scratch);
+    else attention_backward(M->dqkv, M->datty, x->att, x->qkv, x->atty, B, T, M->Hl, M->hd, M->att_scratch);
     if (M->llama) llama_qkv_backward(M, l, B, T);
-    else if (M->sl) matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
-    else qkv_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl);   // attn_proj's dqkv
+    else matmul_backward(M->dln, G(b->qkvw), G(b->qkvb), M->dqkv, x->ln1, W(b->qkvw), N, d, 3 * Dl, 0);
 }
 
 // Block l's backward: dres holds the gradient of its output and then of its input.

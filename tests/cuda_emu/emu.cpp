@@ -584,12 +584,13 @@ static void dev_free(void *p) {
 // cudaStreamNonBlocking), and theirs for the work queued before it on stream 0.
 
 struct QueuedOp { std::function<void()> fn; CUevent_st *wait; unsigned gen; unsigned long seq; };   // wait: for e's gen-th record
-struct CUevent_st { bool recorded, done; double ms; unsigned gen, reached; };
+// an event: recorded gen times, the stream has reached its reached-th record (done: the latest)
+struct CUevent_st { double ms; unsigned gen, reached; };
+static bool done(const CUevent_st *e) { return e->gen && e->reached == e->gen; }
 struct EmuStream { int *token; bool blocking; std::deque<QueuedOp> q; };
-static std::vector<EmuStream> streams{EmuStream{NULL, true, {}}};
-static unsigned long queued_ops;         // the order of enqueueing, across streams
 static int stream_token;                 // stream 0's handle points here
-static cudaStream_t the_stream = (cudaStream_t)&stream_token;
+static std::vector<EmuStream> streams{EmuStream{&stream_token, true, {}}};
+static unsigned long queued_ops;         // the order of enqueueing, across streams
 static size_t cur_stream;                // the stream of the call being made (check_stream)
 static const bool streams_early = [] {
     const char *v = getenv("TED_EMU_STREAMS");
@@ -602,8 +603,8 @@ static const bool streams_early = [] {
 
 static void check_stream(cudaStream_t s, const char *what) {
     cur_stream = 0;
-    if (s == the_stream || s == (cudaStream_t)0) return;
-    for (size_t i = 1; i < streams.size(); i++)
+    if (s == (cudaStream_t)0) return;
+    for (size_t i = 0; i < streams.size(); i++)
         if (s == (cudaStream_t)streams[i].token) { cur_stream = i; return; }
     die("%s: unknown stream %p", what, (void *)s);
 }
@@ -811,16 +812,14 @@ static double now_ms_emu(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{false, false, 0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{0, 0, 0}; return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { LOCK; flush(); delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     LOCK;
     check_stream(s, "cudaEventRecord");
-    e->recorded = true;
-    e->done = false;
     unsigned gen = ++e->gen;
-    enqueue([e, gen] { e->done = true; e->ms = now_ms_emu(); e->reached = gen; });
+    enqueue([e, gen] { e->ms = now_ms_emu(); e->reached = gen; });
     return cudaSuccess;
 }
 // the stream's later work waits until the event's latest record is reached (none: no wait)
@@ -832,10 +831,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { LOCK; flush(); return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e->done ? cudaSuccess : cudaErrorNotReady; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return done(e) ? cudaSuccess : cudaErrorNotReady; }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-    if (!a->recorded || !b->recorded) die("cudaEventElapsedTime: an event that was never recorded");
-    if (!a->done || !b->done) die("cudaEventElapsedTime: an event the stream has not reached (cudaErrorNotReady)");
+    if (!a->gen || !b->gen) die("cudaEventElapsedTime: an event that was never recorded");
+    if (!done(a) || !done(b)) die("cudaEventElapsedTime: an event the stream has not reached (cudaErrorNotReady)");
     *ms = (float)(b->ms - a->ms);
     return cudaSuccess;
 }
