@@ -460,7 +460,9 @@ static void test_bf16_matmul(void) {
 // asked for a family's 14 classes of row counts (8 ... 65536) at its first call and never again
 // (300, 301, 512 and 513 rows), and every row count of a class gets the product (against double
 // sums of the same bf16 values): forward (M rows), input gradient (M rows) and weight gradient
-// (K rows)
+// (K rows). The first call of each class times the heuristic's candidates (3 classes at 300
+// rows, 3 more at 513); the result is checked as the others' (the emulation's faster candidate
+// with other bits is test_cuda_emu's: TED_GEMM_LT=0 there gives the same bits)
 static void ref_gemm(float *c, const float *a, const float *b, int ta, int tb, long M, long N, long K) {
     for (long i = 0; i < M; i++)
         for (long j = 0; j < N; j++) {
@@ -472,11 +474,12 @@ static void ref_gemm(float *c, const float *a, const float *b, int ta, int tb, l
 static void test_bf16_gemm_classes(void) {
     const int Ns[] = {300, 301, 512, 513};
     const long want_asked[] = {3 * 14, 0, 0, 0};   // forward, input gradient, weight gradient: a family each
+    const long want_timed[] = {3, 0, 0, 3};         // classes 512 (300, 301, 512 rows) and 1024 (513)
     int C = 40, OC = 24;
     float *w = rnd((long)C * OC, 1, 0), *dw = round_up_bf16(w, (long)C * OC);
     for (int i = 0; i < 4; i++) {
         int N = Ns[i];
-        long asked0, calls0, asked, calls;
+        long asked0, calls0, asked, calls, timed0, won0, timed, won;
         float *xr = rnd((long)N * C, 1, 0), *gr = rnd((long)N * OC, 1, 0);
         float *dx = round_up_bf16(xr, (long)N * C), *dg = round_up_bf16(gr, (long)N * OC);   // bf16; xr, gr rounded
         float *out = malloc(sizeof(float) * N * OC), *gin = malloc(sizeof(float) * N * C);
@@ -484,10 +487,12 @@ static void test_bf16_gemm_classes(void) {
         float *dgin = cu_malloc(sizeof(float) * N * C), *dgw = cu_malloc(sizeof(float) * C * OC);
         const void *ax = dx, *ag = dg, *aw = dw;
         cu_lt_counts(&asked0, &calls0);
+        cu_lt_tuned(&timed0, &won0);
         cu_gemm_grouped(0, 0, 1, &N, &OC, &C, &ax, C, &aw, OC, 0.0f, &dout_, OC);   // out = x·w
         cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &dgin, C);    // dinp = g·wᵀ
         cu_gemm_grouped(1, 0, 1, &C, &OC, &N, &ax, C, &ag, OC, 0.0f, &dgw, OC);     // dw = xᵀ·g
         cu_lt_counts(&asked, &calls);
+        cu_lt_tuned(&timed, &won);
         ref_gemm(out, xr, w, 0, 0, N, OC, C);
         ref_gemm(gin, gr, w, 0, 1, N, C, OC);
         ref_gemm(gw, xr, gr, 1, 0, C, OC, N);
@@ -498,9 +503,11 @@ static void test_bf16_gemm_classes(void) {
         cmp(name, dgin, gin, (long)N * C, 1e-5);
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dw", N);
         cmp(name, dgw, gw, (long)C * OC, 1e-5);
-        int ok = asked - asked0 == want_asked[i] && calls - calls0 == 3;
+        int ok = asked - asked0 == want_asked[i] && calls - calls0 == 3 && timed - timed0 == want_timed[i] &&
+                 won - won0 <= timed - timed0;
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: classes", N);
-        printf("%-40s heuristic asked %ld times, %ld GEMMs %s\n", name, asked - asked0, calls - calls0, ok ? "ok" : "FAIL");
+        printf("%-40s heuristic asked %ld times, %ld GEMMs, %ld classes timed (%ld won by a later candidate) %s\n",
+               name, asked - asked0, calls - calls0, timed - timed0, won - won0, ok ? "ok" : "FAIL");
         fails += !ok;
         cu_free(dx); cu_free(dg); cu_free(dout_); cu_free(dgin); cu_free(dgw);
         free(xr); free(gr); free(out); free(gin); free(gw);

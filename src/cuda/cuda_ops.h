@@ -17,6 +17,10 @@
 extern "C"
 #endif
 void cu_lt_counts(long *asked, long *calls);   // gemm_lt.cu: heuristic queries, GEMMs through cuBLASLt so far
+#ifdef __cplusplus
+extern "C"
+#endif
+void cu_lt_tuned(long *tuned, long *moved);   // gemm_lt.cu: classes timed, those where a later candidate won
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>

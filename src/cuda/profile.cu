@@ -123,8 +123,12 @@ void report(void) {
         u += snprintf(buf + u, sizeof buf - u, "%s\"%s\": %.1f", k ? ", " : "", kind_names[k], l / n);
         launches += l;
     }
-    snprintf(buf + u, sizeof buf - u, ", \"total\": %.1f}, \"host_syncs_per_step\": %.1f, \"host_sync_ms_per_step\": %.3f}}\n",
-             launches / n, (d.syncs - b.syncs) / n, (d.sync_ms - b.sync_ms) / n);
+    long asked, calls, tuned, moved;   // the experts' cuBLASLt GEMMs, the whole run (gemm_lt.cu)
+    cu_lt_counts(&asked, &calls);
+    cu_lt_tuned(&tuned, &moved);
+    snprintf(buf + u, sizeof buf - u, ", \"total\": %.1f}, \"host_syncs_per_step\": %.1f, \"host_sync_ms_per_step\": %.3f, "
+             "\"lt\": {\"asked\": %ld, \"gemms\": %ld, \"classes_timed\": %ld, \"another_won\": %ld}}}\n",
+             launches / n, (d.syncs - b.syncs) / n, (d.sync_ms - b.sync_ms) / n, asked, calls, tuned, moved);
     fputs(buf, stderr);
     if (P.sites_on) report_sites(n, P.last_step ? 2 : 1, P.last_step ? 1 : -1);
 }

@@ -806,10 +806,11 @@ cudaError_t cudaMemset(void *p, int v, size_t n) { LOCK; cudaMemsetAsync(p, v, n
 // (meaningless as GPU times, but the profiler's bookkeeping runs as on a GPU). An elapsed time
 // between events not yet reached is an error, as on a GPU (cudaErrorNotReady), and stops.
 
+static double events_clock_ms;   // added to the host's clock (cuBLASLt's algorithms, below)
 static double now_ms_emu(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6 + events_clock_ms;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st{0, 0, 0}; return cudaSuccess; }
@@ -928,6 +929,7 @@ struct Gemm {
     float alpha, beta;
     Rounding r;
     cudaDataType at, bt, ct;
+    int split = 0;   // a split-K algorithm's order: the two halves of k summed apart, then added in fp32
 };
 
 static void check_ld(const char *what, const Gemm &g) {
@@ -965,6 +967,11 @@ static void gemm_run(const char *what, const Gemm &g, const void *A, const void 
             const float *x = &a[(size_t)i * g.k], *y = &b[(size_t)j * g.k];
             double s = 0;
             for (int l = 0; l < g.k; l++) s += (double)x[l] * y[l];
+            if (g.split) {
+                double h = 0;
+                for (int l = 0; l < g.k / 2; l++) h += (double)x[l] * y[l];
+                s = (double)((float)h + (float)(s - h));
+            }
             size_t at = i + (size_t)j * g.ldc;
             double c = g.beta == 0.0f ? 0.0 : (double)g.beta * load_as_f32(C, g.ct, at);   // beta 0: C not read
             store_from_f32(C, g.ct, at, (float)(g.alpha * s + c));
@@ -1066,6 +1073,10 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
 // another shape of the same transposes and types (as the library does), and answers
 // CUBLAS_STATUS_NOT_SUPPORTED when an operand is less aligned than the algorithm was promised
 // (the caller's fallback then runs). D must be C. Layouts that do not make a product stop the run.
+// Asked for several, the heuristic answers three algorithms: the first and the third compute as
+// above, the second as a split-K kernel would (the halves of k summed apart, so other bits); on
+// the events' clock the second runs fastest, the third next (each adds 10, 30 or 20 ms to it),
+// so that a tuner which keeps a faster algorithm without checking its result takes the wrong one.
 
 struct cublasLtContext { int alive; };
 namespace {
@@ -1073,7 +1084,9 @@ constexpr uint32_t kLtDesc = 0x4c744431, kLtLayout = 0x4c744c31, kLtPref = 0x4c7
 struct LtDesc { uint32_t magic; cublasComputeType_t cmp; cudaDataType scale; cublasOperation_t ta, tb; };
 struct LtLayout { uint32_t magic; cudaDataType t; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; };
 struct LtPref { uint32_t magic; uint64_t ws; uint32_t align[4]; };
-struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; };
+struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; int idx; };
+constexpr int kLtAlgos = 3;
+constexpr double kLtMs[kLtAlgos] = {30, 10, 20};   // what each algorithm adds to the events' clock
 static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc");
 static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout");
 static_assert(sizeof(LtPref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "preference");
@@ -1196,12 +1209,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (want < 1 || !res || !got) die("%s: asked for %d results", what, want);
     *got = 0;
     if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(&res[0], 0, sizeof res[0]);
-    LtAlgo al{kLtAlgo, x.ta, x.tb, la.t, lb.t, lc.t, {pr.align[0], pr.align[1], pr.align[2], pr.align[3]}};
-    lt_put(&res[0].algo, al);
-    res[0].state = CUBLAS_STATUS_SUCCESS;
-    res[0].wavesCount = 1;
-    *got = 1;
+    for (int i = 0; i < want && i < kLtAlgos; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        LtAlgo al{kLtAlgo, x.ta, x.tb, la.t, lb.t, lc.t, {pr.align[0], pr.align[1], pr.align[2], pr.align[3]}, i};
+        lt_put(&res[i].algo, al);
+        res[i].state = CUBLAS_STATUS_SUCCESS;
+        res[i].wavesCount = 1;
+        *got = i + 1;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -1223,6 +1238,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     LtAlgo al = lt_get<LtAlgo>(algo, kLtAlgo, what);
     Gemm g = lt_gemm(what, x, la, lb, lc, *(const float *)alpha, *(const float *)beta);
     if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (al.idx < 0 || al.idx >= kLtAlgos) die("%s: an algorithm the heuristic never gave", what);
+    g.split = al.idx == 1;
     if (al.ta != x.ta || al.tb != x.tb || al.at != la.t || al.bt != lb.t || al.ct != lc.t)
         die("%s: an algorithm found for other transposes or types", what);
     if (lt_align(B, lb.stride, type_size(lb.t), lb.batch) < al.align[1] ||
@@ -1233,9 +1250,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     int batch = lc.batch;
     size_t ea = type_size(la.t), eb = type_size(lb.t), ec = type_size(lc.t);
     int64_t sa = la.stride, sb = lb.stride, sc = lc.stride;
+    double ms = kLtMs[al.idx];
     enqueue([=] {
         for (int i = 0; i < batch; i++)
             gemm_run(what, g, (const char *)A + i * sa * ea, (const char *)B + i * sb * eb, (char *)D + i * sc * ec);
+        events_clock_ms += ms;
     });
     return CUBLAS_STATUS_SUCCESS;
 }
