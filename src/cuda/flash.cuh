@@ -5,8 +5,9 @@
 //
 // Layout as attention_forward (ops.c): qkv [B, T, 3, H, hd] (q | k | v of head h are the columns
 // [h·hd, (h+1)·hd) of the three thirds of a row of 3·H·hd), out [B, T, H, hd], lse [B, H, T].
-// A block of 4 warps owns 64 rows (queries in the forward and dQ, keys in dK/dV), 16 per warp;
-// the other side streams through shared memory in tiles of 64 rows at or below the diagonal.
+// A block of 4 warps owns 64 rows (queries in the forward and dQ, keys in dK/dV), 16 per warp
+// (flash_mma.cu's forward: 128 rows, 32 per warp); the other side streams through shared memory
+// in tiles of 64 rows at or below the diagonal.
 #pragma once
 #include "cuda_ops.h"
 #include <cuda_bf16.h>
@@ -49,20 +50,21 @@ static __device__ __forceinline__ float to_f(float x) { return x; }
 static __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // ---- moving rows between global and shared memory --------------------------------------------
-// Rows [r0, r0 + 64) of a [T, hd] view (row stride ld) into the tile dst [64, ld_tile]: rows
+// Rows [r0, r0 + ROWS) of a [T, hd] view (row stride ld) into the tile dst [ROWS, ld_tile]: rows
 // past T and columns past hd zero. vec: 16-byte asynchronous copies (the caller commits and
 // waits); else element by element, at once.
-template <class E, int HD> __device__ void load_tile(E *dst, const E *src, long ld, int r0, int T, int hd, bool vec) {
+template <class E, int HD, int ROWS = kTile>
+__device__ void load_tile(E *dst, const E *src, long ld, int r0, int T, int hd, bool vec) {
     constexpr int LD = ld_tile<E, HD>(), PER = 16 / sizeof(E), CH = HD / PER;
     if (vec) {
-        for (int i = threadIdx.x; i < kTile * CH; i += kThreads) {
+        for (int i = threadIdx.x; i < ROWS * CH; i += kThreads) {
             int r = i / CH, c = i % CH * PER;
             E *d = dst + r * LD + c;
             if (r0 + r < T && c < hd) __pipeline_memcpy_async(d, src + (long)(r0 + r) * ld + c, 16);
             else *(uint4 *)d = make_uint4(0, 0, 0, 0);
         }
     } else {
-        for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
+        for (int i = threadIdx.x; i < ROWS * HD; i += kThreads) {
             int r = i / HD, c = i % HD;
             dst[r * LD + c] = r0 + r < T && c < hd ? src[(long)(r0 + r) * ld + c] : to_e<E>(0.0f);
         }

@@ -5,8 +5,11 @@
 // the A operand of the next product without leaving the registers (the accumulator pairs of two
 // neighbouring 8-column blocks are the A fragment of a 16-key step).
 //
-// Tiles, pipeline and the backward's two kernels as flash.cuh and flash_attention.cu say: the
-// forward loads V_j while S_j and its softmax run, K_{j+1} while P·V runs; the backward computes
+// Tiles, pipeline and the backward's two kernels as flash.cuh and flash_attention.cu say, but
+// for the forward's rows: there a warp owns 32 query rows (two 16-row blocks, kRows = 2), so a
+// block owns 128 and each K or V fragment read from shared memory feeds two products (with 16
+// rows a warp the ldmatrix reads, not the tensor cores, bound it). The forward loads V_j while
+// S_j and its softmax run, K_{j+1} while P·V runs; the backward computes
 // dQ per query tile (S, dP, then dS·K), and dK, dV per key tile (Sᵀ, dPᵀ, then Pᵀ·dO and dSᵀ·Q),
 // deterministic, no atomics. A and B operands come from shared memory by ldmatrix (B of Q·Kᵀ
 // from the rows of K as they are, B of P·V from the rows of V transposed). Only the diagonal
@@ -19,12 +22,15 @@ namespace {
 using namespace flash;
 typedef __nv_bfloat16 bf16;
 constexpr int NS = kTile / 8;   // 8-column blocks of a warp's scores over a tile (8)
+constexpr int kRows = 2;        // 16-row blocks a warp owns in the forward
+constexpr int kQTile = 16 * kRows * kWarps;   // the forward's query rows a block owns (128)
 
 template <int HD, bool backward> struct MmaSmem {
-    bf16 *a, *b, *c, *d;     // tiles [64, ld_tile]: forward q, k, v; backward q, dO, k, v
+    bf16 *a, *b, *c, *d;     // tiles [64, ld_tile] (the forward's q: [128, ld_tile]): forward q, k,
+                             // v; backward q, dO, k, v
     float *lse2, *dl;        // backward, per row of the query tile: lse·log2 e, Δ
     __host__ __device__ MmaSmem(Carve &cv) {
-        a = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
+        a = cv.take<bf16>((backward ? kTile : kQTile) * ld_tile<bf16, HD>());
         b = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
         c = cv.take<bf16>(kTile * ld_tile<bf16, HD>());
         d = backward ? cv.take<bf16>(kTile * ld_tile<bf16, HD>()) : NULL;
@@ -38,46 +44,71 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[N][4]) {
     for (int i = 0; i < N; i++) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
 }
 
-// acc[n] += A·B_n for a warp: A its 16 rows [16, HD] of tile `a` from row r0; B_n the rows 8n..8n+7
-// of tile `b` (as B[k][n] = b[n][k]); blocks n < 2·np only (np pairs, uniform in the warp).
-template <int HD> __device__ __forceinline__ void mma_abt(float (&acc)[NS][4], const bf16 *a, int r0, const bf16 *b,
-                                                         int p0, int p1) {
+// acc[r][n] += A_r·B_n for a warp: A_r its rows [r0 + 16r, r0 + 16r + 16) of tile `a` [.., HD]; B_n
+// the rows 8n..8n+7 of tile `b` (as B[k][n] = b[n][k]), each fragment read once for the R row
+// blocks; blocks n < 2·np only (np pairs, uniform in the warp).
+template <int HD, int R>
+__device__ __forceinline__ void mma_abt(float (&acc)[R][NS][4], const bf16 *a, int r0, const bf16 *b, int p0, int p1) {
     constexpr int LD = ld_tile<bf16, HD>();
     #pragma unroll
     for (int k = 0; k < HD / 16; k++) {
-        uint32_t fa[4];
-        ldsm_x4(fa, ldsm_a(a, LD, r0, 16 * k));
+        uint32_t fa[R][4];
+        #pragma unroll
+        for (int r = 0; r < R; r++) ldsm_x4(fa[r], ldsm_a(a, LD, r0 + 16 * r, 16 * k));
         #pragma unroll
         for (int p = 0; p < NS / 2; p++) {
             if (p < p0 || p >= p1) continue;
             uint32_t fb[4];
             ldsm_x4(fb, ldsm_bt(b, LD, 16 * p, 16 * k));
             const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
-            mma_bf16_16816(acc[2 * p], fa, b0);
-            mma_bf16_16816(acc[2 * p + 1], fa, b1);
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                mma_bf16_16816(acc[r][2 * p], fa[r], b0);
+                mma_bf16_16816(acc[r][2 * p + 1], fa[r], b1);
+            }
         }
     }
 }
+template <int HD> __device__ __forceinline__ void mma_abt(float (&acc)[NS][4], const bf16 *a, int r0, const bf16 *b,
+                                                         int p0, int p1) {
+    mma_abt<HD, 1>(reinterpret_cast<float(&)[1][NS][4]>(acc), a, r0, b, p0, p1);
+}
 
-// out[n] += X·V for a warp: X [16, 64] in registers (x: its 8 accumulators, rounded to bf16),
-// V the tile `v` [64, HD] (as B[k][n] = v[k][n]); 16-row steps s in [p0, p1) only.
-template <int HD> __device__ __forceinline__ void mma_xv(float (&out)[HD / 8][4], const float (&x)[NS][4], const bf16 *v,
-                                                        int p0, int p1) {
+// out[r][n] += X_r·V for a warp: X_r [16, 64] in registers (x[r]: its 8 accumulators, rounded to
+// bf16), V the tile `v` [64, HD] (as B[k][n] = v[k][n]), each fragment read once for the R row
+// blocks; 16-row steps s in [p0, p1) only.
+template <int HD, int R>
+__device__ __forceinline__ void mma_xv(float (&out)[R][HD / 8][4], const float (&x)[R][NS][4], const bf16 *v, int p0,
+                                       int p1) {
     constexpr int LD = ld_tile<bf16, HD>();
     #pragma unroll
     for (int s = 0; s < NS / 2; s++) {
         if (s < p0 || s >= p1) continue;
-        const uint32_t fa[4] = {pack_bf16(x[2 * s][0], x[2 * s][1]), pack_bf16(x[2 * s][2], x[2 * s][3]),
-                                pack_bf16(x[2 * s + 1][0], x[2 * s + 1][1]), pack_bf16(x[2 * s + 1][2], x[2 * s + 1][3])};
+        uint32_t fa[R][4];
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            fa[r][0] = pack_bf16(x[r][2 * s][0], x[r][2 * s][1]);
+            fa[r][1] = pack_bf16(x[r][2 * s][2], x[r][2 * s][3]);
+            fa[r][2] = pack_bf16(x[r][2 * s + 1][0], x[r][2 * s + 1][1]);
+            fa[r][3] = pack_bf16(x[r][2 * s + 1][2], x[r][2 * s + 1][3]);
+        }
         #pragma unroll
         for (int n = 0; n < HD / 16; n++) {
             uint32_t fb[4];
             ldsm_x4_t(fb, ldsm_b(v, LD, 16 * s, 16 * n));
             const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
-            mma_bf16_16816(out[2 * n], fa, b0);
-            mma_bf16_16816(out[2 * n + 1], fa, b1);
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                mma_bf16_16816(out[r][2 * n], fa[r], b0);
+                mma_bf16_16816(out[r][2 * n + 1], fa[r], b1);
+            }
         }
     }
+}
+template <int HD> __device__ __forceinline__ void mma_xv(float (&out)[HD / 8][4], const float (&x)[NS][4], const bf16 *v,
+                                                        int p0, int p1) {
+    mma_xv<HD, 1>(reinterpret_cast<float(&)[1][HD / 8][4]>(out), reinterpret_cast<const float(&)[1][NS][4]>(x), v, p0,
+                  p1);
 }
 
 // sum (or max) over the 4 lanes of a group: the lanes that share a row
@@ -150,48 +181,65 @@ template <int NO> __device__ __forceinline__ void online_softmax(float (&s)[NS][
     }
 }
 
-// O = softmax(Q·Kᵀ·scale, causal)·V and lse per query; block (x, y): query tile (last first), b·H + h.
+// O = softmax(Q·Kᵀ·scale, causal)·V and lse per query; block (x, y): query tile of 128 (last
+// first), b·H + h. Warp w owns the rows [q0 + 32w, q0 + 32w + 32): it skips a key tile past its
+// last row, masks one that reaches past its first, and leaves out the 16-key steps past its last.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) mma_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int H,
                                                                 int hd, float scale, int vec) {
     extern __shared__ __align__(128) unsigned char flash_smem[];
     Carve cv{flash_smem, 0};
-    MmaSmem<HD, false> sm(cv);   // a: Q, b: K, c: V
+    MmaSmem<HD, false> sm(cv);   // a: Q [128], b: K, c: V
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile, t0 = q0 + 16 * w, nk = last_tile(q0, T) + 1;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * kQTile, t0 = q0 + 16 * kRows * w;
+    const int last = (q0 + kQTile < T ? q0 + kQTile : T) - 1, nk = last / kTile + 1, mine = t0 + 16 * kRows - 1;
     const Head at = head_of(T, H, hd);
     const long D = at.D, ld = at.ld;
     const bf16 *q = qkv + at.x, *k = q + D, *v = q + 2 * D;
-    load_tile<bf16, HD>(sm.a, q, ld, q0, T, hd, vec);
+    load_tile<bf16, HD, kQTile>(sm.a, q, ld, q0, T, hd, vec);
     load_tile<bf16, HD>(sm.b, k, ld, 0, T, hd, vec);
     __pipeline_commit();
-    float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    zero(o);
+    float o[kRows][HD / 8][4], m[kRows][2], l[kRows][2];
+    #pragma unroll
+    for (int r = 0; r < kRows; r++) {
+        zero(o[r]);
+        m[r][0] = m[r][1] = -INFINITY;
+        l[r][0] = l[r][1] = 0.0f;
+    }
     for (int j = 0; j < nk; j++) {
         __pipeline_wait_prior(0);
         __syncthreads();   // K_j is in; every warp is done with V_{j-1}
         load_tile<bf16, HD>(sm.c, v, ld, j * kTile, T, hd, vec);
         __pipeline_commit();
-        bool diag = j == nk - 1;
-        int np = diag ? w + 1 : NS / 2;   // 16-key steps that some row of the warp sees
-        float s[NS][4];
-        zero(s);
-        mma_abt<HD>(s, sm.a, 16 * w, sm.b, 0, np);
-        online_softmax<HD / 8>(s, o, m, l, t0, j * kTile, diag, scale * kLog2e);
+        const int u0 = j * kTile, seen = mine - u0;   // keys of the tile up to u0 + seen are before some row of the warp
+        const bool any = seen >= 0, diag = u0 + kTile - 1 > t0;
+        const int np = seen / 16 + 1 < NS / 2 ? seen / 16 + 1 : NS / 2;   // 16-key steps some row of the warp sees
+        float s[kRows][NS][4];
+        if (any) {
+            #pragma unroll
+            for (int r = 0; r < kRows; r++) zero(s[r]);
+            mma_abt<HD, kRows>(s, sm.a, 16 * kRows * w, sm.b, 0, np);
+            #pragma unroll
+            for (int r = 0; r < kRows; r++) online_softmax<HD / 8>(s[r], o[r], m[r], l[r], t0 + 16 * r, u0, diag, scale * kLog2e);
+        }
         __pipeline_wait_prior(0);
         __syncthreads();   // V_j is in; every warp is done with K_j
         if (j + 1 < nk) load_tile<bf16, HD>(sm.b, k, ld, (j + 1) * kTile, T, hd, vec);
         __pipeline_commit();
-        mma_xv<HD>(o, s, sm.c, 0, np);
+        if (any) mma_xv<HD, kRows>(o, s, sm.c, 0, np);
     }
-    float inv[2];
-    for (int i = 0; i < 2; i++) {
-        float sum = quad_sum(l[i]);
-        int t = t0 + lane / 4 + 8 * i;
-        if (lane % 4 == 0 && t < T) lse[(long)blockIdx.y * T + t] = (m[i] + log2f(sum)) * kLn2;
-        inv[i] = 1.0f / sum;
+    #pragma unroll
+    for (int r = 0; r < kRows; r++) {
+        float inv[2];
+        #pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float sum = quad_sum(l[r][i]);
+            int t = t0 + 16 * r + lane / 4 + 8 * i;
+            if (lane % 4 == 0 && t < T) lse[(long)blockIdx.y * T + t] = (m[r][i] + log2f(sum)) * kLn2;
+            inv[i] = 1.0f / sum;
+        }
+        store_acc<HD / 8>(out + at.o, D, o[r], t0 + 16 * r, T, hd, inv);
     }
-    store_acc<HD / 8>(out + at.o, D, o, t0, T, hd, inv);
 }
 
 // ---- backward ------------------------------------------------------------------------------
@@ -323,7 +371,7 @@ template <int HD> void forward(bf16 *out, float *lse, const bf16 *qkv, int B, in
     static bool done;
     size_t bytes = smem_bytes<MmaSmem<HD, false>>();
     allow_smem(mma_forward_kernel<HD>, bytes, &done);
-    dim3 grid((T + kTile - 1) / kTile, B * H);
+    dim3 grid((T + kQTile - 1) / kQTile, B * H);
     mma_forward_kernel<HD><<<grid, kThreads, bytes, cu_stream()>>>(out, lse, qkv, T, H, hd, 1.0f / sqrtf((float)hd),
                                                                    vec_ok<bf16>(hd, out, qkv, qkv));
     CU_LAUNCH_CHECK();
