@@ -110,13 +110,13 @@ TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --devic
 TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
 # a bf16 run's GEMMs through cublasGemmEx (TED_GEMM_LT=0) = through cuBLASLt with the algorithm
-# kept per class of row counts (gemm_lt.cu): the same products, so the same bits. Dropless too:
-# there the emulated heuristic's fastest candidate (split-K sums) gives other bits, and the
-# class's timing must leave it out
+# kept per class of row counts (gemm_lt.cu): the same products, so the same bits. Dropless too,
+# with the classes' candidates timed (TED_LT_TUNE=1): there the emulated heuristic's fastest
+# candidate (split-K sums) gives other bits, and the timing must leave it out
 TED_GEMM_LT=0 run emu-gemmex "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: cublasGemmEx = cuBLASLt (TED_GEMM_LT=0)" "$TED_TMP/emu-gemmex.jsonl" "$TED_TMP/emu-random.jsonl" 0
 TED_GEMM_LT=0 run emu-gemmex-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
-run emu-lt-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
+TED_LT_TUNE=1 run emu-lt-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
 check "bf16 emulated gpu, dropless: cublasGemmEx = cuBLASLt, its candidates timed" "$TED_TMP/emu-gemmex-0.jsonl" "$TED_TMP/emu-lt-0.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,

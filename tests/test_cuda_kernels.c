@@ -460,9 +460,10 @@ static void test_bf16_matmul(void) {
 // asked for a family's 14 classes of row counts (8 ... 65536) at its first call and never again
 // (300, 301, 512 and 513 rows), and every row count of a class gets the product (against double
 // sums of the same bf16 values): forward (M rows), input gradient (M rows) and weight gradient
-// (K rows). The first call of each class times the heuristic's candidates (3 classes at 300
-// rows, 3 more at 513); the result is checked as the others' (the emulation's faster candidate
-// with other bits is test_cuda_emu's: TED_GEMM_LT=0 there gives the same bits)
+// (K rows). With TED_LT_TUNE=1 (main sets it) the first call of each class times the heuristic's
+// candidates (3 classes at 300 rows, 3 more at 513); the result is checked as the others' (the
+// emulation's faster candidate with other bits is test_cuda_emu's: TED_GEMM_LT=0 there gives the
+// same bits)
 static void ref_gemm(float *c, const float *a, const float *b, int ta, int tb, long M, long N, long K) {
     for (long i = 0; i < M; i++)
         for (long j = 0; j < N; j++) {
@@ -851,6 +852,7 @@ int main(void) {
         printf("test_cuda_kernels: no CUDA device, skipped\n");
         return 77;
     }
+    setenv("TED_LT_TUNE", "1", 1);   // the experts' GEMM classes timed (test_bf16_gemm_classes)
     cu_init(0, 0);             // fp32 GEMMs (no TF32), as the CPU
     ted_device = DEV_CPU;      // the ops of ops.h run on the host: they are the reference
     printf("test_cuda_kernels on %s\n", cu_device_name());

@@ -19,10 +19,11 @@
 #include <string.h>
 
 static void help(void) {
-    printf("usage: ted bench [--steps N] [--config FILE] [any ted train flag that shapes the model or batch]\n"
+    printf("usage: ted bench [--steps N] [--bench-warmup N] [--config FILE] [any ted train flag that shapes the model\n"
+           "       or batch]\n"
            "       ted bench --optimizer N: one AdamW step over N parameters (fp32, bf16, fp16) against a memcpy of\n"
            "       the same bytes\n"
-           "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps of the\n"
+           "  Times N (default 5) training steps (forward, backward, AdamW) after 2 warm-up steps (--bench-warmup) of the\n"
            "  bench model: B 8, T 256, d 256, L 4, 4 heads, f 1024, 8 experts top-2, moe_every 1, V 256.\n"
            "  Prints ms/step (wall; and the process's CPU time per step, which a shared machine\n"
            "  inflates less), tokens/s and MFU against the GEMM peak measured here (sgemm; the bf16 GEMM's\n"
@@ -164,6 +165,19 @@ int cmd_bench(int argc, char **argv) {
         help();
         return 0;
     }
+    // --bench-warmup N: the untimed steps first (argv without it goes to the config)
+    long warm = 2;
+    const char *wopt;
+    if (opts_find(argc, argv, "--bench-warmup", &wopt)) {
+        if (opts_long("bench", "--bench-warmup", wopt, 0, 100000, &warm)) return TED_EXIT_USAGE;
+        int k = 0;
+        for (int i = 0; i < argc; i++) {
+            if (!strcmp(argv[i], "--bench-warmup") && i + 1 < argc) { i++; continue; }
+            if (!strncmp(argv[i], "--bench-warmup=", 15)) continue;
+            argv[k++] = argv[i];
+        }
+        argc = k;
+    }
     static Config c;
     if (bench_config(&c, argc, argv)) return TED_EXIT_USAGE;
     Topology topo;
@@ -171,7 +185,7 @@ int cmd_bench(int argc, char **argv) {
     static Trainer t;
     t.peak = mfu_peak_flops(&c, &topo, &t.peak_kind);
     trainer_init(&t, &c, &topo, bench_batch, &t);
-    BenchTimes bt = bench_steps(&t, 2);
+    BenchTimes bt = bench_steps(&t, (int)warm);
     bench_report(&bt, &t);
     trainer_free(&t);
     return 0;

@@ -20,11 +20,13 @@
 //
 // The heuristic's first answer is not always its fastest: on an H200 the experts' GEMMs ran at
 // 215–410 TFLOP/s in some classes where cublasGemmEx ran the dense layers' equal shapes at
-// 740–890. So the heuristic is asked for up to kCand candidates, and the first call of a class
-// times them on its own operands (tune(): the product into a scratch buffer, C not written),
-// keeping the fastest whose product equals the first candidate's bit for bit. The choice
-// changes speed, not results: a run computes what the heuristic's first answer computes,
-// whichever candidate the clock favoured (TED_LT_TUNE=0: the first answer, untimed).
+// 740–890. With TED_LT_TUNE=1 the heuristic is asked for up to kCand candidates, and the first
+// call of a class times them on its own operands (tune(): the product into a scratch buffer, C
+// not written), keeping the fastest whose product equals the first candidate's bit for bit. The
+// choice changes speed, not results: a run computes what the heuristic's first answer computes,
+// whichever candidate the clock favoured. It is off by default: a dropless run meets new classes
+// for many steps (112 in 7 steps of the MoE bench), and each timing runs 8 candidates twice with
+// host waits, which cost a short run far more than it gains (docs/gpus.md).
 #include "common.cuh"
 #include <cublasLt.h>
 #include <stdint.h>
@@ -220,7 +222,7 @@ extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alp
         CUBLAS_CHECK(cublasLtCreate(&L.h));
         L.ws = ted_alloc_dev(kWorkspace, MEM_TEMP);
         const char *t = getenv("TED_LT_TUNE");
-        L.tune_on = !(t && !strcmp(t, "0"));
+        L.tune_on = t && !strcmp(t, "1");
     }
     Key k;
     memset(&k, 0, sizeof k);   // the padding too: keys compare as bytes
