@@ -119,6 +119,15 @@ static __device__ __forceinline__ float ldw(const float *w, long i) { return w[i
 static __device__ __forceinline__ float ldw(const uint16_t *w, long i) { return half_to_f32_d(1, w[i]); }
 // w[i] as fp32, 0 when w is NULL (an optional bias)
 template <class W> static __device__ __forceinline__ float ldw_or0(const W *w, long i) { return w ? ldw(w, i) : 0.0f; }
+// V consecutive weight elements from w + c as fp32 (V = 4: 16 or 8 bytes, aligned for it)
+template <int V, class W> __device__ __forceinline__ void ldwv(float (&r)[V], const W *w, int c) {
+    if constexpr (V == 4 && sizeof(W) == 2) {
+        uint2 t = *(const uint2 *)(w + c);
+        r[0] = half_to_f32_d(1, (uint16_t)t.x); r[1] = half_to_f32_d(1, (uint16_t)(t.x >> 16));
+        r[2] = half_to_f32_d(1, (uint16_t)t.y); r[3] = half_to_f32_d(1, (uint16_t)(t.y >> 16));
+    } else if constexpr (V == 4) ldv<4>(r, (const float *)w, c);
+    else r[0] = ldw(w, c);
+}
 
 // The local expert of row r of an expert buffer (off: its El+1 row offsets): the largest e < El
 // with off[e] <= r (an empty expert e has off[e] == off[e+1], so e+1 qualifies too and wins).

@@ -350,26 +350,34 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 // GEMM's bias, the GELU and hg's bf16 copy are one pass (cu_bias_gelu_forward, nn.cu), and so are
 // the GELU's gradient, its bf16 copy and the first bias's gradient (cu_experts_gelu_backward).
 
-// out[r, c] = bias[expert(r), c] for rows r in [r0, r1)
-template <class W>
+// out[r, c] = bias[expert(r), c] for rows r in [r0, r1): a block per row (its expert found once),
+// V columns at a time (ROW_COLS)
+template <int V, class W>
 static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const long *off, int El, long r0, long r1,
                                              int n) {
-    long total = (r1 - r0) * n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        long r = r0 + i / n;
-        int c = (int)(i % n);
-        out[r * n + c] = ldw(bias, (long)expert_of(off, El, r) * n + c);
+    for (long r = r0 + blockIdx.x; r < r1; r += gridDim.x) {
+        const W *b = bias + (long)expert_of(off, El, r) * n;
+        float u[V];
+        ROW_COLS(c, n, V) {
+            ldwv<V>(u, b, c);
+            stv<V>(out + r * n, c, u);
+        }
     }
+}
+
+template <class W> static void fill_bias_rows_as(float *out, const W *bias, const long *doff, int El, long r0, long r1,
+                                                 int n) {
+    unsigned g = row_blocks(r1 - r0);
+    if (rows_vec4(n, out, NULL, NULL, NULL) && (uintptr_t)bias % (4 * sizeof(W)) == 0)
+        fill_bias_rows_kernel<4><<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
+    else fill_bias_rows_kernel<1><<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
+    CU_LAUNCH_CHECK();
 }
 
 static void fill_bias_rows(float *out, const float *bias, const long *doff, int El, long r0, long r1, int n) {
     if (r1 <= r0 || n <= 0) return;
-    unsigned g = blocks_for((r1 - r0) * n, THREADS);
-    if (cu_bf16())
-        fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, (const uint16_t *)(const void *)bias, doff, El, r0,
-                                                              r1, n);
-    else fill_bias_rows_kernel<<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
-    CU_LAUNCH_CHECK();
+    if (cu_bf16()) fill_bias_rows_as(out, (const uint16_t *)(const void *)bias, doff, El, r0, r1, n);
+    else fill_bias_rows_as(out, bias, doff, El, r0, r1, n);
 }
 
 // the El+1 offsets on the device (one buffer, grown when needed; stream-ordered reuse)

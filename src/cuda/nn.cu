@@ -76,15 +76,6 @@ __global__ void encoder_backward_tok_kernel(float *dwte, const float *dout, cons
 // V = 1 a warp's loads were 128 bytes each and the passes ran at a third to half of the HBM's
 // rate (1.7 ms a step for LayerNorm's backward at the 4 K-token MoE bench shape on an H200).
 
-template <int V, class W> __device__ __forceinline__ void ldwv(float (&r)[V], const W *w, int c) {
-    if constexpr (V == 4 && sizeof(W) == 2) {
-        uint2 t = *(const uint2 *)(w + c);
-        r[0] = half_to_f32_d(1, (uint16_t)t.x); r[1] = half_to_f32_d(1, (uint16_t)(t.x >> 16));
-        r[2] = half_to_f32_d(1, (uint16_t)t.y); r[3] = half_to_f32_d(1, (uint16_t)(t.y >> 16));
-    } else if constexpr (V == 4) ldv<4>(r, (const float *)w, c);
-    else r[0] = ldw(w, c);
-}
-
 // whether rows of d floats at these pointers (NULL: none) can go 4 at a time; weights W
 template <class W> static int ln_vec(int d, const void *a, const void *b, const void *c, const void *e, const W *w,
                                      const W *bias) {
@@ -806,8 +797,15 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
 }
 
 // rows of a bf16 bias: out16[i, c] = bias16[c] (the bits copied)
-__global__ void fill_rows16_kernel(uint16_t *out16, const uint16_t *bias16, long n, int OC) {
-    GRID_STRIDE(i, n) out16[i] = bias16[i % OC];
+// out16[r, :] = bias16 for rows r < N: a block per row, V = 8 elements (16 bytes) at a time where OC
+// is a multiple of 8 and both are 16-byte aligned (an element each with a 64-bit remainder ran at a
+// quarter of the HBM's rate)
+template <int V> __global__ void fill_rows16_kernel(uint16_t *out16, const uint16_t *bias16, long N, int OC) {
+    for (long r = blockIdx.x; r < N; r += gridDim.x)
+        for (int c = V * threadIdx.x; c < OC; c += V * blockDim.x) {
+            if constexpr (V == 8) *(uint4 *)(out16 + r * OC + c) = *(const uint4 *)(bias16 + c);
+            else out16[r * OC + c] = bias16[c];
+        }
 }
 
 // ops.c's qkv_forward: on a --bf16 run the GEMM writes qkv in bf16 only, into the first half of
@@ -821,7 +819,11 @@ extern "C" void cu_qkv_forward(float *qkv, const float *inp, const float *w, con
     if (!cu_bf16()) { matmul_forward_op(qkv, cu_operand(inp, N * C, 0), w, bias, N, C, OC, 0); return; }
     uint16_t *q16 = cu_hg_half(qkv);
     if (bias) {
-        fill_rows16_kernel<<<grid_for(N * OC, kThreads), kThreads, 0, cu_stream()>>>(q16, bf16_of(bias), N * OC, OC);
+        const uint16_t *b16 = bf16_of(bias);
+        unsigned g = (unsigned)(N < 65536 ? N : 65536);
+        if (OC % 8 == 0 && ((uintptr_t)q16 | (uintptr_t)b16) % 16 == 0)
+            fill_rows16_kernel<8><<<g, kThreads, 0, cu_stream()>>>(q16, b16, N, OC);
+        else fill_rows16_kernel<1><<<g, kThreads, 0, cu_stream()>>>(q16, b16, N, OC);
         CU_LAUNCH_CHECK();
     }
     cu_gemm_op_c16(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, bias ? 1.0f : 0.0f, q16, OC);
