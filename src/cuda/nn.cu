@@ -358,44 +358,39 @@ template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, c
     return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
 }
 
-template <class W>
-__global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
-                                         long r0, long n, int f) {
-    GRID_STRIDE(k, n) {
-        long i = r0 * f + k, r = i / f;
-        float x = h[i];
-        if (bias) {
-            x += ldw(bias_row(bias, off, El, r, f), i - r * f);
-            h[i] = x;
-        }
-        float y = gelu_d(x);
-        if (hg) hg[i] = y;
-        if (hg16) hg16[i] = half_from_f32_d(1, y);
-    }
-}
-
 // two bf16 in one word, a first (the lower address)
 __device__ __forceinline__ unsigned bf16x2_d(float a, float b) {
     return half_from_f32_d(1, a) | (unsigned)half_from_f32_d(1, b) << 16;
 }
 
-// the same, four elements a thread (f a multiple of 4, h and hg 16-byte aligned, hg16 8-byte):
-// k indexes the float4s of rows [r0, r1), n4 of them
-template <class W>
-__global__ void bias_gelu_forward4_kernel(float4 *h, float4 *hg, uint2 *hg16, const W *bias, const long *off, int El,
-                                          long r0, long n4, int f) {
-    GRID_STRIDE(k, n4) {
-        long i = r0 * (f / 4) + k, r = 4 * i / f;
-        int c = (int)(4 * i - r * f);
-        float4 x = h[i];
-        if (bias) {
-            const W *b = bias_row(bias, off, El, r, f) + c;
-            x.x += ldw(b, 0); x.y += ldw(b, 1); x.z += ldw(b, 2); x.w += ldw(b, 3);
-            h[i] = x;
+// A block per row (its bias row found once), V columns at a time: V = 4 where f is a multiple
+// of 4, h and hg are 16-byte aligned, hg16 8-byte and the bias 4 elements (bias_gelu_launch).
+// One thread per element (or float4) with a 64-bit division and an expert search for its row ran
+// the experts' pass at about half the HBM's rate.
+template <int V, class W>
+__global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
+                                         long r0, long r1, int f) {
+    for (long r = r0 + blockIdx.x; r < r1; r += gridDim.x) {
+        const W *b = bias ? bias_row(bias, off, El, r, f) : NULL;
+        float *hr = h + r * f;
+        for (int c = V * threadIdx.x; c < f; c += V * blockDim.x) {
+            float x[V], y[V];
+            ldv<V>(x, hr, c);
+            if (b) {
+                float bb[V];
+                ldwv<V>(bb, b, c);
+                #pragma unroll
+                for (int e = 0; e < V; e++) x[e] += bb[e];
+                stv<V>(hr, c, x);
+            }
+            #pragma unroll
+            for (int e = 0; e < V; e++) y[e] = gelu_d(x[e]);
+            if (hg) stv<V>(hg + r * f, c, y);
+            if (hg16) {
+                if constexpr (V == 4) *(uint2 *)(hg16 + r * f + c) = make_uint2(bf16x2_d(y[0], y[1]), bf16x2_d(y[2], y[3]));
+                else hg16[r * f + c] = half_from_f32_d(1, y[0]);
+            }
         }
-        float4 y = make_float4(gelu_d(x.x), gelu_d(x.y), gelu_d(x.z), gelu_d(x.w));
-        if (hg) hg[i] = y;
-        if (hg16) hg16[i] = make_uint2(bf16x2_d(y.x, y.y), bf16x2_d(y.z, y.w));
     }
 }
 
@@ -549,25 +544,23 @@ static void matmul_backward_bias(float *dinp, float *dw, float *dbias, const flo
     if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
 }
 
-// bias_gelu_forward over rows [r0, r0 + n / f), four elements a thread where the layout allows
+// bias_gelu_forward over rows [r0, r1), four columns at a time where the layout allows
 template <class W>
 static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El, long r0,
-                             long n, int f) {
-    int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0;
-    if (vec)
-        bias_gelu_forward4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, cu_stream()>>>(
-            (float4 *)h, (float4 *)hg, (uint2 *)hg16, bias, off, El, r0, n / 4, f);
-    else bias_gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0,
-                                                                                        n, f);
+                             long r1, int f) {
+    int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0 &&
+              (uintptr_t)bias % (4 * sizeof(W)) == 0;
+    unsigned g = (unsigned)(r1 - r0 < 65536 ? r1 - r0 : 65536);
+    if (vec) bias_gelu_forward_kernel<4><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
+    else bias_gelu_forward_kernel<1><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
     CU_LAUNCH_CHECK();
 }
 
 void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
                           long r1, int f) {
-    long n = (r1 - r0) * f;
-    if (n <= 0) return;
-    if (cu_bf16()) bias_gelu_launch(h, hg, hg16, bf16_of(bias), off, El, r0, n, f);
-    else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, n, f);
+    if (r1 <= r0 || f <= 0) return;
+    if (cu_bf16()) bias_gelu_launch(h, hg, hg16, bf16_of(bias), off, El, r0, r1, f);
+    else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, r1, f);
 }
 
 // dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 = dh in bf16 (either may be NULL)
