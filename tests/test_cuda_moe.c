@@ -272,6 +272,74 @@ static void test_qkv_forward(long N, int C, int OC, int with_bias) {
     free(x); free(w); free(b); free(junk);
 }
 
+// head_loss_forward (logits room, targets t in [0, V), Vl - V padded columns) against the ops it
+// joins: on fp32 linear_forward + the fused classifier, bit for bit; on bf16 the classifier's bf16
+// form on the fp32 GEMM's logits rounded (losses within 1e-3, each gradient within a bf16 step;
+// the room's second half untouched). Then head_loss_backward from that room against
+// linear_backward from the same bf16 values in fp32, bit for bit.
+static void test_head_loss(long N, int C, int V, int Vl) {
+    int bf16 = cu_bf16();
+    long n = N * Vl;
+    float *x = frandom(N * C, 1.0f), *w = frandom((long)Vl * C, 0.5f), *gw = frandom((long)Vl * C, 0.1f);
+    float *junk = frandom(n, 9.0f), scale = 0.25f;
+    int *tg = xmalloc(sizeof(int) * N);
+    for (long i = 0; i < N; i++) tg[i] = (int)((i * 7 + 3) % V);
+    float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)Vl * C, bf16);
+    int *d_t = dev_copy(tg, sizeof(int) * N);
+    float *room = dev_copy(junk, sizeof(float) * n), *ref = cu_malloc(sizeof(float) * n);
+    float *loss = cu_malloc(sizeof(float) * N), *rloss = cu_malloc(sizeof(float) * N);
+    cu_head_loss_forward(loss, room, d_x, d_w, d_t, N, C, V, Vl, scale);
+    cu_linear_forward(ref, Vl, d_x, C, d_w, N, C, Vl, 0);
+    char what[96];
+    long off = 0;
+    float *g16f = xmalloc(sizeof(float) * n);   // the gradient the backward reads, as floats
+    if (!bf16) {
+        cu_fused_classifier(rloss, ref, d_t, N, V, Vl, scale);
+        snprintf(what, sizeof what, "head_loss_forward N=%ld V=%d Vl=%d: losses", N, V, Vl);
+        same_bits(what, loss, rloss, N);
+        snprintf(what, sizeof what, "head_loss_forward N=%ld V=%d Vl=%d: dlogits", N, V, Vl);
+        same_bits(what, room, ref, n);
+        float *h = host_copy(room, sizeof(float) * n);
+        memcpy(g16f, h, sizeof(float) * n);
+        free(h);
+    } else {
+        float *lg = host_copy(ref, sizeof(float) * n);
+        uint16_t *r16 = xmalloc(sizeof(uint16_t) * n);
+        for (long i = 0; i < n; i++) r16[i] = bf16_from_f32(lg[i]);
+        uint16_t *d_r16 = dev_copy(r16, sizeof(uint16_t) * n);
+        cu_fused_classifier_bf16(rloss, d_r16, d_t, N, V, Vl, scale);
+        float *got = host_copy(room, sizeof(float) * n), *l1 = host_copy(loss, 4 * N), *l2 = host_copy(rloss, 4 * N);
+        uint16_t *want = host_copy(d_r16, sizeof(uint16_t) * n);
+        const uint16_t *q = (const uint16_t *)got;
+        for (long i = 0; i < N; i++) off += fabsf(l1[i] - l2[i]) > 1e-3f * fabsf(l2[i]);
+        for (long i = 0; i < n; i++) {
+            float r = bf16_to_f32(want[i]), g = bf16_to_f32(q[i]);
+            off += fabsf(g - r) > fabsf(r) / 128 + 1e-6f;
+            g16f[i] = g;
+        }
+        for (long i = (n + 1) / 2; i < n; i++) off += memcmp(&got[i], &junk[i], sizeof(float)) != 0;
+        snprintf(what, sizeof what, "bf16 head_loss_forward N=%ld V=%d Vl=%d", N, V, Vl);
+        printf("%-44s %s (%ld off)\n", what, off ? "FAIL" : "ok", off);
+        failures += off != 0;
+        cu_free(d_r16);
+        free(lg); free(r16); free(got); free(l1); free(l2); free(want);
+    }
+    float *d_g = dev_copy(g16f, sizeof(float) * n);
+    float *f[2] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * Vl * C)};
+    float *u[2] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * Vl * C)};
+    cu_head_loss_backward(f[0], f[1], room, d_x, d_w, N, C, Vl);
+    cu_linear_backward(u[0], C, u[1], d_g, Vl, d_x, C, d_w, N, C, Vl, 0);
+    const char *name[2] = {"dinp", "dw"};
+    long len[2] = {N * C, (long)Vl * C};
+    for (int k = 0; k < 2; k++) {
+        snprintf(what, sizeof what, "%shead_loss_backward %s = linear_backward", bf16 ? "bf16 " : "", name[k]);
+        same_bits(what, f[k], u[k], len[k]);
+        cu_free(f[k]); cu_free(u[k]);
+    }
+    cu_free(d_x); cu_free(d_w); cu_free(d_t); cu_free(room); cu_free(ref); cu_free(loss); cu_free(rloss); cu_free(d_g);
+    free(x); free(w); free(gw); free(junk); free(tg); free(g16f);
+}
+
 // qkv_backward against matmul_backward, bit for bit: on fp32 from the same dqkv; on bf16 from dqkv's
 // bf16 copy in its buffer's first half (as attn_proj_backward leaves it) against the same values in fp32
 static void test_qkv_backward(long N, int C, int OC) {
@@ -587,6 +655,7 @@ int main(void) {
     test_attn_proj(2, 37, 3, 16, 20);   // last: the random numbers of the tests above stay theirs
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_backward(74, 20, 3 * 48);
+    test_head_loss(37, 24, 100, 104);
     cu_set_bf16(1);   // as a --bf16 run
     printf("-- bf16 weights and GEMM operands\n");
     test_attention(2, 7, 3, 8);
@@ -597,6 +666,8 @@ int main(void) {
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_forward(33, 64, 3 * 16, 0);
     test_qkv_backward(74, 20, 3 * 48);
+    test_head_loss(37, 24, 100, 104);
+    test_head_loss(5, 64, 333, 333);
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }
     printf("test_cuda_moe: all passed\n");

@@ -751,12 +751,12 @@ static double head_forward(Model *M, long N, int has_targets) {
     int d = M->d;
     if (M->llama) llama_norm_forward(M, M->lnf, M->lnf_rstd, M->resid[M->L], M->lnfw, N);
     else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
-    linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
-    if (!has_targets) { gather_logits(M, N); return 0; }
-    if (fused_loss(M)) {   // the loss and, in place, its gradient
-        crossentropy_fused(M->losses, M->logits, M->ce_max, M->tgt, N, M->V, M->Vl, M->ce_scale);
+    if (has_targets && fused_loss(M)) {   // logits = lnf·wteᵀ, the loss and, in place, its gradient
+        head_loss_forward(M->losses, M->logits, M->ce_max, M->lnf, W(M->lmh), M->tgt, N, d, M->V, M->Vl, M->ce_scale);
         return sum_forward(M->losses, N);
     }
+    linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
+    if (!has_targets) { gather_logits(M, N); return 0; }
     crossentropy_max(M->ce_max, M->ce_tl, M->logits, M->tgt, N, M->v0, M->Vl, M->V);
     comm_allreduce_max(tp_group(M), M->ce_max, N);
     comm_allreduce(tp_group(M), M->ce_tl, N, DT_F32);
@@ -835,7 +835,7 @@ static void head_backward(Model *M, long N, float lm_scale) {
     watchdog_block(-1, 0, NULL);
     if (fused_loss(M)) {   // the forward wrote the gradient; one shard: both products at once
         CHECK(lm_scale == M->ce_scale, "loss scale %g in the backward, %g in the forward", lm_scale, M->ce_scale);
-        linear_backward(M->dln, d, G(M->lmh), dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);
+        head_loss_backward(M->dln, G(M->lmh), dlogits, M->lnf, W(M->lmh), N, d, M->Vl);
     } else {
         crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
         linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte

@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "core/simd.h"
 #include "nn/gemm.h"
+#include "nn/linear.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -479,6 +480,19 @@ void crossentropy_fused(float *losses, float *logits, float *stats, const int *t
     crossentropy_exp(sum, logits, mx, N, 0, Vl, V);
     crossentropy_finish(losses, logits, mx, sum, tl, N, Vl);
     crossentropy_backward(logits, targets, N, 0, Vl, scale);
+}
+
+void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
+                       const int *targets, long N, int C, int V, int Vl, float scale) {
+    ON_GPU(cu_head_loss_forward(losses, logits, inp, w, targets, N, C, V, Vl, scale));
+    linear_forward(logits, Vl, inp, C, w, N, C, Vl, 0);
+    crossentropy_fused(losses, logits, stats, targets, N, V, Vl, scale);
+}
+
+void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
+                        int Vl) {
+    ON_GPU(cu_head_loss_backward(dinp, dw, dlogits, inp, w, N, C, Vl));
+    linear_backward(dinp, C, dw, dlogits, Vl, inp, C, w, N, C, Vl, 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -107,6 +107,16 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
 // On a GPU one kernel that reads each row twice and writes it once (ops_cuda.h: cu_fused_classifier).
 void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
                         float scale);
+// The tied LM head with that loss, as a training step runs it on one vocabulary shard:
+// logits[N,Vl] = inp[N,C]·w[Vl,C]ᵀ (linear_forward), then crossentropy_fused. On a --bf16 GPU run
+// the logits are kept in bf16 only (in the first half of their room), the loss gradient written
+// there in place, and head_loss_backward reads it as it is: logits is for these two ops alone.
+void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
+                       const int *targets, long N, int C, int V, int Vl, float scale);
+// Its backward: dinp[N,C] written, dw[Vl,C] += dlogitsᵀ·inp (linear_backward), dlogits as
+// head_loss_forward leaves it.
+void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
+                        int Vl);
 
 // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products; the CPU: gemm_cpu).
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,

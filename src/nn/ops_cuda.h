@@ -78,6 +78,10 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                            int T, int H, int hd, float *scratch);
 void cu_qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC);
+void cu_head_loss_forward(float *losses, float *logits, const float *inp, const float *w, const int *targets, long N,
+                          int C, int V, int Vl, float scale);
+void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N,
+                           int C, int Vl);
 void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w,
                      long N, int C, int OC);
 void cu_attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
