@@ -184,27 +184,35 @@ static int col_chunks(long N) {
     return (int)(r < 1 ? 1 : r < kColMaxChunks ? r : kColMaxChunks);
 }
 
-// F: f(i, c, v) sets v[k], output k's term of row i, column c
+// F: f.terms<V>(i, c, v) sets v[k][e], output k's term of row i, column c + e, for V columns from
+// c (V = 4 where f.vec4(): C a multiple of 4 and its rows aligned for float4); a thread takes V
+// columns, each summed in the same order as with V = 1, so V never changes a bit
 // (bounds: the rows [bounds[2y], bounds[2y + 1]) of block row y in place of an even split of N)
-template <int NOUT, class F> __global__ void colsum_part_kernel(float *part, long N, int C, const long *bounds, F f) {
-    __shared__ float sh[NOUT][kColRows][32];
-    int tx = threadIdx.x, ty = threadIdx.y, R = gridDim.y, c = blockIdx.x * 32 + tx;
+template <int NOUT, int V, class F>
+__global__ void colsum_part_kernel(float *part, long N, int C, const long *bounds, F f) {
+    __shared__ float sh[NOUT][kColRows][32 * V];
+    int tx = threadIdx.x, ty = threadIdx.y, R = gridDim.y, c = (blockIdx.x * 32 + tx) * V;
     long per = (N + R - 1) / R, i0 = blockIdx.y * per, i1 = i0 + per < N ? i0 + per : N;
     if (bounds) { i0 = bounds[2 * blockIdx.y]; i1 = bounds[2 * blockIdx.y + 1]; }
-    float acc[NOUT] = {}, v[NOUT];
+    float acc[NOUT][V] = {}, v[NOUT][V];
     if (c < C)
         for (long i = i0 + ty; i < i1; i += kColRows) {
-            f(i, c, v);
-            for (int k = 0; k < NOUT; k++) acc[k] += v[k];
+            f.template terms<V>(i, c, v);
+            #pragma unroll
+            for (int k = 0; k < NOUT; k++)
+                #pragma unroll
+                for (int e = 0; e < V; e++) acc[k][e] += v[k][e];
         }
-    for (int k = 0; k < NOUT; k++) sh[k][ty][tx] = acc[k];
+    for (int k = 0; k < NOUT; k++)
+        for (int e = 0; e < V; e++) sh[k][ty][tx * V + e] = acc[k][e];
     __syncthreads();
     if (ty == 0 && c < C)
-        for (int k = 0; k < NOUT; k++) {
-            float t = 0;
-            for (int j = 0; j < kColRows; j++) t += sh[k][j][tx];
-            part[((long)k * R + blockIdx.y) * C + c] = t;
-        }
+        for (int k = 0; k < NOUT; k++)
+            for (int e = 0; e < V; e++) {
+                float t = 0;
+                for (int j = 0; j < kColRows; j++) t += sh[k][j][tx * V + e];
+                part[((long)k * R + blockIdx.y) * C + c + e] = t;
+            }
 }
 
 // out_k[c] += Σ_y part[k][y][c], y in order
@@ -233,24 +241,37 @@ __global__ void expert_colsum_finish_kernel(float *out, const float *part, const
     }
 }
 
+// whether rows of C floats (16-bit: C of 2 bytes) at p can be read 4 columns at a time
+static inline bool rows4(int C, const void *p, size_t elem = 4) {
+    return C % 4 == 0 && (uintptr_t)p % (4 * elem) == 0;
+}
+
 struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
     const float *dout, *inp, *mean, *rstd;
     int d;
-    __device__ void operator()(long i, int c, float (&v)[2]) const {
-        float g = dout[i * d + c];
-        v[0] = g * (inp[i * d + c] - mean[i]) * rstd[i];
-        v[1] = g;
+    template <int V> __device__ void terms(long i, int c, float (&v)[2][V]) const {
+        float g[V], x[V];
+        ldv<V>(g, dout + i * d, c);
+        ldv<V>(x, inp + i * d, c);
+        #pragma unroll
+        for (int e = 0; e < V; e++) {
+            v[0][e] = g[e] * (x[e] - mean[i]) * rstd[i];
+            v[1][e] = g[e];
+        }
     }
+    bool vec4() const { return rows4(d, dout) && rows4(d, inp); }
 };
 struct ColTerm {      // x[i, c]
     const float *x;
     int C;
-    __device__ void operator()(long i, int c, float (&v)[1]) const { v[0] = x[i * C + c]; }
+    template <int V> __device__ void terms(long i, int c, float (&v)[1][V]) const { ldv<V>(v[0], x + i * C, c); }
+    bool vec4() const { return rows4(C, x); }
 };
 struct ColTerm16 {    // x[i, c], x in bf16
     const uint16_t *x;
     int C;
-    __device__ void operator()(long i, int c, float (&v)[1]) const { v[0] = half_to_f32_d(1, x[i * C + c]); }
+    template <int V> __device__ void terms(long i, int c, float (&v)[1][V]) const { ldwv<V>(v[0], x + i * C, c); }
+    bool vec4() const { return rows4(C, x, 2); }
 };
 
 // out0[c] (and out1[c]) += Σ_rows of f's terms, a fixed order for given N and C
@@ -264,8 +285,12 @@ template <int NOUT, class F> static void colsum_add(float *out0, float *out1, lo
         else if (o) fresh_prepare(o, C);
     int R = col_chunks(N);
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * NOUT * R * (size_t)C);
-    colsum_part_kernel<NOUT><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(
-        part, N, C, (const long *)NULL, f);
+    if (f.vec4())
+        colsum_part_kernel<NOUT, 4><<<dim3(blocks_for(C, 128), R), dim3(32, kColRows), 0, cu_stream()>>>(
+            part, N, C, (const long *)NULL, f);
+    else
+        colsum_part_kernel<NOUT, 1><<<dim3(blocks_for(C, 32), R), dim3(32, kColRows), 0, cu_stream()>>>(
+            part, N, C, (const long *)NULL, f);
     CU_LAUNCH_CHECK();
     colsum_finish_kernel<<<grid_for(C, kThreads), kThreads, 0, cu_stream()>>>(out0, NOUT > 1 ? out1 : NULL, part, R, C,
                                                                             over);
@@ -303,8 +328,12 @@ template <class F> static void expert_colsum_add(float *out, const long *off, in
     long *dt = (long *)grow_dev(&tab, &tcap, sizeof(long) * t.size());
     cu_memcpy(dt, t.data(), sizeof(long) * t.size());   // pageable: staged before it returns
     float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * n * (size_t)C);
-    colsum_part_kernel<1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(part, 0, C,
-                                                                                                      dt + El + 1, f);
+    if (f.vec4())
+        colsum_part_kernel<1, 4><<<dim3(blocks_for(C, 128), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(
+            part, 0, C, dt + El + 1, f);
+    else
+        colsum_part_kernel<1, 1><<<dim3(blocks_for(C, 32), (unsigned)n), dim3(32, kColRows), 0, cu_stream()>>>(
+            part, 0, C, dt + El + 1, f);
     CU_LAUNCH_CHECK();
     expert_colsum_finish_kernel<<<grid_for((long)El * C, kThreads), kThreads, 0, cu_stream()>>>(out, part, dt, El, C,
                                                                                                 over);
@@ -401,13 +430,20 @@ struct GeluBiasTerm {
     uint16_t *dh16;
     const float *dhg, *h;
     int C;
-    __device__ void operator()(long i, int c, float (&v)[1]) const {
-        long k = i * C + c;
-        float g = gelu_grad_d(h[k], dhg[k]);
-        if (dh) dh[k] = g;
-        if (dh16) dh16[k] = half_from_f32_d(1, g);
-        v[0] = g;
+    template <int V> __device__ void terms(long i, int c, float (&v)[1][V]) const {
+        float x[V], g[V];
+        ldv<V>(x, h + i * C, c);
+        ldv<V>(g, dhg + i * C, c);
+        #pragma unroll
+        for (int e = 0; e < V; e++) v[0][e] = gelu_grad_d(x[e], g[e]);
+        if (dh) stv<V>(dh + i * C, c, v[0]);
+        if (dh16) {
+            if constexpr (V == 4)
+                *(uint2 *)(dh16 + i * C + c) = make_uint2(bf16x2_d(v[0][0], v[0][1]), bf16x2_d(v[0][2], v[0][3]));
+            else dh16[i * C + c] = half_from_f32_d(1, v[0][0]);
+        }
     }
+    bool vec4() const { return rows4(C, h) && rows4(C, dhg) && rows4(C, dh) && rows4(C, dh16, 2); }
 };
 
 // ---- cross-entropy over a vocabulary shard (one block per row) ---------------------------
