@@ -240,36 +240,93 @@ static void test_attn_proj(int B, int T, int H, int hd, int OC) {
     free(qkv); free(w); free(bias); free(dout); free(gw0); free(gb0);
 }
 
-// qkv_forward: on fp32 the matmul_forward it is, bit for bit; on bf16 its bf16 copy (the room's first
-// half) within one bf16 step of the fp32 GEMM's result rounded (the library may sum in another
-// order for a bf16 C), and the rest of the room untouched
+// qkv_forward: on fp32 the layernorm_forward and matmul_forward it is, bit for bit (ln, mean, rstd,
+// qkv); on bf16 the same mean and rstd, ln's bf16 copy (its room's first half) equal to the fp32
+// output rounded, qkv's bf16 copy within one bf16 step of the fp32 GEMM's result rounded (the
+// library may sum in another order for a bf16 C), and the rest of both rooms untouched
+static long bf16_half_off(const float *room_dev, const float *ref_dev, const float *junk, long n, float tol) {
+    float *got = host_copy(room_dev, sizeof(float) * n), *want = host_copy(ref_dev, sizeof(float) * n);
+    const uint16_t *q = (const uint16_t *)got;
+    long off = 0;
+    for (long i = 0; i < n; i++) {
+        float r = bf16_to_f32(bf16_from_f32(want[i])), g = bf16_to_f32(q[i]);
+        off += tol > 0 ? fabsf(g - r) > fabsf(r) * tol + 1e-30f : memcmp(&g, &r, sizeof g) != 0;
+    }
+    for (long i = (n + 1) / 2; i < n; i++) off += memcmp(&got[i], &junk[i], sizeof(float)) != 0;
+    free(got); free(want);
+    return off;
+}
 static void test_qkv_forward(long N, int C, int OC, int with_bias) {
     int bf16 = cu_bf16();
     float *x = frandom(N * C, 1.0f), *w = frandom((long)C * OC, 0.3f), *b = frandom(OC, 0.3f);
+    float *lw = frandom(C, 1.0f), *lb = frandom(C, 0.2f);
     float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)C * OC, bf16);
     float *d_b = weights_up(b, OC, bf16), *bias = with_bias ? d_b : NULL;
+    float *d_lw = weights_up(lw, C, bf16), *d_lb = weights_up(lb, C, bf16);
     float *junk = frandom(N * OC, 9.0f), *room = dev_copy(junk, sizeof(float) * N * OC);
+    float *ljunk = frandom(N * C, 9.0f), *ln = dev_copy(ljunk, sizeof(float) * N * C);
     float *ref = cu_malloc(sizeof(float) * N * OC);
-    cu_qkv_forward(room, d_x, d_w, bias, N, C, OC);
-    cu_matmul_forward(ref, d_x, d_w, bias, N, C, OC, 0);
+    float *ln_ref = cu_malloc(sizeof(float) * N * C), *st = cu_malloc(sizeof(float) * 4 * N);
+    cu_qkv_forward(room, ln, st, st + N, d_x, d_lw, d_lb, d_w, bias, N, C, OC);
+    cu_layernorm_forward(ln_ref, st + 2 * N, st + 3 * N, d_x, d_lw, d_lb, N, C);
+    cu_matmul_forward(ref, ln_ref, d_w, bias, N, C, OC, 0);
     char what[96];
     snprintf(what, sizeof what, "%sqkv_forward N=%ld OC=%d%s", bf16 ? "bf16 " : "", N, OC, with_bias ? "" : " no bias");
-    if (!bf16) same_bits(what, room, ref, N * OC);
-    else {
-        float *got = host_copy(room, sizeof(float) * N * OC), *want = host_copy(ref, sizeof(float) * N * OC);
-        const uint16_t *q = (const uint16_t *)got;
-        long off = 0, n = N * OC, half = (n + 1) / 2;   // the bf16 copy fills the first n·2 bytes
-        for (long i = 0; i < n; i++) {
-            float r = bf16_to_f32(bf16_from_f32(want[i])), g = bf16_to_f32(q[i]);
-            off += fabsf(g - r) > fabsf(r) / 128 + 1e-30f;
-        }
-        for (long i = half; i < n; i++) off += memcmp(&got[i], &junk[i], sizeof(float)) != 0;
+    same_bits("qkv_forward: mean, rstd = layernorm_forward's", st, st + 2 * N, 2 * N);
+    if (!bf16) {
+        same_bits(what, room, ref, N * OC);
+        same_bits("qkv_forward: ln = layernorm_forward's", ln, ln_ref, N * C);
+    } else {
+        long off = bf16_half_off(room, ref, junk, N * OC, 1.0f / 128);
         printf("%-44s %s (%ld off)\n", what, off ? "FAIL" : "ok", off);
         failures += off != 0;
-        free(got); free(want);
+        off = bf16_half_off(ln, ln_ref, ljunk, N * C, 0);
+        printf("%-44s %s (%ld off)\n", "bf16 qkv_forward: ln = layernorm's, rounded", off ? "FAIL" : "ok", off);
+        failures += off != 0;
     }
-    cu_free(d_x); cu_free(d_w); cu_free(d_b); cu_free(room); cu_free(ref);
-    free(x); free(w); free(b); free(junk);
+    cu_free(d_x); cu_free(d_w); cu_free(d_b); cu_free(d_lw); cu_free(d_lb); cu_free(room); cu_free(ref);
+    cu_free(ln); cu_free(ln_ref); cu_free(st);
+    free(x); free(w); free(b); free(lw); free(lb); free(junk); free(ljunk);
+}
+
+// qkv_backward against matmul_backward, bit for bit: on fp32 from the same dqkv and ln; on bf16 from
+// dqkv's and ln's bf16 copies in their buffers' first halves (as attn_proj_backward and qkv_forward
+// leave them) against the same values in fp32
+static void test_qkv_backward(long N, int C, int OC) {
+    int bf16 = cu_bf16();
+    float *x = frandom(N * C, 1.0f), *w = frandom((long)C * OC, 0.3f), *g = frandom(N * OC, 1.0f);
+    float *gw = frandom((long)C * OC, 0.1f), *gb = frandom(OC, 0.1f);
+    if (bf16) {
+        for (long i = 0; i < N * OC; i++) g[i] = bf16_to_f32(bf16_from_f32(g[i]));
+        for (long i = 0; i < N * C; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+    }
+    float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)C * OC, bf16);
+    float *d_g = dev_copy(g, sizeof(float) * N * OC), *room = d_g, *lroom = d_x;
+    if (bf16) {   // the bf16 copies in the rooms' first halves
+        room = dev_copy(g, sizeof(float) * N * OC);
+        lroom = dev_copy(x, sizeof(float) * N * C);
+        uint16_t *h16 = xmalloc(sizeof(uint16_t) * (N * OC > N * C ? N * OC : N * C));
+        for (long i = 0; i < N * OC; i++) h16[i] = bf16_from_f32(g[i]);
+        cu_memcpy(room, h16, sizeof(uint16_t) * N * OC);
+        for (long i = 0; i < N * C; i++) h16[i] = bf16_from_f32(x[i]);
+        cu_memcpy(lroom, h16, sizeof(uint16_t) * N * C);
+        free(h16);
+    }
+    float *f[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
+    float *u[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
+    cu_qkv_backward(f[0], f[1], f[2], room, lroom, d_w, N, C, OC);
+    cu_matmul_backward(u[0], u[1], u[2], d_g, d_x, d_w, N, C, OC, 0);
+    const char *name[3] = {"dinp", "dw", "dbias"};
+    long len[3] = {N * C, (long)C * OC, OC};
+    char what[96];
+    for (int k = 0; k < 3; k++) {
+        snprintf(what, sizeof what, "%sqkv_backward %s = matmul_backward", bf16 ? "bf16 " : "", name[k]);
+        same_bits(what, f[k], u[k], len[k]);
+        cu_free(f[k]); cu_free(u[k]);
+    }
+    if (bf16) { cu_free(room); cu_free(lroom); }
+    cu_free(d_x); cu_free(d_w); cu_free(d_g);
+    free(x); free(w); free(g); free(gw); free(gb);
 }
 
 // head_loss_forward (logits room, targets t in [0, V), Vl - V padded columns) against the ops it
@@ -338,39 +395,6 @@ static void test_head_loss(long N, int C, int V, int Vl) {
     }
     cu_free(d_x); cu_free(d_w); cu_free(d_t); cu_free(room); cu_free(ref); cu_free(loss); cu_free(rloss); cu_free(d_g);
     free(x); free(w); free(gw); free(junk); free(tg); free(g16f);
-}
-
-// qkv_backward against matmul_backward, bit for bit: on fp32 from the same dqkv; on bf16 from dqkv's
-// bf16 copy in its buffer's first half (as attn_proj_backward leaves it) against the same values in fp32
-static void test_qkv_backward(long N, int C, int OC) {
-    int bf16 = cu_bf16();
-    float *x = frandom(N * C, 1.0f), *w = frandom((long)C * OC, 0.3f), *g = frandom(N * OC, 1.0f);
-    float *gw = frandom((long)C * OC, 0.1f), *gb = frandom(OC, 0.1f);
-    if (bf16) for (long i = 0; i < N * OC; i++) g[i] = bf16_to_f32(bf16_from_f32(g[i]));
-    float *d_x = dev_copy(x, sizeof(float) * N * C), *d_w = weights_up(w, (long)C * OC, bf16);
-    float *d_g = dev_copy(g, sizeof(float) * N * OC), *room = d_g;
-    if (bf16) {
-        uint16_t *h16 = xmalloc(sizeof(uint16_t) * N * OC);
-        for (long i = 0; i < N * OC; i++) h16[i] = bf16_from_f32(g[i]);
-        room = dev_copy(g, sizeof(float) * N * OC);
-        cu_memcpy(room, h16, sizeof(uint16_t) * N * OC);
-        free(h16);
-    }
-    float *f[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
-    float *u[3] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * C * OC), dev_copy(gb, 4 * OC)};
-    cu_qkv_backward(f[0], f[1], f[2], room, d_x, d_w, N, C, OC);
-    cu_matmul_backward(u[0], u[1], u[2], d_g, d_x, d_w, N, C, OC, 0);
-    const char *name[3] = {"dinp", "dw", "dbias"};
-    long len[3] = {N * C, (long)C * OC, OC};
-    char what[96];
-    for (int k = 0; k < 3; k++) {
-        snprintf(what, sizeof what, "%sqkv_backward %s = matmul_backward", bf16 ? "bf16 " : "", name[k]);
-        same_bits(what, f[k], u[k], len[k]);
-        cu_free(f[k]); cu_free(u[k]);
-    }
-    if (bf16) cu_free(room);
-    cu_free(d_x); cu_free(d_w); cu_free(d_g);
-    free(x); free(w); free(g); free(gw); free(gb);
 }
 
 // ---------------------------------------------------------------------------------------

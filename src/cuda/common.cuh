@@ -109,6 +109,15 @@ template <int V> __device__ __forceinline__ void stv(float *p, int c, const floa
     if constexpr (V == 4) *(float4 *)(p + c) = make_float4(r[0], r[1], r[2], r[3]);
     else p[c] = r[0];
 }
+// two floats as bf16 in one word (a in the lower half, the lower address), rounded to nearest even
+static __device__ __forceinline__ unsigned bf16x2_d(float a, float b) {
+    return half_from_f32_d(1, a) | (unsigned)half_from_f32_d(1, b) << 16;
+}
+// V floats to p + c as bf16 (V = 4: 8 bytes, aligned for it)
+template <int V> __device__ __forceinline__ void stv(uint16_t *p, int c, const float (&r)[V]) {
+    if constexpr (V == 4) *(uint2 *)(p + c) = make_uint2(bf16x2_d(r[0], r[1]), bf16x2_d(r[2], r[3]));
+    else p[c] = half_from_f32_d(1, r[0]);
+}
 // whether rows of d floats at these pointers (NULL: none) can be read and written 4 at a time
 static inline int rows_vec4(int d, const void *a, const void *b, const void *c, const void *e) {
     return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)e) % 16 == 0;

@@ -82,9 +82,10 @@ template <class W> static int ln_vec(int d, const void *a, const void *b, const 
     return rows_vec4(d, a, b, c, e) && ((uintptr_t)w | (uintptr_t)bias) % (4 * sizeof(W)) == 0;
 }
 
-// o[d] = (x − mean)·rstd·w + b for the row x[d] of this warp; returns mean and rstd to every lane
-template <int V, class W>
-__device__ void layernorm_row(float *o, float *mean, float *rstd, const float *x, const W *w, const W *b, int d) {
+// o[d] = (x − mean)·rstd·w + b for the row x[d] of this warp (o fp32, or bf16 rounded to nearest
+// even); returns mean and rstd to every lane
+template <int V, class W, class O>
+__device__ void layernorm_row(O *o, float *mean, float *rstd, const float *x, const W *w, const W *b, int d) {
     int lane = threadIdx.x & 31;
     float m = 0, v = 0, t[V], ww[V], bb[V];
     for (int c = V * lane; c < d; c += 32 * V) {
@@ -108,9 +109,9 @@ __device__ void layernorm_row(float *o, float *mean, float *rstd, const float *x
     *mean = m; *rstd = s;
 }
 
-// out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N]
-template <int V, class W>
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const W *w,
+// out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N] (out fp32 or bf16)
+template <int V, class W, class O>
+__global__ void layernorm_forward_kernel(O *out, float *mean, float *rstd, const float *inp, const W *w,
                                          const W *b, long N, int d) {
     WARP_ROWS(i, N) {
         float m, s;
@@ -385,11 +386,6 @@ __global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float 
 // the GEMM, the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
 template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, const long *off, int El, long r, int f) {
     return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
-}
-
-// two bf16 in one word, a first (the lower address)
-__device__ __forceinline__ unsigned bf16x2_d(float a, float b) {
-    return half_from_f32_d(1, a) | (unsigned)half_from_f32_d(1, b) << 16;
 }
 
 // A block per row (its bias row found once), V columns at a time: V = 4 where f is a multiple
@@ -670,8 +666,8 @@ extern "C" void cu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 }
 
 // the layernorm launches for a V and W
-template <int V, class W> static void ln_forward(float *out, float *mean, float *rstd, const float *inp, const W *w,
-                                                 const W *b, long N, int d) {
+template <int V, class W, class O> static void ln_forward(O *out, float *mean, float *rstd, const float *inp,
+                                                          const W *w, const W *b, long N, int d) {
     layernorm_forward_kernel<V><<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
 }
 template <int V, class W> static void ln_residual_forward(float *res, float *out, float *mean, float *rstd,
@@ -869,16 +865,26 @@ template <int V> __global__ void fill_rows16_kernel(uint16_t *out16, const uint1
         }
 }
 
-// ops.c's qkv_forward: on a --bf16 run the GEMM writes qkv in bf16 only, into the first half of
-// its room (cu_hg_half), over the bias's rows (beta 1: the bias added in fp32, the sum rounded
-// once, as the fp32 product and its copy would be); flash attention reads it there in
-// cu_attn_proj_forward and _backward, with no fp32 qkv written and no cast of it in either pass.
-extern "C" void cu_qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C,
-                               int OC) {
+// ops.c's qkv_forward: on a --bf16 run the LayerNorm writes its output in bf16 only, into the
+// first half of ln's room (cu_hg_half), the GEMM's operand there and qkv_backward's (no cast in
+// either pass); the GEMM writes qkv in bf16 only, into the first half of its room, over the
+// bias's rows (beta 1: the bias added in fp32, the sum rounded once, as the fp32 product and its
+// copy would be); flash attention reads it there in cu_attn_proj_forward and _backward, with no
+// fp32 qkv written and no cast of it in either pass.
+extern "C" void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw,
+                               const float *lnb, const float *w, const float *bias, long N, int C, int OC) {
+    if (!cu_bf16()) {
+        cu_layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C);
+        PROF(PROF_ELEMENTWISE);
+        if (N > 0 && OC > 0) matmul_forward_op(qkv, ln, w, bias, N, C, OC, 0);
+        return;
+    }
     PROF(PROF_ELEMENTWISE);
-    if (N <= 0 || OC <= 0) return;
-    if (!cu_bf16()) { matmul_forward_op(qkv, cu_operand(inp, N * C, 0), w, bias, N, C, OC, 0); return; }
-    uint16_t *q16 = cu_hg_half(qkv);
+    if (N <= 0 || OC <= 0 || C <= 0) return;
+    uint16_t *ln16 = cu_hg_half(ln), *q16 = cu_hg_half(qkv);   // LayerNorm's output in bf16 only
+    ln_launch(C, ln, inp, NULL, NULL, lnw, lnb, [&](auto v, auto *ww, auto *bb) {
+        ln_forward<decltype(v)::value>(ln16, mean, rstd, inp, ww, bb, N, C);
+    });
     if (bias) {
         const uint16_t *b16 = bf16_of(bias);
         unsigned g = (unsigned)(N < 65536 ? N : 65536);
@@ -887,19 +893,20 @@ extern "C" void cu_qkv_forward(float *qkv, const float *inp, const float *w, con
         else fill_rows16_kernel<1><<<g, kThreads, 0, cu_stream()>>>(q16, b16, N, OC);
         CU_LAUNCH_CHECK();
     }
-    cu_gemm_op_c16(0, 0, (int)N, OC, C, 1.0f, cu_operand(inp, N * C, 0), C, w, OC, bias ? 1.0f : 0.0f, q16, OC);
+    cu_gemm_op_c16(0, 0, (int)N, OC, C, 1.0f, ln16, C, w, OC, bias ? 1.0f : 0.0f, q16, OC);
 }
 
 // ops.c's qkv_backward: matmul_backward (dinp written); on a --bf16 run from dqkv as
 // cu_attn_proj_backward leaves it, in bf16 in its buffer's first half: the GEMMs take it as their
-// operand (no cast) and the bias gradient sums its bf16 values
-extern "C" void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp,
+// operand (no cast) and the bias gradient sums its bf16 values; ln's bf16 copy is the weight
+// gradient's other operand, where cu_qkv_forward left it
+extern "C" void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *ln,
                                 const float *w, long N, int C, int OC) {
     PROF(PROF_ELEMENTWISE);
-    if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, inp, NULL, w, N, C, OC, 0); return; }
+    if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, ln, NULL, w, N, C, OC, 0); return; }
     if (N <= 0) return;
     const uint16_t *g16 = cu_hg_half(dqkv);
-    matmul_backward_op(dinp, dw, g16, inp, NULL, w, N, C, OC, 0);
+    matmul_backward_op(dinp, dw, g16, ln, cu_hg_half(ln), w, N, C, OC, 0);
     if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm16{g16, OC});
 }
 

@@ -274,8 +274,8 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // The small exact ones (LN statistics, router state, indices) are per block unless
 // checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
 // The rooms a --bf16 GPU run's ops keep in bf16 alone, in their first half (cuda_ops.h: cu_hg_half),
-// take half the floats: q, k, v and the attention's output on the GPT path with dense attention
-// (qkv_forward, attn_proj_forward), the GELU MLP's and GELU experts' hg (mlp_forward, the experts;
+// take half the floats: the first LayerNorm's output, q, k, v and the attention's output on the
+// GPT path with dense attention (qkv_forward, attn_proj_forward), the GELU MLP's and GELU experts' hg (mlp_forward, the experts;
 // not when the MoE chunks overlap: their pieces of hg sit at fp32 offsets).
 enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
 static long room(const Model *M, long n, int which) {
@@ -288,7 +288,7 @@ static long room(const Model *M, long n, int which) {
 static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int cac) {
     long N = (long)M->Bmax * M->T;
     int d = M->d;
-    x->ln1 = TAKE(a, float, N * d);
+    x->ln1 = TAKE(a, float, room(M, N * d, ROOM_ATTN));
     x->qkv = TAKE(a, float, room(M, N * 3 * M->Hl * M->hd, ROOM_ATTN));
     if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, room(M, N * M->Hl * M->hd, ROOM_ATTN));
@@ -670,9 +670,13 @@ static void attn_forward(Model *M, int l, int B, int T, int recompute) {
         llama_norm_forward(M, x->ln1, x->ln1_rstd, M->resid[l], b->ln1w, N);
         llama_qkv_forward(M, l, B, T);
     } else {
-        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
-        if (gpt_pairs(M)) qkv_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl);
-        else matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+        if (gpt_pairs(M))
+            qkv_forward(x->qkv, x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), W(b->qkvw),
+                        W(b->qkvb), N, d, 3 * Dl);
+        else {
+            layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
+            matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
+        }
     }
     int keep = !(recompute && x->ar_attn);   // a CAC recompute needs atty alone
     if (gpt_pairs(M)) {

@@ -13,3 +13,14 @@ void linear_backward(float *dinp, long ldd, float *dw, const float *dout, long l
 // sums of dout.
 void linear_bias_forward(float *out, long ldo, const float *b, long N, int OC);
 void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC);
+// The tied LM head with its fused loss, as a training step runs it on one vocabulary shard:
+// logits[N,Vl] = inp[N,C]·w[Vl,C]ᵀ (linear_forward), then ops.h's crossentropy_fused. On a --bf16
+// GPU run the logits are kept in bf16 only (in the first half of their room), the loss gradient
+// written there in place, and head_loss_backward reads it as it is: logits is for these two ops
+// alone.
+void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
+                       const int *targets, long N, int C, int V, int Vl, float scale);
+// Its backward: dinp[N,C] written, dw[Vl,C] += dlogitsᵀ·inp (linear_backward), dlogits as
+// head_loss_forward leaves it.
+void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
+                        int Vl);

@@ -5,7 +5,6 @@
 #include "core/half.h"
 #include "core/simd.h"
 #include "nn/gemm.h"
-#include "nn/linear.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -297,15 +296,17 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
     }
 }
 
-void qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC) {
-    ON_GPU(cu_qkv_forward(qkv, inp, w, bias, N, C, OC));
-    matmul_forward(qkv, inp, w, bias, N, C, OC, 0);
+void qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw, const float *lnb,
+                 const float *w, const float *bias, long N, int C, int OC) {
+    ON_GPU(cu_qkv_forward(qkv, ln, mean, rstd, inp, lnw, lnb, w, bias, N, C, OC));
+    layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C);
+    matmul_forward(qkv, ln, w, bias, N, C, OC, 0);
 }
 
-void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w, long N,
+void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *ln, const float *w, long N,
                   int C, int OC) {
-    ON_GPU(cu_qkv_backward(dinp, dw, dbias, dqkv, inp, w, N, C, OC));
-    matmul_backward(dinp, dw, dbias, dqkv, inp, w, N, C, OC, 0);
+    ON_GPU(cu_qkv_backward(dinp, dw, dbias, dqkv, ln, w, N, C, OC));
+    matmul_backward(dinp, dw, dbias, dqkv, ln, w, N, C, OC, 0);
 }
 
 void attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
@@ -480,19 +481,6 @@ void crossentropy_fused(float *losses, float *logits, float *stats, const int *t
     crossentropy_exp(sum, logits, mx, N, 0, Vl, V);
     crossentropy_finish(losses, logits, mx, sum, tl, N, Vl);
     crossentropy_backward(logits, targets, N, 0, Vl, scale);
-}
-
-void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
-                       const int *targets, long N, int C, int V, int Vl, float scale) {
-    ON_GPU(cu_head_loss_forward(losses, logits, inp, w, targets, N, C, V, Vl, scale));
-    linear_forward(logits, Vl, inp, C, w, N, C, Vl, 0);
-    crossentropy_fused(losses, logits, stats, targets, N, V, Vl, scale);
-}
-
-void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
-                        int Vl) {
-    ON_GPU(cu_head_loss_backward(dinp, dw, dlogits, inp, w, N, C, Vl));
-    linear_backward(dinp, C, dw, dlogits, Vl, inp, C, w, N, C, Vl, 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -43,13 +43,16 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
 void attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                         int T, int H, int hd, float *scratch);
 long attention_scratch_floats(int T);
-// The GPT block's q, k, v: qkv[N,OC] = inp[N,C]·w[C,OC] + bias (matmul_forward). On a --bf16 GPU
-// run qkv holds only its bf16 copy (in the first half of its room), which attn_proj_forward and
-// attn_proj_backward read: qkv is for those two ops alone.
-void qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC);
-// Its backward: matmul_backward from dqkv[N,OC] (dinp written, not added), dqkv as
-// attn_proj_backward leaves it.
-void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w, long N,
+// The GPT block's LayerNorm and q, k, v: ln[N,C] = layernorm(inp) with lnw, lnb (mean, rstd
+// kept, layernorm_forward), then qkv[N,OC] = ln·w[C,OC] + bias (matmul_forward). On a --bf16 GPU
+// run ln and qkv hold only their bf16 copies (in the first half of their rooms): ln is for
+// qkv_backward alone, qkv for attn_proj_forward and attn_proj_backward.
+void qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw, const float *lnb,
+                 const float *w, const float *bias, long N, int C, int OC);
+// Its GEMMs' backward: matmul_backward from dqkv[N,OC] (dinp written, not added), dqkv as
+// attn_proj_backward leaves it and ln as qkv_forward leaves it (the LayerNorm's backward reads
+// inp, mean and rstd: layernorm_backward).
+void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *ln, const float *w, long N,
                   int C, int OC);
 // Attention and its output projection, the pair the GPT block runs: atty = attention(qkv), then
 // out[N,OC] = atty·wproj[H·hd,OC] + bproj (bproj may be NULL; out NULL: atty alone, CAC's
@@ -107,16 +110,6 @@ void crossentropy_backward(float *probs, const int *targets, long N, int v0, int
 // On a GPU one kernel that reads each row twice and writes it once (ops_cuda.h: cu_fused_classifier).
 void crossentropy_fused(float *losses, float *logits, float *stats, const int *targets, long N, int V, int Vl,
                         float scale);
-// The tied LM head with that loss, as a training step runs it on one vocabulary shard:
-// logits[N,Vl] = inp[N,C]·w[Vl,C]ᵀ (linear_forward), then crossentropy_fused. On a --bf16 GPU run
-// the logits are kept in bf16 only (in the first half of their room), the loss gradient written
-// there in place, and head_loss_backward reads it as it is: logits is for these two ops alone.
-void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
-                       const int *targets, long N, int C, int V, int Vl, float scale);
-// Its backward: dinp[N,C] written, dw[Vl,C] += dlogitsᵀ·inp (linear_backward), dlogits as
-// head_loss_forward leaves it.
-void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
-                        int Vl);
 
 // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, as cblas_sgemm (the LM head's products; the CPU: gemm_cpu).
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,

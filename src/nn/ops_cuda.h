@@ -77,7 +77,8 @@ double cu_sum(const float *x, long n);   // returns Σ x (in double) to the host
 void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int hd);
 void cu_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, const float *out, int B,
                            int T, int H, int hd, float *scratch);
-void cu_qkv_forward(float *qkv, const float *inp, const float *w, const float *bias, long N, int C, int OC);
+void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw,
+                    const float *lnb, const float *w, const float *bias, long N, int C, int OC);
 void cu_head_loss_forward(float *losses, float *logits, const float *inp, const float *w, const int *targets, long N,
                           int C, int V, int Vl, float scale);
 void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N,
