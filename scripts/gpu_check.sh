@@ -13,7 +13,8 @@
 #              racecheck over the op tests
 #   flash      build/flash_bench: the flash-attention kernels and the fused classifier alone (ms,
 #              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path); and
-#              build/gemm_shape_bench when carried (cuBLAS's host time a GEMM call, new shapes or not)
+#              build/gemm_shape_bench when carried (cuBLAS's host time a GEMM call, new shapes or not),
+#              build/lt_algos when carried (each cuBLASLt candidate's speed at the experts' shapes)
 #   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 150 s), given what is left
 # ops, train and sanitizer run side by side; flash and the bench run alone after them. One JSON line per
 # step on stdout; every log in $OUT/gpu_check.tar.gz (OUT: the device tool's folder, else
@@ -32,7 +33,7 @@ if [ "${REBUILD:-0}" = 1 ]; then
   if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 && make -C build -j"$(nproc)"; } >/dev/null
   then echo "gpu_check: the rebuild failed" >&2; exit 2; fi
 fi
-chmod +x "$TED" "$BIN"/test_cuda_* "$BIN"/flash_bench "$BIN"/gemm_shape_bench 2>/dev/null   # if the copy lost modes
+chmod +x "$TED" "$BIN"/test_cuda_* "$BIN"/flash_bench "$BIN"/gemm_shape_bench "$BIN"/lt_algos 2>/dev/null   # if the copy lost modes
 gpu_require gpu_check
 DEADLINE=$((EPOCHSECONDS + BUDGET - 5)) LOGS=$(mktemp -d)/gpu_check
 mkdir -p "$LOGS" "$OUT"
@@ -72,6 +73,7 @@ tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-
   has train && mkdir -p "$LOGS/train_logs" && cp /tmp/ted_cuda_train/*.jsonl "$LOGS/train_logs/" 2>/dev/null
   has flash && step flash_bench 30 "$BIN/flash_bench"
   has flash && [ -x "$BIN/gemm_shape_bench" ] && step gemm_shape_bench 30 "$BIN/gemm_shape_bench"
+  has flash && [ -x "$BIN/lt_algos" ] && step lt_algos 30 "$BIN/lt_algos"
   RESERVE=0 left=$((DEADLINE - EPOCHSECONDS))
   has bench && OUT=$LOGS/bench BENCH_BUDGET=$((left < BENCH_S ? left : BENCH_S)) step bench "$BENCH_S" bash bench/gpu_bench.sh
 } | tee "$LOGS/summary.jsonl"
