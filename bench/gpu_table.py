@@ -3,7 +3,8 @@
 only): per shape ted's ms/step (ted bench: the mean of its timed steps) against eager PyTorch's
 (bench/torch_bench.py: the median of its timed steps), ted's speed over PyTorch's, both MFUs and
 device memory peaks; then T 8192 at micro-batch 1, ted's device peak against `ted plan`'s figure;
-then TED_GPU_PROF's line per shape as a table (GPU ms per step by kind, launches, host syncs), and
+then MoE 4 K with the experts' GEMM classes timed (TED_LT_TUNE=1) against the run without; then
+TED_GPU_PROF's line per shape as a table (GPU ms per step by kind, launches, host syncs), and
 with TED_GPU_PROF=2 the slowest sites (ops, GEMM shapes) of the MoE 4 K run. A run that failed or
 never ran shows its log's last line instead of figures."""
 
@@ -81,6 +82,27 @@ def long_context(d):
     return s
 
 
+def lt_line(d):
+    """MoE 4 K with the experts' GEMM classes timed (TED_LT_TUNE=1, after 15 untimed steps) against
+    the run without, and what the timing found (TED_GPU_PROF's lt counts); None when it did not run."""
+    lines = read(os.path.join(d, "ted_moe4k_lt.txt"))
+    if not lines:
+        return None
+    t, base = result(lines, "ms_per_step"), result(read(os.path.join(d, "ted_moe4k.txt")), "ms_per_step")
+    if not t:
+        return f"MoE 4 K, TED_LT_TUNE=1: {last_line(lines)}"
+    s = f"MoE 4 K, TED_LT_TUNE=1 (15 untimed steps first): ted {t['ms_per_step']:.1f} ms/step"
+    if base:
+        s += f" (without: {base['ms_per_step']:.1f})"
+    js = (result(lines, "gpu_prof") or {}).get("gpu_prof", {})
+    if js.get("ms_per_step", {}).get("gemm") is not None:
+        s += f"; gemm {js['ms_per_step']['gemm']:.1f} ms"
+    lt = js.get("lt")
+    if lt:
+        s += f"; {lt['classes_timed']} classes timed, another candidate won {lt['another_won']}"
+    return s
+
+
 def prof_lines(d):
     """TED_GPU_PROF=1's JSON line per shape as a table: ms per step by kind, launches, host syncs."""
     out, kinds = [], None
@@ -136,6 +158,9 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(long_context(d))
+    lt = lt_line(d)
+    if lt:
+        print(lt)
     prof = prof_lines(d)
     print("ted TED_GPU_PROF=1, GPU ms per step by kind:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
     for line in prof + slowest_sites(d):

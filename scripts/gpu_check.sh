@@ -15,7 +15,7 @@
 #              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path); and
 #              build/gemm_shape_bench when carried (cuBLAS's host time a GEMM call, new shapes or not),
 #              build/lt_algos when carried (each cuBLASLt candidate's speed at the experts' shapes)
-#   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 150 s), given what is left
+#   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 170 s), given what is left
 # ops, train and sanitizer run side by side; flash and the bench run alone after them. One JSON line per
 # step on stdout; every log in $OUT/gpu_check.tar.gz (OUT: the device tool's folder, else
 # build/gpu_check). CHECKS picks steps ("card ops train sanitizer bench"); REBUILD=1 builds here
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.." || exit
 ROOT=$PWD TED=${TED:-$PWD/build/ted}
 BIN=$(dirname "$TED")
 OUT=${OUT:-build/gpu_check} BUDGET=${BUDGET:-300} CHECKS=${CHECKS:-card ops train sanitizer flash bench}
-BENCH_S=${BENCH_S:-150}
+BENCH_S=${BENCH_S:-180}
 export TED
 # shellcheck source=scripts/gpu_lib.sh
 source scripts/gpu_lib.sh
