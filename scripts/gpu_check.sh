@@ -14,7 +14,8 @@
 #   flash      build/flash_bench: the flash-attention kernels and the fused classifier alone (ms,
 #              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path); and
 #              build/gemm_shape_bench when carried (cuBLAS's host time a GEMM call, new shapes or not),
-#              build/lt_algos when carried (each cuBLASLt candidate's speed at the experts' shapes)
+#              build/lt_algos when carried (each cuBLASLt candidate's speed at the experts' shapes);
+#              and where the machine has Nsight Compute (ncu), its sections over the bf16 flash kernels
 #   bench      bench/gpu_bench.sh (ted against eager PyTorch, about 170 s), given what is left
 # ops, train and sanitizer run side by side; flash and the bench run alone after them. One JSON line per
 # step on stdout; every log in $OUT/gpu_check.tar.gz (OUT: the device tool's folder, else
@@ -40,6 +41,7 @@ mkdir -p "$LOGS" "$OUT"
 gpu_setup
 has() { [[ " $CHECKS " == *" $1 "* ]]; }
 san=$(command -v compute-sanitizer || true)
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1 || true)
 
 card() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
@@ -50,8 +52,16 @@ sanitize() {   # sanitize TOOL PROGRAM ARGS...
   [ -n "$san" ] || { echo "no compute-sanitizer on PATH"; return 3; }
   "$san" --tool "$1" --error-exitcode 9 "${@:2}"
 }
-export -f card sanitize
-export san
+# Nsight Compute over the first launch of each bf16 flash kernel of flash_bench: how near the
+# tensor cores and memory it runs, its occupancy and where its warps stall (a diagnostic: ncu's
+# own exit status, counters refused say, is in its log and does not fail the step)
+ncu_flash() {
+  "$ncu" --kernel-name regex:'mma_(forward|dq|dkv)_kernel' --launch-count 3 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats "$BIN/flash_bench" --reps 2 --baseline 0 --V 0
+  echo "ncu exit status $?"
+}
+export -f card sanitize ncu_flash
+export san ncu BIN
 ops=()   # the op tests carried: every test_cuda_* program beside ted but the emulator's
 for t in "$BIN"/test_cuda_*; do [[ -x $t && $t != *_emu ]] && ops+=("$t"); done
 tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-head 4 --n-positions 64 --seq-len 32
@@ -74,6 +84,7 @@ tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-
   has flash && step flash_bench 30 "$BIN/flash_bench"
   has flash && [ -x "$BIN/gemm_shape_bench" ] && step gemm_shape_bench 30 "$BIN/gemm_shape_bench"
   has flash && [ -x "$BIN/lt_algos" ] && step lt_algos 30 "$BIN/lt_algos"
+  has flash && [ -n "$ncu" ] && step ncu_flash 40 ncu_flash
   RESERVE=0 left=$((DEADLINE - EPOCHSECONDS))
   has bench && OUT=$LOGS/bench BENCH_BUDGET=$((left < BENCH_S ? left : BENCH_S)) step bench "$BENCH_S" bash bench/gpu_bench.sh
 } | tee "$LOGS/summary.jsonl"
