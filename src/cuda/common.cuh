@@ -28,6 +28,8 @@ static inline unsigned blocks_for(long n, long per) {
     long b = (n + per - 1) / per;
     return (unsigned)(b > 0 ? b : 1);
 }
+// blocks for a block per row (BLOCK_ROWS and ROW_COLS): one a row, 65536 at most (the loop strides)
+static inline unsigned row_grid(long rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
 
 }   // namespace cu
 
@@ -39,6 +41,8 @@ static inline unsigned blocks_for(long n, long per) {
          i += (long)gridDim.x * (blockDim.x >> 5))
 // one block per row i < N
 #define BLOCK_ROWS(i, N) for (long i = blockIdx.x; i < (N); i += gridDim.x)
+// a block's threads over a row's d columns, V at a time (V = 4: float4, V = 8: 16 bytes of bf16)
+#define ROW_COLS(c, d, V) for (int c = (V) * threadIdx.x; c < (d); c += (V) * blockDim.x)
 
 // ---- warp and block reductions ----------------------------------------------------------
 

@@ -243,10 +243,9 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
 // The dispatch and combine passes copy whole rows: block b takes rows b, b + grid, ..., a thread V
 // columns at a time (V = 4: float4, where d is a multiple of 4 and every row is 16-byte aligned;
 // rows_vec4). One thread per element with a 64-bit division for its row ran these at a third of
-// the HBM's rate (1.6 ms a step at the 4 K-token MoE bench shape on an H200).
-#define ROW_COLS(c, d, V) for (int c = (V) * threadIdx.x; c < (d); c += (V) * blockDim.x)
-
-static unsigned row_blocks(long rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
+// the HBM's rate (1.6 ms a step at the 4 K-token MoE bench shape on an H200). (ROW_COLS and
+// row_grid: common.cuh.)
+using cu::row_grid;
 
 // dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: 1): dispatch's forward, combine's dy
 template <int V> static __global__ void scatter_rows_kernel(float *dst, const float *src, const float *gate,
@@ -286,16 +285,16 @@ template <int V> static __global__ void gather_rows_kernel(float *acc, const flo
 static void scatter_rows(float *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * k * d <= 0) return;
     if (rows_vec4(d, dst, src, NULL, NULL))
-        scatter_rows_kernel<4><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
-    else scatter_rows_kernel<1><<<row_blocks(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
+        scatter_rows_kernel<4><<<row_grid(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
+    else scatter_rows_kernel<1><<<row_grid(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
     CU_LAUNCH_CHECK();
 }
 
 static void gather_rows(float *acc, const float *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * d <= 0) return;
     if (rows_vec4(d, acc, src, NULL, NULL))
-        gather_rows_kernel<4><<<row_blocks(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
-    else gather_rows_kernel<1><<<row_blocks(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
+        gather_rows_kernel<4><<<row_grid(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
+    else gather_rows_kernel<1><<<row_grid(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
     CU_LAUNCH_CHECK();
 }
 
@@ -367,7 +366,7 @@ static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const lo
 
 template <class W> static void fill_bias_rows_as(float *out, const W *bias, const long *doff, int El, long r0, long r1,
                                                  int n) {
-    unsigned g = row_blocks(r1 - r0);
+    unsigned g = row_grid(r1 - r0);
     if (rows_vec4(n, out, NULL, NULL, NULL) && (uintptr_t)bias % (4 * sizeof(W)) == 0)
         fill_bias_rows_kernel<4><<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
     else fill_bias_rows_kernel<1><<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);

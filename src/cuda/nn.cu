@@ -398,7 +398,7 @@ __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, co
     for (long r = r0 + blockIdx.x; r < r1; r += gridDim.x) {
         const W *b = bias ? bias_row(bias, off, El, r, f) : NULL;
         float *hr = h + r * f;
-        for (int c = V * threadIdx.x; c < f; c += V * blockDim.x) {
+        ROW_COLS(c, f, V) {
             float x[V], y[V];
             ldv<V>(x, hr, c);
             if (b) {
@@ -411,10 +411,7 @@ __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, co
             #pragma unroll
             for (int e = 0; e < V; e++) y[e] = gelu_d(x[e]);
             if (hg) stv<V>(hg + r * f, c, y);
-            if (hg16) {
-                if constexpr (V == 4) *(uint2 *)(hg16 + r * f + c) = make_uint2(bf16x2_d(y[0], y[1]), bf16x2_d(y[2], y[3]));
-                else hg16[r * f + c] = half_from_f32_d(1, y[0]);
-            }
+            if (hg16) stv<V>(hg16 + r * f, c, y);
         }
     }
 }
@@ -433,11 +430,7 @@ struct GeluBiasTerm {
         #pragma unroll
         for (int e = 0; e < V; e++) v[0][e] = gelu_grad_d(x[e], g[e]);
         if (dh) stv<V>(dh + i * C, c, v[0]);
-        if (dh16) {
-            if constexpr (V == 4)
-                *(uint2 *)(dh16 + i * C + c) = make_uint2(bf16x2_d(v[0][0], v[0][1]), bf16x2_d(v[0][2], v[0][3]));
-            else dh16[i * C + c] = half_from_f32_d(1, v[0][0]);
-        }
+        if (dh16) stv<V>(dh16 + i * C, c, v[0]);
     }
     bool vec4() const { return rows4(C, h) && rows4(C, dhg) && rows4(C, dh) && rows4(C, dh16, 2); }
 };
@@ -582,7 +575,7 @@ static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias,
                              long r1, int f) {
     int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0 &&
               (uintptr_t)bias % (4 * sizeof(W)) == 0;
-    unsigned g = (unsigned)(r1 - r0 < 65536 ? r1 - r0 : 65536);
+    unsigned g = row_grid(r1 - r0);
     if (vec) bias_gelu_forward_kernel<4><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
     else bias_gelu_forward_kernel<1><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
     CU_LAUNCH_CHECK();
@@ -772,7 +765,7 @@ extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float
     }
 }
 
-// ops.c's head_loss_forward: on a --bf16 run the GEMM writes the logits in bf16 only, into the
+// linear.c's head_loss_forward: on a --bf16 run the GEMM writes the logits in bf16 only, into the
 // first half of their room (cu_hg_half), and the classifier's bf16 form turns them into the loss
 // gradient in place: no fp32 logits written or read, and no cast of the gradient in the backward
 // (0.3 ms a step at the 4 K-token bench shape on an H200)
@@ -790,7 +783,7 @@ extern "C" void cu_head_loss_forward(float *losses, float *logits, const float *
     cu_fused_classifier_bf16(losses, l16, targets, N, V, Vl, scale);
 }
 
-// ops.c's head_loss_backward: the gradient in bf16 where the forward left it is the GEMMs' operand
+// linear.c's head_loss_backward: the gradient in bf16 where the forward left it is the GEMMs' operand
 extern "C" void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w,
                                       long N, int C, int Vl) {
     if (!cu_bf16()) { cu_linear_backward(dinp, C, dw, dlogits, Vl, inp, C, w, N, C, Vl, 0); return; }
@@ -853,13 +846,12 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
 }
 
-// rows of a bf16 bias: out16[i, c] = bias16[c] (the bits copied)
 // out16[r, :] = bias16 for rows r < N: a block per row, V = 8 elements (16 bytes) at a time where OC
 // is a multiple of 8 and both are 16-byte aligned (an element each with a 64-bit remainder ran at a
 // quarter of the HBM's rate)
 template <int V> __global__ void fill_rows16_kernel(uint16_t *out16, const uint16_t *bias16, long N, int OC) {
-    for (long r = blockIdx.x; r < N; r += gridDim.x)
-        for (int c = V * threadIdx.x; c < OC; c += V * blockDim.x) {
+    BLOCK_ROWS(r, N)
+        ROW_COLS(c, OC, V) {
             if constexpr (V == 8) *(uint4 *)(out16 + r * OC + c) = *(const uint4 *)(bias16 + c);
             else out16[r * OC + c] = bias16[c];
         }
@@ -887,7 +879,7 @@ extern "C" void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, 
     });
     if (bias) {
         const uint16_t *b16 = bf16_of(bias);
-        unsigned g = (unsigned)(N < 65536 ? N : 65536);
+        unsigned g = row_grid(N);
         if (OC % 8 == 0 && ((uintptr_t)q16 | (uintptr_t)b16) % 16 == 0)
             fill_rows16_kernel<8><<<g, kThreads, 0, cu_stream()>>>(q16, b16, N, OC);
         else fill_rows16_kernel<1><<<g, kThreads, 0, cu_stream()>>>(q16, b16, N, OC);
