@@ -12,7 +12,8 @@
 #   sanitizer  compute-sanitizer memcheck over 3-step GPU trainings (fp32 capacity, bf16 dropless),
 #              racecheck over the op tests
 #   flash      build/flash_bench: the flash-attention kernels and the fused classifier alone (ms,
-#              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path); and
+#              TFLOP/s at T 2048, hd 128, 16 heads, batch 2, beside the T x T path), once more
+#              with one buffer a streamed tile (TED_FLASH_BUFFERS=1: against the default two); and
 #              build/gemm_shape_bench when carried (cuBLAS's host time a GEMM call, new shapes or not),
 #              build/lt_algos when carried (each cuBLASLt candidate's speed at the experts' shapes);
 #              and where the machine has Nsight Compute (ncu), its sections over the bf16 flash kernels
@@ -82,6 +83,7 @@ tiny=(train --device cuda --data data/moby-dick.txt --n-layer 2 --n-embd 64 --n-
   wait
   has train && mkdir -p "$LOGS/train_logs" && cp /tmp/ted_cuda_train/*.jsonl "$LOGS/train_logs/" 2>/dev/null
   has flash && step flash_bench 30 "$BIN/flash_bench"
+  has flash && TED_FLASH_BUFFERS=1 step flash_bench_1buf 20 "$BIN/flash_bench" --baseline 0 --V 0
   has flash && [ -x "$BIN/gemm_shape_bench" ] && step gemm_shape_bench 30 "$BIN/gemm_shape_bench"
   has flash && [ -x "$BIN/lt_algos" ] && step lt_algos 30 "$BIN/lt_algos"
   has flash && [ -n "$ncu" ] && step ncu_flash 40 ncu_flash

@@ -64,6 +64,11 @@ for sched in roundrobin low high; do
     else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
   done
 done
+# the bf16 flash kernels with one buffer for each streamed tile, as where an SM's shared memory
+# holds two blocks of one but not of two (sm_80); the emulation has sm_90's and runs two
+if TED_FLASH_BUFFERS=1 TED_EMU_SCHEDULE=high "$bin/test_cuda_fused_emu" >"$TED_TMP/fused-nb1.out" 2>&1; then
+  ok "test_cuda_fused_emu (one buffer a streamed flash tile)"
+else bad "test_cuda_fused_emu (one buffer a streamed flash tile):"; grep -v " ok$" "$TED_TMP/fused-nb1.out" | tail -15; fi
 # and with the blocks of every launch in reverse and in random order: the MoE plan (capacity scan,
 # rows) and the optimizer's norm are the CPU's whatever order the blocks run in
 for order in reverse random; do

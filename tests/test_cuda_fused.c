@@ -53,7 +53,8 @@ static double rel_err(const float *a, const float *b, long n) {
     double md = 0, mb = 0;
     for (long i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= md)) md = d;
+        if (isnan(d)) return INFINITY;   // (a NaN must not be overwritten by the next element's error)
+        if (d > md) md = d;
         if (fabs(b[i]) > mb) mb = fabs(b[i]);
     }
     return md / (mb > 0.1 ? mb : 0.1);

@@ -19,6 +19,7 @@ void cu_set_bf16(int bf16);
 int cu_bf16(void);
 const char *cu_device_name(void);
 int cu_sm_count(void);                     // the GPU's streaming multiprocessors
+size_t cu_smem_per_sm(void);               // its shared memory an SM, bytes (0 before cu_init)
 double cu_peak_flops(void);                // datasheet dense bf16 peak in FLOP/s; 0 if unknown
 void *cu_malloc(size_t bytes);             // NULL when the device is out of memory
 void cu_free(void *p);

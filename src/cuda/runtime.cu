@@ -67,6 +67,8 @@ extern "C" const char *cu_device_name(void) { return prop.name; }
 
 extern "C" int cu_sm_count(void) { return prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1; }
 
+extern "C" size_t cu_smem_per_sm(void) { return prop.sharedMemPerMultiprocessor; }
+
 // Datasheet dense bf16 tensor-core peak of the GPU, FLOP/s (0 when not known).
 extern "C" double cu_peak_flops(void) {
     if (prop.major == 9) {
