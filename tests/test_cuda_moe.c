@@ -212,9 +212,11 @@ static void test_attn_proj(int B, int T, int H, int hd, int OC) {
     const char *name[7] = {"out", "atty", "lse", "dqkv", "gwproj", "gbproj", "datty"};
     char what[96];
     if (bf16) {   // atty: its bf16 copy in the fused op's room, widened, is the unfused fp32 atty;
-        // dqkv: the fused op's bf16 copy (for qkv_backward), widened, is the unfused fp32 dqkv rounded
+        // dqkv and datty: the fused op's bf16 copies (for qkv_backward, and the flash backward's dO),
+        // widened, are the unfused fp32 ones rounded
         widen_room(f[1], no, NULL);
         widen_room(f[3], nq, u[3]);
+        widen_room(f[6], no, u[6]);
     }
     for (int k = 0; k < 7; k++) {
         snprintf(what, sizeof what, "%sattn_proj T=%d %s = unfused", bf16 ? "bf16 " : "", T, name[k]);

@@ -921,18 +921,29 @@ extern "C" void cu_attn_proj_forward(float *out, float *atty, float *att, const 
 }
 
 // Its backward: the projection's (datty = dout·wprojᵀ written, gwproj += attyᵀ·dout with atty as
-// the forward left it, gbproj += Σ rows dout), then the attention's from datty
+// the forward left it, gbproj += Σ rows dout), then the attention's from datty. On a --bf16 run
+// datty is written in bf16 only, in its buffer's first half, where the flash backward reads it as
+// dO (no fp32 datty and no cast of it), and dqkv likewise, for cu_qkv_backward.
 extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj, float *datty, const float *dout,
                                       const float *att, const float *qkv, const float *atty, const float *wproj, int B,
                                       int T, int H, int hd, int OC, float *scratch) {
     PROF(PROF_ATTENTION);
-    int bf16 = cu_bf16();
-    matmul_backward_bias(datty, gwproj, gbproj, dout, atty, bf16 ? cu_hg_half(atty) : NULL, wproj, (long)B * T, H * hd,
-                         OC, 0);
-    if (bf16)   // dqkv in bf16 only, in its buffer's first half: for cu_qkv_backward
-        cu_attention_bf16_backward(NULL, cu_hg_half(dqkv), datty, att, cu_hg_half(qkv), cu_hg_half(atty), B, T, H, hd,
-                                   scratch);
-    else cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
+    long N = (long)B * T;
+    int D = H * hd;
+    if (!cu_bf16()) {
+        matmul_backward_bias(datty, gwproj, gbproj, dout, atty, NULL, wproj, N, D, OC, 0);
+        cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
+        return;
+    }
+    uint16_t *d16 = cu_hg_half(datty);
+    if (N > 0) {
+        const void *g = cu_operand(dout, N * OC, 0);
+        cu_gemm_op_c16(0, 1, (int)N, D, OC, 1.0f, g, OC, wproj, OC, 0.0f, d16, D);
+        matmul_backward_op(NULL, gwproj, g, atty, cu_hg_half(atty), wproj, N, D, OC, 0);
+        if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
+    }
+    cu_flash_attention_backward_bf16(cu_hg_half(dqkv), scratch, d16, cu_hg_half(atty), cu_hg_half(qkv), att, B, T, H,
+                                     hd);
 }
 
 // columns of this shard that are real vocabulary entries (ops.c's real_cols)
