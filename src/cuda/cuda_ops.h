@@ -59,9 +59,26 @@ void cu_gemm_op_c16(int transA, int transB, int M, int N, int K, float alpha, co
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                           long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
                           long long sC, int batch);
+// A bf16 GEMM with cuBLASLt's GELU epilogues, row-major C[M,N] bf16 (ldc; beta 0): the forward
+// (backward 0) C = GELU(op(A)·op(B) + bias) with aux = op(A)·op(B) + bias, GELU's input kept for
+// the backward (bias [N] bf16, or NULL: none); the backward C = (op(A)·op(B)) ⊙ GELU'(aux). aux:
+// bf16 [M, N] at C's stride. 0, or the library's status when it has no algorithm for it (then the
+// caller's own passes).
+extern "C" int cu_lt_gemm_gelu(int backward, int transA, int transB, int M, int N, int K, const void *A, int lda,
+                               const void *B, int ldb, const uint16_t *bias, uint16_t *C, uint16_t *aux, int ldc);
 // the same for batch problems at strides sA, sB (elements of the operand type) and sC (floats)
 void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);
+// whether a bf16 run's experts' GEMMs go through cuBLASLt (not with TED_GEMM_LT=0)
+int cu_gemm_lt_on(void);
+// GEMMs with GELU's epilogue on a bf16 run (nn.cu), GELU's input and output in bf16 only: h16, hg16
+// [M, f] (rows f apart) = x16·w + bias and its GELU, x16 [M, K] and w [K, f] bf16 operands, bias [f]
+// the run's bf16 weight or NULL; dh16 [M, f] = (g16·wᵀ) ⊙ GELU'(h16), g16 [M, N], w [f, N]. Through
+// cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (TED_LT_GELU=0: not), else the GEMM into an fp32
+// scratch and a pass.
+void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16, long M, int K,
+                    int f);
+void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N, int f);
 // The fused GELU passes of nn.cu that the experts (moe.cu) share. For the rows r in [r0, r1) of
 // h[·, f] after its GEMM: h += the bias row (bias [f]; with off, the El+1 device row offsets of
 // the experts, bias [El, f] and row r's expert's row; bias may be NULL), hg = GELU(h) (unless
@@ -73,6 +90,7 @@ void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias
 // GELU's gradient, gb[e, c] += Σ_r dh[r, c] with dh = dhg ⊙ GELU'(h) written over the rows
 // [off[0], off[El]) (dh may be dhg) with its bf16 copy dh16 unless NULL (gb NULL: dh alone).
 void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n);
+void cu_experts_bias_grad16(float *gb, const uint16_t *g16, const long *off, int El, int n);   // g16 bf16
 void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
                               int El, int f);
 // CU_CHECK(cudaCall) / CUBLAS_CHECK(cublasCall): one line naming the call and the error, then exit 1

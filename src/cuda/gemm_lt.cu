@@ -13,10 +13,10 @@
 // The row count is the dimension that varies with the tokens: M where A is not transposed
 // (forward, input gradient), K where A is transposed and B is not (a weight's gradient). These are
 // column counts of cuBLASLt's column-major layouts, so a rounded-up class is a valid layout of
-// the same leading dimensions. The dense layers keep cublasGemmEx (runtime.cu): their shapes
-// repeat every step, so its own cache serves them, and for some (the LM head's weight gradient,
-// the router's) its choice ran 3–4× faster than the Lt heuristic's first. fp32 runs keep
-// cublasGemmEx too (pedantic, no TF32).
+// the same leading dimensions. The dense layers keep cublasGemmEx (runtime.cu), but for the two
+// GEMMs of the GELU MLP that take GELU's epilogues (below): their shapes repeat every step, so its
+// own cache serves them, and for some (the LM head's weight gradient, the router's) its choice ran
+// 3–4× faster than the Lt heuristic's first. fp32 runs keep cublasGemmEx too (pedantic, no TF32).
 //
 // The heuristic's first answer is not always its fastest: on an H200 the experts' GEMMs ran at
 // 215–410 TFLOP/s in some classes where cublasGemmEx ran the dense layers' equal shapes at
@@ -27,6 +27,11 @@
 // whichever candidate the clock favoured. It is off by default: a dropless run meets new classes
 // for many steps (112 in 7 steps of the MoE bench), and each timing runs 8 candidates twice with
 // host waits, which cost a short run far more than it gains (docs/gpus.md).
+//
+// cu_lt_gemm_gelu: a bf16 GEMM with GELU's epilogues (the GELU MLPs' c_fc forward, GELU_AUX_BIAS:
+// GELU of the product plus the bias, its input kept; their c_proj input gradient, DGELU: the
+// product times GELU' of that input), bf16 C and the epilogue's matrix at C's stride, classed and
+// asked for as above, the epilogue and the alignments of its bias and matrix part of the class.
 #include "common.cuh"
 #include <cublasLt.h>
 #include <stdint.h>
@@ -39,9 +44,10 @@ constexpr size_t kWorkspace = 32u << 20;   // bytes, as cuBLAS's own default on 
 constexpr int kWarm = 1 << 16;              // a family's classes asked at its first call: 8 ... kWarm rows
 constexpr int kCand = 8;                    // the heuristic's candidates a class keeps (and times)
 
-// a shape class: what the heuristic is asked for
+// a shape class: what the heuristic is asked for (epi: the epilogue, c16: bf16 C, the alignments
+// of the bias and of the epilogue's matrix)
 struct Key {
-    int ta, tb, m, n, k, lda, ldb, ldc, batch, beta1, align_a, align_b, align_c;
+    int ta, tb, m, n, k, lda, ldb, ldc, batch, beta1, align_a, align_b, align_c, epi, c16, align_bias, align_aux;
     long long sa, sb, sc;
     bool operator==(const Key &o) const { return !memcmp(this, &o, sizeof *this); }
 };
@@ -89,7 +95,7 @@ struct Layouts {
     Layouts(const Key &k, cudaDataType t) {
         CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, t, k.tb ? k.k : k.n, k.tb ? k.n : k.k, k.ldb));
         CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, t, k.ta ? k.m : k.k, k.ta ? k.k : k.m, k.lda));
-        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, k.n, k.m, k.ldc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, k.c16 ? CUDA_R_16BF : CUDA_R_32F, k.n, k.m, k.ldc));
         if (k.batch > 1) {
             batched(a, k.batch, k.sb);
             batched(b, k.batch, k.sa);
@@ -105,20 +111,47 @@ struct Layouts {
     ~Layouts() { cublasLtMatrixLayoutDestroy(a); cublasLtMatrixLayoutDestroy(b); cublasLtMatrixLayoutDestroy(c); }
 };
 
+// An epilogue (kind: a cublasLtEpilogue_t) with its bf16 bias (a vector over our C's columns, the
+// column-major D's rows) and its bf16 matrix of C's shape (GELU's input: written by GELU_AUX_BIAS,
+// read by DGELU), ld elements a row
+struct Epi {
+    int kind;
+    const void *bias;
+    const void *aux;
+    long long ld;
+};
+
 struct Desc {
     cublasLtMatmulDesc_t d;
-    Desc(int ta, int tb) {
+    Desc(int ta, int tb, const Epi *e) {
         CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         cublasOperation_t oa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+        if (e) epilogue(*e);
+    }
+    void epilogue(const Epi &e) {
+        cublasLtEpilogue_t kind = (cublasLtEpilogue_t)e.kind;
+        cudaDataType t = CUDA_R_16BF;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &kind, sizeof kind));
+        if (e.bias) {
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
+        }
+        if (e.aux) {
+            int64_t ld = e.ld;
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux,
+                                                        sizeof e.aux));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
+        }
     }
     ~Desc() { cublasLtMatmulDescDestroy(d); }
 };
 
 // the heuristic's candidates for class k (false: it has none)
-bool ask(const Key &k, Choice *c) {
-    Desc d(k.ta, k.tb);
+bool ask(const Key &k, Choice *c, const Epi *e) {
+    Desc d(k.ta, k.tb, e);
     Layouts l(k, CUDA_R_16BF);
     cublasLtMatmulPreference_t p;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
@@ -141,9 +174,9 @@ bool ask(const Key &k, Choice *c) {
 }
 
 // class k's candidates kept, unless they are already or the heuristic has none
-void ask_into(const Key &k) {
+void ask_into(const Key &k, const Epi *e) {
     Choice c;
-    if (!L.algo.count(k) && ask(k, &c)) L.algo.emplace(k, c);
+    if (!L.algo.count(k) && ask(k, &c, e)) L.algo.emplace(k, c);
 }
 
 // An order-free digest of n words into *out (zeroed first): the sum of each word mixed with its
@@ -213,27 +246,25 @@ void tune(Choice *c, const Desc &d, const Layouts &l, const float *alpha, const 
     L.moved += c->pick != 0;
 }
 
-}   // namespace
+void init() {
+    CUBLAS_CHECK(cublasLtCreate(&L.h));
+    L.ws = ted_alloc_dev(kWorkspace, MEM_TEMP);
+    const char *t = getenv("TED_LT_TUNE");
+    L.tune_on = t && !strcmp(t, "1");
+}
 
-extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
-                          long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
-                          long long sC, int batch) {
-    if (!L.h) {
-        CUBLAS_CHECK(cublasLtCreate(&L.h));
-        L.ws = ted_alloc_dev(kWorkspace, MEM_TEMP);
-        const char *t = getenv("TED_LT_TUNE");
-        L.tune_on = t && !strcmp(t, "1");
-    }
-    Key k;
-    memset(&k, 0, sizeof k);   // the padding too: keys compare as bytes
-    k.ta = transA; k.tb = transB; k.m = M; k.n = N; k.k = K; k.lda = lda; k.ldb = ldb; k.ldc = ldc;
-    k.batch = batch; k.beta1 = beta != 0;
-    if (batch > 1) { k.sa = sA; k.sb = sB; k.sc = sC; }
-    k.align_a = alignment(A, sA, 2, batch);
-    k.align_b = alignment(B, sB, 2, batch);
-    k.align_c = alignment(C, sC, 4, batch);
+// Call k (its shape, C's element size by k.c16; the alignments are found here) through its
+// class's algorithm: 0, or the library's status when it has none or refused this call
+int run(Key k, float alpha, const void *A, const void *B, float beta, void *C, const Epi *e) {
+    if (!L.h) init();
+    int batch = k.batch;
+    k.align_a = alignment(A, k.sa, 2, batch);
+    k.align_b = alignment(B, k.sb, 2, batch);
+    k.align_c = alignment(C, k.sc, k.c16 ? 2 : 4, batch);
+    k.align_bias = e && e->bias ? alignment(e->bias, 0, 2, 1) : 0;
+    k.align_aux = e && e->aux ? alignment(e->aux, 0, 2, 1) : 0;
     Key cls = k;   // the class: the row count rounded up
-    int *row = !transA ? &cls.m : !transB ? &cls.k : NULL;
+    int *row = !k.ta ? &cls.m : !k.tb ? &cls.k : NULL;
     if (row) *row = rows(*row);
     auto it = L.algo.find(cls);
     if (it == L.algo.end()) {
@@ -242,20 +273,49 @@ extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alp
         // its row count: those are asked one class at a time)
         int want = row ? *row : 0;
         if (row && batch == 1)
-            for (int c = 8; c <= (want > kWarm ? want : kWarm); c *= 2) { *row = c; ask_into(cls); }
+            for (int c = 8; c <= (want > kWarm ? want : kWarm); c *= 2) { *row = c; ask_into(cls, e); }
         if (row) *row = want;
-        ask_into(cls);
+        ask_into(cls, e);
         it = L.algo.find(cls);
         if (it == L.algo.end()) return 1;   // the heuristic had none
     }
-    Desc d(transA, transB);
+    Desc d(k.ta, k.tb, e);
     Layouts l(k, CUDA_R_16BF);
     Choice &c = it->second;
-    if (L.tune_on && !c.tuned)   // C row-major [M, N] of stride ldc, batch problems sC apart
-        tune(&c, d, l, &alpha, A, B, &beta, C, (long long)(batch - 1) * sC + (long long)(M - 1) * ldc + N);
+    if (L.tune_on && !c.tuned && !e)   // C row-major [M, N] of stride ldc, batch problems sC apart
+        tune(&c, d, l, &alpha, A, B, &beta, (const float *)C,
+             (long long)(batch - 1) * k.sc + (long long)(k.m - 1) * k.ldc + k.n);
     L.calls++;
     return (int)cublasLtMatmul(L.h, d.d, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &c.algo[c.pick], L.ws,
                                kWorkspace, cu_stream());
+}
+
+// a key of the shape alone (the padding zeroed too: keys compare as bytes)
+Key shape(int transA, int transB, int M, int N, int K, int lda, int ldb, int ldc, int batch, float beta) {
+    Key k;
+    memset(&k, 0, sizeof k);
+    k.ta = transA; k.tb = transB; k.m = M; k.n = N; k.k = K; k.lda = lda; k.ldb = ldb; k.ldc = ldc;
+    k.batch = batch; k.beta1 = beta != 0;
+    return k;
+}
+
+}   // namespace
+
+extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                          long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch) {
+    Key k = shape(transA, transB, M, N, K, lda, ldb, ldc, batch, beta);
+    if (batch > 1) { k.sa = sA; k.sb = sB; k.sc = sC; }
+    return run(k, alpha, A, B, beta, C, NULL);
+}
+
+extern "C" int cu_lt_gemm_gelu(int backward, int transA, int transB, int M, int N, int K, const void *A, int lda,
+                               const void *B, int ldb, const uint16_t *bias, uint16_t *C, uint16_t *aux, int ldc) {
+    Key k = shape(transA, transB, M, N, K, lda, ldb, ldc, 1, 0.0f);
+    k.c16 = 1;
+    k.epi = backward ? CUBLASLT_EPILOGUE_DGELU : bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    Epi e{k.epi, backward ? NULL : bias, aux, ldc};
+    return run(k, 1.0f, A, B, 0.0f, C, &e);
 }
 
 extern "C" void cu_lt_counts(long *asked, long *calls) { *asked = L.asked; *calls = L.calls; }

@@ -423,7 +423,29 @@ static void point(const long *off, int El, const void *A, long a, int a_by_exper
 // never read as fp32 there: the second GEMM and the weight gradient take it as their bf16
 // operand, and the backward needs h, not hg (neither the 16-bit activation store, off on a GPU
 // bf16 run, nor anything else reads it). This saves, per MoE block, R·f·4 bytes written and R·f·6
-// of a cast in the backward.
+// of a cast in the backward. GELU's input h is kept in bf16 only too, where h is: c_fc's GEMM
+// writes h and hg through cuBLASLt's GELU epilogue (cu_gemm_gelu16), and the backward's c_proj
+// GEMM writes GELU's gradient from it (cu_gemm_dgelu16): no bias + GELU pass, no GELU-gradient
+// pass, no fp32 h or dhg.
+
+// c_proj's input gradient and GELU's on a bf16 run, expert by expert: dh16 = (dy·wproj_eᵀ) ⊙ GELU'(h16)
+static void dproj_gelu16(int El, int d, int f, const void *gy, const float *wproj, const uint16_t *h16,
+                         uint16_t *dh16, const long *off) {
+    for (int e = 0; e < El; e++) {
+        long r = off[e], M = off[e + 1] - r;
+        cu_gemm_dgelu16(cu_at(gy, r * d), cu_at(wproj, (long)e * f * d), h16 + r * f, dh16 + r * f, M, d, f);
+    }
+}
+
+// c_fc and GELU on a bf16 run, expert by expert: h16, hg16 = xin·wfc_e + bfc_e and its GELU
+static void fc_gelu16(int El, int d, int f, const void *x16, const float *wfc, const float *bfc, uint16_t *h16,
+                      uint16_t *hg16, const long *off) {
+    for (int e = 0; e < El; e++) {
+        long r = off[e], M = off[e + 1] - r;
+        const float *b = bfc ? (const float *)cu_at(bfc, (long)e * f) : NULL;
+        cu_gemm_gelu16(cu_at(x16, r * d), cu_at(wfc, (long)e * d * f), b, h16 + r * f, hg16 + r * f, M, d, f);
+    }
+}
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
                                    const float *bproj, float *h, float *hg, float *y, const float *xin,
@@ -434,12 +456,15 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     tables(El);
     const long *doff = upload_off(off, El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
-    // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h): on a bf16
-    // run only its bf16 copy, kept where hg is (cu_hg_half) for this GEMM and the backward's
-    point(off, El, cu_operand(xin, R * d, 0), d, 0, wfc, (long)d * f, 1, h, f, 0);
-    cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
+    // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h); a bf16 run
+    // keeps h and hg in bf16 only, where they are (cu_hg_half), from GEMMs with GELU's epilogue
     uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
-    cu_bias_gelu_forward(h, hg16 ? NULL : hg, hg16, bfc, doff, El, r0, R, f);
+    if (hg16) fc_gelu16(El, d, f, cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
+    else {
+        point(off, El, xin, d, 0, wfc, (long)d * f, 1, h, f, 0);
+        cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
+        cu_bias_gelu_forward(h, hg, NULL, bfc, doff, El, r0, R, f);
+    }
     // y = hg·wproj (+ bproj)
     if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
     point(off, El, hg16 ? (const void *)hg16 : hg, f, 0, wproj, (long)f * d, 1, y, d, 0);
@@ -471,17 +496,22 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     tables(El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
     const void *gy = cu_operand(dy, R * d, 0);
-    // c_proj: dhg = dy·wprojᵀ (written)
-    point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
-    cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
     // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, cu_hg_half)
     point(off, El, cu_bf16() ? (const void *)cu_hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, d);   // K = rows
     if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
-    // dhg = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows of it and the bf16 copy the
-    // GEMMs read, in one pass (slot 0: dy's copy is read by then)
-    uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 0) : NULL;
-    cu_experts_gelu_backward(gbfc, dh16 ? NULL : dhg, dh16, dhg, h, off, El, f);   // bf16: no fp32 dhg after
+    // c_proj: dhg = dy·wprojᵀ, then dh = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows
+    // of it. A bf16 run: dh in bf16 only, from GEMMs with GELU's gradient epilogue (slot 2: slot 0
+    // holds dy's copy, slot 1 takes xin's below), gbfc from it
+    uint16_t *dh16 = cu_bf16() ? cu_half_slot(R * f, 2) : NULL;
+    if (dh16) {
+        dproj_gelu16(El, d, f, gy, wproj, cu_hg_half(h), dh16, off);
+        cu_experts_bias_grad16(gbfc, dh16, off, El, f);
+    } else {
+        point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
+        cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
+        cu_experts_gelu_backward(gbfc, dhg, NULL, dhg, h, off, El, f);
+    }
     const void *gh = dh16 ? (const void *)dh16 : dhg;
     // c_fc: dxin = dhg·wfcᵀ (written)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);

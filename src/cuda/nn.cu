@@ -371,10 +371,12 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, long n) {
     GRID_STRIDE(i, n) out[i] = gelu_d(inp[i]);
 }
 
-// dinp = dout ⊙ GELU'(inp) (dinp may be dout), and its bf16 copy dinp16 unless NULL
-__global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float *inp, const float *dout, long n) {
+// dinp = dout ⊙ GELU'(inp) (dinp may be dout), and its bf16 copy dinp16 unless NULL; inp fp32,
+// or bf16 (I = uint16_t: GELU's input kept in bf16 only)
+template <class I>
+__global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const I *inp, const float *dout, long n) {
     GRID_STRIDE(i, n) {
-        float g = gelu_grad_d(inp[i], dout[i]);
+        float g = gelu_grad_d(ldw(inp, i), dout[i]);
         if (dinp) dinp[i] = g;
         if (dinp16) dinp16[i] = half_from_f32_d(1, g);
     }
@@ -382,7 +384,8 @@ __global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp16, const float 
 
 // The MLP's first half after its GEMM (beta 0), for rows r in [r0, r1) of h[·, f]: h += the bias
 // row (bias [f]; with off, bias [El, f] and row r's expert's row), hg = GELU(h) (unless NULL), and
-// hg16 = the bf16 copy of hg that the next GEMM reads (unless NULL). Replaces a bias pass before
+// hg16 = the bf16 copy of hg that the next GEMM reads (unless NULL); with h16, h + bias is written
+// there in bf16 instead of over h. Replaces a bias pass before
 // the GEMM, the GEMM's read of it, a GELU pass and a cast pass. The bias row of row r:
 template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, const long *off, int El, long r, int f) {
     return bias + (off ? (long)expert_of(off, El, r) : 0) * f;
@@ -393,8 +396,8 @@ template <class W> __device__ __forceinline__ const W *bias_row(const W *bias, c
 // One thread per element (or float4) with a 64-bit division and an expert search for its row ran
 // the experts' pass at about half the HBM's rate.
 template <int V, class W>
-__global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El,
-                                         long r0, long r1, int f) {
+__global__ void bias_gelu_forward_kernel(float *h, uint16_t *h16, float *hg, uint16_t *hg16, const W *bias,
+                                         const long *off, int El, long r0, long r1, int f) {
     for (long r = r0 + blockIdx.x; r < r1; r += gridDim.x) {
         const W *b = bias ? bias_row(bias, off, El, r, f) : NULL;
         float *hr = h + r * f;
@@ -406,8 +409,9 @@ __global__ void bias_gelu_forward_kernel(float *h, float *hg, uint16_t *hg16, co
                 ldwv<V>(bb, b, c);
                 #pragma unroll
                 for (int e = 0; e < V; e++) x[e] += bb[e];
-                stv<V>(hr, c, x);
+                if (!h16) stv<V>(hr, c, x);
             }
+            if (h16) stv<V>(h16 + r * f, c, x);
             #pragma unroll
             for (int e = 0; e < V; e++) y[e] = gelu_d(x[e]);
             if (hg) stv<V>(hg + r * f, c, y);
@@ -571,32 +575,84 @@ static void matmul_backward_bias(float *dinp, float *dw, float *dbias, const flo
 
 // bias_gelu_forward over rows [r0, r1), four columns at a time where the layout allows
 template <class W>
-static void bias_gelu_launch(float *h, float *hg, uint16_t *hg16, const W *bias, const long *off, int El, long r0,
-                             long r1, int f) {
+static void bias_gelu_launch(float *h, uint16_t *h16, float *hg, uint16_t *hg16, const W *bias, const long *off,
+                             int El, long r0, long r1, int f) {
     int vec = f % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)hg % 16 == 0 && (uintptr_t)hg16 % 8 == 0 &&
-              (uintptr_t)bias % (4 * sizeof(W)) == 0;
+              (uintptr_t)h16 % 8 == 0 && (uintptr_t)bias % (4 * sizeof(W)) == 0;
     unsigned g = row_grid(r1 - r0);
-    if (vec) bias_gelu_forward_kernel<4><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
-    else bias_gelu_forward_kernel<1><<<g, kThreads, 0, cu_stream()>>>(h, hg, hg16, bias, off, El, r0, r1, f);
+    if (vec)
+        bias_gelu_forward_kernel<4><<<g, kThreads, 0, cu_stream()>>>(h, h16, hg, hg16, bias, off, El, r0, r1, f);
+    else bias_gelu_forward_kernel<1><<<g, kThreads, 0, cu_stream()>>>(h, h16, hg, hg16, bias, off, El, r0, r1, f);
     CU_LAUNCH_CHECK();
 }
 
 void cu_bias_gelu_forward(float *h, float *hg, uint16_t *hg16, const float *bias, const long *off, int El, long r0,
                           long r1, int f) {
     if (r1 <= r0 || f <= 0) return;
-    if (cu_bf16()) bias_gelu_launch(h, hg, hg16, bf16_of(bias), off, El, r0, r1, f);
-    else bias_gelu_launch(h, hg, hg16, bias, off, El, r0, r1, f);
+    if (cu_bf16()) bias_gelu_launch(h, (uint16_t *)NULL, hg, hg16, bf16_of(bias), off, El, r0, r1, f);
+    else bias_gelu_launch(h, (uint16_t *)NULL, hg, hg16, bias, off, El, r0, r1, f);
 }
 
-// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 = dh in bf16 (either may be NULL)
-static void gelu_backward_copy(float *dh, uint16_t *dh16, const float *h, const float *dhg, long n) {
+// dh[n] = dhg ⊙ GELU'(h) (dh may be dhg) and dh16 = dh in bf16 (either may be NULL); h fp32 or bf16
+template <class I> static void gelu_backward_copy(float *dh, uint16_t *dh16, const I *h, const float *dhg, long n) {
     if (n <= 0) return;
     gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, cu_stream()>>>(dh, dh16, h, dhg, n);
     CU_LAUNCH_CHECK();
 }
 
+// ---- GEMMs with GELU's epilogue (a --bf16 run: GELU's input and output in bf16 only) -------------
+// cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (gemm_lt.cu) where the library has an algorithm
+// for them and TED_LT_GELU is not 0; else the GEMM into an fp32 scratch and this file's passes.
+static int lt_gelu_on(void) {
+    const char *e = getenv("TED_LT_GELU");   // read each time: the op tests run both ways
+    return !(e && !strcmp(e, "0")) && cu_gemm_lt_on();
+}
+
+// an fp32 scratch of n floats (one buffer, grown when needed; stream-ordered reuse)
+static float *gelu_scratch(long n) {
+    static void *buf;
+    static size_t cap;
+    return (float *)grow_dev(&buf, &cap, sizeof(float) * (size_t)(n > 0 ? n : 1));
+}
+
+// h16, hg16 [M, f] (bf16, rows f apart) = GELU's input x16·w + bias and its output: x16 [M, K] and
+// w [K, f] bf16 operands, bias [f] (the run's bf16 weight) or NULL
+void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16, long M, int K,
+                    int f) {
+    if (M <= 0 || f <= 0) return;
+    const uint16_t *b16 = bias ? bf16_of(bias) : NULL;
+    if (lt_gelu_on()) {
+        PROF(PROF_GEMM);
+        cu_prof_gemm(0, 0, (int)M, f, K, 1, 0.0f);
+        cu_prof_launch(1);
+        if (!cu_lt_gemm_gelu(0, 0, 0, (int)M, f, K, x16, K, w, f, b16, hg16, h16, f)) return;
+    }
+    float *h = gelu_scratch(M * f);
+    cu_gemm_op(0, 0, (int)M, f, K, 1.0f, x16, K, w, f, 0.0f, h, f);
+    bias_gelu_launch(h, h16, (float *)NULL, hg16, b16, NULL, 0, 0, M, f);
+}
+
+// dh16 [M, f] = (g16·wᵀ) ⊙ GELU'(h16): g16 [M, N] and w [f, N] bf16 operands, h16 as
+// cu_gemm_gelu16 left it
+void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N, int f) {
+    if (M <= 0 || f <= 0) return;
+    if (lt_gelu_on()) {
+        PROF(PROF_GEMM);
+        cu_prof_gemm(0, 1, (int)M, f, N, 1, 0.0f);
+        cu_prof_launch(1);
+        if (!cu_lt_gemm_gelu(1, 0, 1, (int)M, f, N, g16, N, w, N, NULL, dh16, (uint16_t *)h16, f)) return;
+    }
+    float *dh = gelu_scratch(M * f);
+    cu_gemm_op(0, 1, (int)M, f, N, 1.0f, g16, N, w, N, 0.0f, dh, f);
+    gelu_backward_copy((float *)NULL, dh16, h16, dh, M * f);
+}
+
 void cu_experts_bias_grad(float *gb, const float *g, const long *off, int El, int n) {
     expert_colsum_add(gb, off, El, n, ColTerm{g, n});
+}
+
+void cu_experts_bias_grad16(float *gb, const uint16_t *g16, const long *off, int El, int n) {
+    expert_colsum_add(gb, off, El, n, ColTerm16{g16, n});
 }
 
 void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float *dhg, const float *h, const long *off,
@@ -821,29 +877,46 @@ extern "C" void cu_matmul_bias_gelu_backward(float *dinp, float *dw, float *dbia
     bias_gelu_backward_op(dinp, dw, dbias, dh, dhg, h, inp, w, N, C, OC, 1);
 }
 
-// The dense MLP (ops.c's mlp_forward): the first half as above; on a --bf16 run its GELU pass
-// writes only hg's bf16 copy, in hg's room (cu_hg_half): the second GEMM reads it, and so does
-// cu_mlp_backward's weight gradient (no fp32 hg written, no cast of it in either pass). out NULL:
-// the first half alone (a CAC recompute).
+// The dense MLP (ops.c's mlp_forward): the first half as above; on a --bf16 run GELU's input h and
+// output hg are written in bf16 only, in their rooms (cu_hg_half), by c_fc's GEMM with GELU's
+// epilogue (cu_gemm_gelu16): the second GEMM reads hg there, and so does cu_mlp_backward's weight
+// gradient, and the backward's GELU gradient reads h (no fp32 h or hg, no bias + GELU pass, no cast
+// of hg). out NULL: the first half alone (a CAC recompute).
 extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,
                                const float *wproj, const float *bproj, long N, int C, int F, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
-    mlp_first_half(h, hg16 ? NULL : hg, hg16, inp, wfc, bfc, N, C, F);
-    if (out) matmul_forward_op(out, hg16 ? (const void *)hg16 : hg, wproj, bproj, N, F, OC, 0);
+    if (!cu_bf16()) {
+        mlp_first_half(h, hg, NULL, inp, wfc, bfc, N, C, F);
+        if (out) matmul_forward_op(out, hg, wproj, bproj, N, F, OC, 0);
+        return;
+    }
+    uint16_t *hg16 = cu_hg_half(hg);
+    cu_gemm_gelu16(cu_operand(inp, N * C, 0), wfc, bfc, cu_hg_half(h), hg16, N, C, F);
+    if (out) matmul_forward_op(out, hg16, wproj, bproj, N, F, OC, 0);
 }
 
 // Its backward (ops.c's mlp_backward): the second GEMM's (dh = dout·wprojᵀ written, gwproj +=
 // hgᵀ·dout with hg as cu_mlp_forward left it, gbproj += Σ rows dout), then the first half's from
-// dh in place (a --bf16 run writes only the GELU gradient's bf16 copy, which the GEMMs read)
+// dh in place. A --bf16 run: dh = (dout·wprojᵀ) ⊙ GELU'(h) in bf16 only, from the GEMM with GELU's
+// gradient epilogue (cu_gemm_dgelu16; slot 2), the GEMMs' operand and gbfc's terms.
 extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gwproj, float *gbproj, float *dh,
                                 const float *dout, const float *h, const float *hg, const float *inp, const float *wfc,
                                 const float *wproj, long N, int C, int F, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    matmul_backward_bias(dh, gwproj, gbproj, dout, hg, cu_bf16() ? cu_hg_half(hg) : NULL, wproj, N, F, OC, 0);
-    bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
+    if (!cu_bf16()) {
+        matmul_backward_bias(dh, gwproj, gbproj, dout, hg, NULL, wproj, N, F, OC, 0);
+        bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
+        return;
+    }
+    const void *g = cu_operand(dout, N * OC, 0);
+    uint16_t *dh16 = cu_half_slot(N * F, 2);
+    cu_gemm_dgelu16(g, wproj, cu_hg_half(h), dh16, N, OC, F);
+    matmul_backward_op(NULL, gwproj, g, hg, cu_hg_half(hg), wproj, N, F, OC, 0);
+    if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
+    if (gbfc && F > 0) colsum_add<1>(gbfc, NULL, N, F, ColTerm16{dh16, F});
+    matmul_backward_op(dinp, gwfc, dh16, inp, NULL, wfc, N, C, F, 0);
 }
 
 // out16[r, :] = bias16 for rows r < N: a block per row, V = 8 elements (16 bytes) at a time where OC

@@ -63,6 +63,8 @@ extern "C" void cu_set_bf16(int bf16) {
 
 extern "C" int cu_bf16(void) { return bf16_run; }
 
+int cu_gemm_lt_on(void) { return bf16_run && lt_on; }
+
 extern "C" const char *cu_device_name(void) { return prop.name; }
 
 extern "C" int cu_sm_count(void) { return prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1; }

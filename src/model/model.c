@@ -275,8 +275,9 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
 // The rooms a --bf16 GPU run's ops keep in bf16 alone, in their first half (cuda_ops.h: cu_hg_half),
 // take half the floats: the first LayerNorm's output, q, k, v and the attention's output on the
-// GPT path with dense attention (qkv_forward, attn_proj_forward), the GELU MLP's and GELU experts' hg (mlp_forward, the experts;
-// not when the MoE chunks overlap: their pieces of hg sit at fp32 offsets).
+// GPT path with dense attention (qkv_forward, attn_proj_forward), the GELU MLP's and the GELU
+// experts' h and hg (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not when the
+// MoE chunks overlap: their pieces sit at fp32 offsets).
 enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
@@ -295,16 +296,17 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     x->mid = TAKE(a, float, N * d);
     x->ln2 = TAKE(a, float, N * d);
     if (dense) {
-        x->fch = TAKE(a, float, N * M->fl * M->ffn_mult);
+        x->fch = TAKE(a, float, room(M, N * M->fl * M->ffn_mult, ROOM_MLP));
         x->fchg = TAKE(a, float, room(M, N * M->fl, ROOM_MLP));
     }
     if (moe) {
         int mult = M->kind->hidden_mult;
         MoeActs *e = &x->moe;
         long Rs = M->moe.Rs, Rr = M->moe.Rr;
-        e->h = TAKE(a, float, Rr * M->fel * mult); e->hg = TAKE(a, float, room(M, Rr * M->fel, ROOM_EXPERTS));
+        e->h = TAKE(a, float, room(M, Rr * M->fel * mult, ROOM_EXPERTS));
+        e->hg = TAKE(a, float, room(M, Rr * M->fel, ROOM_EXPERTS));
         if (M->fs) {
-            e->sh_h = TAKE(a, float, N * M->fsl * mult);
+            e->sh_h = TAKE(a, float, room(M, N * M->fsl * mult, ROOM_EXPERTS));
             e->sh_hg = TAKE(a, float, room(M, N * M->fsl, ROOM_EXPERTS));
         }
         if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);

@@ -930,7 +930,22 @@ struct Gemm {
     Rounding r;
     cudaDataType at, bt, ct;
     int split = 0;   // a split-K algorithm's order: the two halves of k summed apart, then added in fp32
+    int epi = 0;     // cuBLASLt's epilogue (cublasLtEpilogue_t; 0: none), on bf16 bias [m] and aux [m, n] (ld auxld)
+    const void *bias = nullptr;
+    void *aux = nullptr;
+    int64_t auxld = 0;
 };
+
+// GELU (tanh form) and its derivative, as the model's (src/nn/ops.c)
+static float emu_gelu(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+static float emu_gelu_grad(float x) {
+    const float k = 0.7978845608028654f;
+    float th = tanhf(k * (x + 0.044715f * x * x * x)), dudx = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dudx;
+}
 
 static void check_ld(const char *what, const Gemm &g) {
     int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, br = g.tb == CUBLAS_OP_N ? g.k : g.n;
@@ -940,6 +955,19 @@ static void check_ld(const char *what, const Gemm &g) {
 }
 
 // C[m,n] = alpha·op(A)·op(B) + beta·C, column-major (runs in the stream)
+// cuBLASLt's epilogue on element (i, j) of the product, v in fp32: + bias[i]; GELU with its input
+// stored in aux (bf16), or the product times GELU'(aux)
+static float lt_epilogue(const Gemm &g, int i, int j, float v) {
+    size_t x = i + (size_t)j * g.auxld;
+    if (g.epi & CUBLASLT_EPILOGUE_BIAS) v += load_as_f32(g.bias, CUDA_R_16BF, i);
+    if (g.epi == CUBLASLT_EPILOGUE_DGELU) return v * emu_gelu_grad(load_as_f32(g.aux, CUDA_R_16BF, x));
+    if (g.epi & CUBLASLT_EPILOGUE_GELU) {
+        store_from_f32(g.aux, CUDA_R_16BF, x, v);
+        return emu_gelu(v);
+    }
+    return v;
+}
+
 static void gemm_run(const char *what, const Gemm &g, const void *A, const void *B, void *C) {
     stats.gemms++;
     stats.gemms_f32 += g.at == CUDA_R_32F;
@@ -951,6 +979,8 @@ static void gemm_run(const char *what, const Gemm &g, const void *A, const void 
         check_span(B, type_size(g.bt) * extent(g.tb == CUBLAS_OP_N, g.k, g.n, g.ldb), what);
     }
     check_span(C, type_size(g.ct) * extent(true, g.m, g.n, g.ldc), what);
+    if (g.epi & CUBLASLT_EPILOGUE_BIAS) check_span(g.bias, 2 * (size_t)g.m, what);
+    if (g.aux) check_span(g.aux, 2 * extent(true, g.m, g.n, (int)g.auxld), what);
     auto rounded = [&](float x) { return g.r == TF32 ? round_tf32(x) : x; };
     // op(A) as rows of k, op(B)ᵀ as rows of k: the inner loop runs over contiguous memory
     std::vector<float> a((size_t)g.m * g.k), b((size_t)g.n * g.k);
@@ -974,7 +1004,8 @@ static void gemm_run(const char *what, const Gemm &g, const void *A, const void 
             }
             size_t at = i + (size_t)j * g.ldc;
             double c = g.beta == 0.0f ? 0.0 : (double)g.beta * load_as_f32(C, g.ct, at);   // beta 0: C not read
-            store_from_f32(C, g.ct, at, (float)(g.alpha * s + c));
+            float v = (float)(g.alpha * s + c);
+            store_from_f32(C, g.ct, at, g.epi ? lt_epilogue(g, i, j, v) : v);
         }
 }
 
@@ -1077,14 +1108,21 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
 // above, the second as a split-K kernel would (the halves of k summed apart, so other bits); on
 // the events' clock the second runs fastest, the third next (each adds 10, 30 or 20 ms to it),
 // so that a tuner which keeps a faster algorithm without checking its result takes the wrong one.
+// Epilogues: none, or GELU's with its input kept (GELU_AUX, GELU_AUX_BIAS with a bf16 bias) and
+// its gradient (DGELU), on a bf16 D with a bf16 matrix beside it (lt_epilogue_ok says what else);
+// the heuristic finds algorithms for one epilogue, and cublasLtMatmul stops a run that calls an
+// algorithm with another.
 
 struct cublasLtContext { int alive; };
 namespace {
 constexpr uint32_t kLtDesc = 0x4c744431, kLtLayout = 0x4c744c31, kLtPref = 0x4c745031, kLtAlgo = 0x4c744131;
-struct LtDesc { uint32_t magic; cublasComputeType_t cmp; cudaDataType scale; cublasOperation_t ta, tb; };
+struct LtDesc {
+    uint32_t magic; cublasComputeType_t cmp; cudaDataType scale; cublasOperation_t ta, tb;
+    uint32_t epi; const void *bias; const void *aux; int64_t auxld; cudaDataType biast, auxt;   // the epilogue's
+};
 struct LtLayout { uint32_t magic; cudaDataType t; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; };
 struct LtPref { uint32_t magic; uint64_t ws; uint32_t align[4]; };
-struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; int idx; };
+struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; int idx; uint32_t epi; };
 constexpr int kLtAlgos = 3;
 constexpr double kLtMs[kLtAlgos] = {30, 10, 20};   // what each algorithm adds to the events' clock
 static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc");
@@ -1129,6 +1167,23 @@ bool lt_types(const char *what, const LtDesc &d, const LtLayout &a, const LtLayo
     return types_of(what, &h, a.t, b.t, c.t, d.cmp, false, &r);
 }
 
+// An epilogue the library has kernels for (the emulation's: none, or GELU's with its bf16 input
+// kept, GELU_AUX_BIAS with a bf16 bias, and DGELU), on a bf16 D, its matrix's ld a multiple of
+// 8 and at least D's rows, one problem; else (a line saying why) the heuristic answers none.
+bool lt_epilogue_ok(const char *what, const LtDesc &d, const LtLayout &c) {
+    if (d.epi == CUBLASLT_EPILOGUE_DEFAULT) return true;
+    const char *no = NULL;
+    if (d.epi != CUBLASLT_EPILOGUE_GELU_AUX && d.epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        d.epi != CUBLASLT_EPILOGUE_DGELU)
+        no = "an epilogue the emulation does not have";
+    else if (c.t != CUDA_R_16BF || c.batch != 1) no = "D is not one bf16 matrix";
+    else if (!d.aux || d.auxt != CUDA_R_16BF || d.auxld % 8 || d.auxld < (int64_t)c.rows)
+        no = "its matrix is not bf16 with an ld a multiple of 8, at least D's rows";
+    else if ((d.epi & CUBLASLT_EPILOGUE_BIAS) && (!d.bias || d.biast != CUDA_R_16BF)) no = "no bf16 bias";
+    if (no) fprintf(stderr, "emu: %s: epilogue %u refused: %s\n", what, d.epi, no);
+    return !no;
+}
+
 uint32_t lt_align(const void *p, int64_t stride, size_t elem, int batch) {
     uintptr_t x = (uintptr_t)p | 256;
     if (batch > 1) x |= (uintptr_t)(stride * (int64_t)elem) | 256;
@@ -1141,7 +1196,8 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { LOCK; flush(); delete h; re
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t cmp, cudaDataType_t scale) {
     *d = new cublasLtMatmulDescOpaque_t();
-    lt_put(*d, LtDesc{kLtDesc, cmp, scale, CUBLAS_OP_N, CUBLAS_OP_N});
+    lt_put(*d, LtDesc{kLtDesc, cmp, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0,
+                      CUDA_R_32F, CUDA_R_32F});
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
@@ -1151,6 +1207,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     LtDesc x = lt_get<LtDesc>(d, kLtDesc, what);
     if (attr == CUBLASLT_MATMUL_DESC_TRANSA) lt_attr(buf, n, &x.ta, what);
     else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) lt_attr(buf, n, &x.tb, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) lt_attr(buf, n, &x.epi, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) lt_attr(buf, n, &x.bias, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) lt_attr(buf, n, &x.biast, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER) lt_attr(buf, n, &x.aux, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) lt_attr(buf, n, &x.auxld, what);
+    else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE) lt_attr(buf, n, &x.auxt, what);
     else die("%s: attribute %d is not emulated", what, (int)attr);
     lt_put(d, x);
     return CUBLAS_STATUS_SUCCESS;
@@ -1208,10 +1270,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     lt_gemm(what, x, la, lb, lc, 1, 0);
     if (want < 1 || !res || !got) die("%s: asked for %d results", what, want);
     *got = 0;
-    if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!lt_types(what, x, la, lb, lc) || !lt_epilogue_ok(what, x, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
     for (int i = 0; i < want && i < kLtAlgos; i++) {
         memset(&res[i], 0, sizeof res[i]);
-        LtAlgo al{kLtAlgo, x.ta, x.tb, la.t, lb.t, lc.t, {pr.align[0], pr.align[1], pr.align[2], pr.align[3]}, i};
+        LtAlgo al{kLtAlgo, x.ta, x.tb, la.t, lb.t, lc.t, {pr.align[0], pr.align[1], pr.align[2], pr.align[3]}, i,
+                  x.epi};
         lt_put(&res[i].algo, al);
         res[i].state = CUBLAS_STATUS_SUCCESS;
         res[i].wavesCount = 1;
@@ -1237,11 +1300,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (!algo) die("%s: no algorithm (ted always passes the heuristic's)", what);
     LtAlgo al = lt_get<LtAlgo>(algo, kLtAlgo, what);
     Gemm g = lt_gemm(what, x, la, lb, lc, *(const float *)alpha, *(const float *)beta);
-    if (!lt_types(what, x, la, lb, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!lt_types(what, x, la, lb, lc) || !lt_epilogue_ok(what, x, lc)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (al.idx < 0 || al.idx >= kLtAlgos) die("%s: an algorithm the heuristic never gave", what);
     g.split = al.idx == 1;
     if (al.ta != x.ta || al.tb != x.tb || al.at != la.t || al.bt != lb.t || al.ct != lc.t)
         die("%s: an algorithm found for other transposes or types", what);
+    if (al.epi != x.epi) die("%s: an algorithm found for another epilogue (%u, not %u)", what, al.epi, x.epi);
+    if (x.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        if (*(const float *)beta != 0.0f) die("%s: an epilogue with beta %g (ted's take beta 0)", what, *(const float *)beta);
+        g.epi = (int)x.epi;
+        g.bias = x.bias;
+        g.aux = (void *)x.aux;
+        g.auxld = x.auxld;
+    }
     if (lt_align(B, lb.stride, type_size(lb.t), lb.batch) < al.align[1] ||
         lt_align(A, la.stride, type_size(la.t), la.batch) < al.align[0] ||
         lt_align(C, lc.stride, type_size(lc.t), lc.batch) < al.align[2])
