@@ -5,8 +5,9 @@
 #   dense 4 K tokens/step ted micro-batch 2, one expert;    PyTorch batch 2
 #   MoE 16 K tokens/step  ted micro-batch 2, grad-accum 4;  PyTorch batch 8
 # and T 8192 at micro-batch 1 (ted only): its device memory peak against `ted plan --config`'s figure;
-# then MoE 4 K with the experts' GEMM classes timed by the clock (TED_LT_TUNE=1, src/cuda/gemm_lt.cu)
-# after 15 untimed steps, which take the timings.
+# then MoE 4 K with GELU by its own passes instead of cuBLASLt's epilogues (TED_LT_GELU=0), and
+# with the experts' GEMM classes timed by the clock (TED_LT_TUNE=1, src/cuda/gemm_lt.cu) after 15
+# untimed steps, which take the timings (these two are extra: their failure fails nothing).
 # ted: `ted bench` (2 warm-up + 5 timed steps, the mean) with TED_GPU_PROF=1, and last, if the budget
 # leaves time, MoE 4 K again with TED_GPU_PROF=2 (its sites: ops and GEMM shapes; more events, so
 # not the run timed, and not needed for the bench to pass); PyTorch:
@@ -28,7 +29,7 @@ gpu_setup
 py=${PYTHON:-python3}
 model=(--n-embd 2048 --n-layer 8 --n-head 16 --n-inner 8192 --vocab-size 50304 --top-k 2 --moe-every 2)
 moe=(--num-experts 8 --capacity-factor 0)
-run_ted() { TED_LT_TUNE=${LT:-0} TED_GPU_PROF=${PROF:-1} step "ted_$1" "$2" "$TED" bench --device cuda --bf16 "${model[@]}" "${@:3}"; }
+run_ted() { TED_LT_TUNE=${LT:-0} TED_LT_GELU=${GELU:-1} TED_GPU_PROF=${PROF:-1} step "ted_$1" "$2" "$TED" bench --device cuda --bf16 "${model[@]}" "${@:3}"; }
 run_torch() { step "torch_$1" "$2" "$py" bench/torch_bench.py --device cuda --bf16 --peak-tflops 989.4 "${model[@]}" "${@:3}"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$LOGS/card.txt" 2>&1
@@ -44,8 +45,9 @@ printf '{"model": {"vocab_size": 50304, "n_positions": 8192, "n_embd": 2048, "n_
   run_ted moe16k 45 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --grad-accum 4 --steps 5
   run_torch moe16k 45 --seq-len 2048 "${moe[@]}" --batch 8 --warmup 2 --steps 5
   run_ted t8192 40 --seq-len 8192 --n-positions 8192 "${moe[@]}" --micro-batch 1 --steps 1
+  GELU=0 run_ted moe4k_gelu0 30 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
   LT=1 run_ted moe4k_lt 40 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5 --bench-warmup 15
   PROF=2 run_ted sites_moe4k 30 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
 } | tee "$LOGS/runs.jsonl"
 "$py" bench/gpu_table.py "$LOGS" | tee "$LOGS/table.md"
-! grep -vE '"step": "ted_(sites_|moe4k_lt)' "$LOGS/runs.jsonl" | grep -qE '"status": "(fail|timeout|skipped)"'   # the sites and the timed classes: extra
+! grep -vE '"step": "ted_(sites_|moe4k_lt|moe4k_gelu0)' "$LOGS/runs.jsonl" | grep -qE '"status": "(fail|timeout|skipped)"'   # the sites and the timed classes: extra

@@ -103,6 +103,26 @@ def lt_line(d):
     return s
 
 
+def gelu_line(d):
+    """MoE 4 K with GELU by its own passes (TED_LT_GELU=0) against the run with cuBLASLt's GELU
+    epilogues: ms a step, and the gemm and norm_elementwise kinds; None when it did not run."""
+    lines = read(os.path.join(d, "ted_moe4k_gelu0.txt"))
+    if not lines:
+        return None
+    t, base = result(lines, "ms_per_step"), result(read(os.path.join(d, "ted_moe4k.txt")), "ms_per_step")
+    if not t:
+        return f"MoE 4 K, TED_LT_GELU=0: {last_line(lines)}"
+    s = f"MoE 4 K, TED_LT_GELU=0 (GELU's own passes): ted {t['ms_per_step']:.1f} ms/step"
+    if base:
+        s += f" (with the epilogues: {base['ms_per_step']:.1f})"
+    ms = [((result(run, "gpu_prof") or {}).get("gpu_prof") or {}).get("ms_per_step", {})
+          for run in (lines, read(os.path.join(d, "ted_moe4k.txt")))]
+    for kind in ("gemm", "norm_elementwise"):
+        if ms[0].get(kind) is not None and ms[1].get(kind) is not None:
+            s += f"; {kind} {ms[0][kind]:.1f} / {ms[1][kind]:.1f} ms"
+    return s
+
+
 def prof_lines(d):
     """TED_GPU_PROF=1's JSON line per shape as a table: ms per step by kind, launches, host syncs."""
     out, kinds = [], None
@@ -158,9 +178,9 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(long_context(d))
-    lt = lt_line(d)
-    if lt:
-        print(lt)
+    for extra in (gelu_line(d), lt_line(d)):
+        if extra:
+            print(extra)
     prof = prof_lines(d)
     print("ted TED_GPU_PROF=1, GPU ms per step by kind:" if prof else "ted TED_GPU_PROF=1: no gpu_prof lines in ted's output")
     for line in prof + slowest_sites(d):
