@@ -889,6 +889,7 @@ int main(void) {
     test_layernorm(37, 48);
     test_layernorm(1100, 40);
     test_layernorm(5, 50);                 // d not a multiple of 4: a float at a time
+    test_layernorm(70, 2056);              // the one-pass backward with 3 column groups, the last short
     test_matmul(37, 48, 70);
     test_matmul(777, 24, 70);
     test_gelu();

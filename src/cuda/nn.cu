@@ -173,6 +173,77 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
     }
 }
 
+// LayerNorm's backward in one pass over the rows: a block of kLnThreads per chunk of `per` rows, a
+// thread 4 columns in every 4·kLnThreads (K of them), the row's dout and inp held in registers
+// across the two block-wide sums it needs (the next row's loads issued before them); dinp += its
+// term, and the block's dw, db over its rows into part[k][block][c] (colsum_finish adds them in
+// block order). It replaces a warp-per-row pass that read each row twice and a column-sum pass that
+// read dout and inp once more.
+constexpr int kLnThreads = 256, kLnWarps = kLnThreads / 32;
+template <int K, class W>
+__global__ void __launch_bounds__(kLnThreads)
+layernorm_backward_rows_kernel(float *dinp, float *part, const float *dout, const float *inp, const W *w,
+                               const float *mean, const float *rstd, long N, int d, long per) {
+    __shared__ float red[2][2][kLnWarps];   // [row parity][Σ g·w, Σ g·w·x̂][warp]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float wv[K][4], pw[K][4] = {}, pb[K][4] = {}, g[K][4], x[K][4];
+    auto cols = [&](int k) { return 4 * ((int)threadIdx.x + k * kLnThreads); };
+    auto load = [&](long i) {
+        #pragma unroll
+        for (int k = 0; k < K; k++)
+            if (cols(k) < d) { ldv<4>(g[k], dout + i * d, cols(k)); ldv<4>(x[k], inp + i * d, cols(k)); }
+    };
+    #pragma unroll
+    for (int k = 0; k < K; k++)
+        if (cols(k) < d) ldwv<4>(wv[k], w, cols(k));
+    const long i0 = blockIdx.x * per, i1 = i0 + per < N ? i0 + per : N;
+    if (i0 < i1) load(i0);
+    for (long i = i0; i < i1; i++) {
+        const int par = (int)(i & 1);
+        const float m = mean[i], s = rstd[i];
+        float a = 0.0f, b = 0.0f, gr[K][4], xh[K][4];
+        #pragma unroll
+        for (int k = 0; k < K; k++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                gr[k][e] = cols(k) < d ? g[k][e] : 0.0f;
+                xh[k][e] = cols(k) < d ? (x[k][e] - m) * s : 0.0f;
+                float gw = gr[k][e] * (cols(k) < d ? wv[k][e] : 0.0f);
+                a += gw;
+                b += gw * xh[k][e];
+            }
+        if (i + 1 < i1) load(i + 1);
+        a = warp_sum(a);
+        b = warp_sum(b);
+        if (lane == 0) { red[par][0][warp] = a; red[par][1][warp] = b; }
+        __syncthreads();   // (red[par] is written again two rows on, after the next row's barrier)
+        float A = 0.0f, B = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < kLnWarps; j++) { A += red[par][0][j]; B += red[par][1][j]; }
+        A /= d;
+        B /= d;
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (cols(k) >= d) continue;
+            float dv[4];
+            ldv<4>(dv, dinp + i * d, cols(k));
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                dv[e] += (gr[k][e] * wv[k][e] - A - xh[k][e] * B) * s;
+                pw[k][e] += gr[k][e] * xh[k][e];
+                pb[k][e] += gr[k][e];
+            }
+            stv<4>(dinp + i * d, cols(k), dv);
+        }
+    }
+    #pragma unroll
+    for (int k = 0; k < K; k++)
+        if (cols(k) < d) {
+            stv<4>(part + (long)blockIdx.x * d, cols(k), pw[k]);
+            stv<4>(part + ((long)gridDim.x + blockIdx.x) * d, cols(k), pb[k]);
+        }
+}
+
 // Column sums in a fixed order, in two passes so that every SM has work: block (x, y) owns the
 // columns [32x, 32x + 32) of the rows [y·kColChunk, (y + 1)·kColChunk); its thread (tx, ty) sums
 // the rows ty, ty + kColRows, … of column 32x + tx in order, the kColRows partials are added in ty
@@ -762,10 +833,49 @@ extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mea
     });
 }
 
+template <int K, class W>
+static void ln_rows_launch(long R, float *dinp, float *part, const float *dout, const float *inp, const W *w,
+                           const float *mean, const float *rstd, long N, int d, long per) {
+    layernorm_backward_rows_kernel<K><<<(unsigned)R, kLnThreads, 0, cu_stream()>>>(dinp, part, dout, inp, w, mean,
+                                                                                   rstd, N, d, per);
+}
+
+// layernorm_backward_rows_kernel where d allows (a multiple of 4, at most 16·kLnThreads, the rows
+// float4-aligned): false where it does not
+template <class W> static bool ln_backward_rows(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                                const W *w, const float *mean, const float *rstd, long N, int d) {
+    static void *buf;
+    static size_t cap;
+    int K = (d / 4 + kLnThreads - 1) / kLnThreads;
+    if (d % 4 || K > 4 || !dw || !db || !rows4(d, dout) || !rows4(d, inp) || !rows4(d, dinp) ||
+        (uintptr_t)w % (4 * sizeof(W)))
+        return false;
+    long R = (N + 7) / 8, most = 2L * cu_sm_count();   // blocks: 8 rows each or more, one wave of 2 an SM
+    R = R < most ? R : most;
+    long per = (N + R - 1) / R;
+    R = (N + per - 1) / per;
+    int over = fresh_whole(dw, d) && fresh_whole(db, d);
+    for (float *o : {dw, db})
+        if (over) fresh_beta(o, d);   // taken: written below
+        else fresh_prepare(o, d);
+    float *part = (float *)grow_dev(&buf, &cap, sizeof(float) * 2 * R * (size_t)d);
+    if (K == 1) ln_rows_launch<1>(R, dinp, part, dout, inp, w, mean, rstd, N, d, per);
+    else if (K == 2) ln_rows_launch<2>(R, dinp, part, dout, inp, w, mean, rstd, N, d, per);
+    else if (K == 3) ln_rows_launch<3>(R, dinp, part, dout, inp, w, mean, rstd, N, d, per);
+    else ln_rows_launch<4>(R, dinp, part, dout, inp, w, mean, rstd, N, d, per);
+    CU_LAUNCH_CHECK();
+    colsum_finish_kernel<<<grid_for(d, kThreads), kThreads, 0, cu_stream()>>>(dw, db, part, (int)R, d, over);
+    CU_LAUNCH_CHECK();
+    return true;
+}
+
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, long N, int d) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
+    if (cu_bf16() ? ln_backward_rows(dinp, dw, db, dout, inp, bf16_of(w), mean, rstd, N, d)
+                  : ln_backward_rows(dinp, dw, db, dout, inp, w, mean, rstd, N, d))
+        return;
     ln_launch(d, dinp, dout, inp, NULL, w, w, [&](auto v, auto *ww, auto *) {
         ln_backward_inp<decltype(v)::value>(dinp, dout, inp, ww, mean, rstd, N, d);
     });
