@@ -173,24 +173,22 @@ __device__ __forceinline__ void online_softmax(float (&s)[NS][4], float (&o)[NO]
     #pragma unroll
     for (int i = 0; i < 2; i++) {
         int q = t0 + g + 8 * i;
-        float mx = -INFINITY;
+        float mx = -INFINITY;   // the row's largest score unscaled (c > 0: the scaled one's place too)
         #pragma unroll
         for (int n = 0; n < NS; n++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float v = s[n][2 * i + e] * c;
-                if (MASK && u0 + 8 * n + 2 * t + e > q) v = -INFINITY;
-                s[n][2 * i + e] = v;
-                mx = fmaxf(mx, v);
+                if (MASK && u0 + 8 * n + 2 * t + e > q) s[n][2 * i + e] = -INFINITY;
+                mx = fmaxf(mx, s[n][2 * i + e]);
             }
-        float m_new = fmaxf(m[i], quad_max(mx)), ref = m_new == -INFINITY ? 0.0f : m_new, sum = 0.0f;
+        float m_new = fmaxf(m[i], quad_max(mx) * c), ref = m_new == -INFINITY ? 0.0f : m_new, sum = 0.0f;
         float alpha = exp2f(m[i] - ref);
         m[i] = m_new;
         #pragma unroll
         for (int n = 0; n < NS; n++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float p = exp2f(s[n][2 * i + e] - ref);
+                float p = exp2f(fmaf(s[n][2 * i + e], c, -ref));   // the scale folded in: one FFMA
                 s[n][2 * i + e] = p;
                 sum += p;
             }
