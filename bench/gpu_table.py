@@ -82,22 +82,33 @@ def long_context(d):
     return s
 
 
+def variant(d, name, label, other):
+    """The head of an extra MoE 4 K run's line (ted_<name>.txt): its ms a step against the plain
+    run's (labelled `other`), and its log lines (None when it failed); (None, None) when it did not run."""
+    lines = read(os.path.join(d, f"ted_{name}.txt"))
+    if not lines:
+        return None, None
+    t, base = result(lines, "ms_per_step"), result(read(os.path.join(d, "ted_moe4k.txt")), "ms_per_step")
+    if not t:
+        return f"MoE 4 K, {label}: {last_line(lines)}", None
+    s = f"MoE 4 K, {label}: ted {t['ms_per_step']:.1f} ms/step"
+    return s + (f" ({other}: {base['ms_per_step']:.1f})" if base else ""), lines
+
+
+def prof_ms(lines):
+    """TED_GPU_PROF's ms a step by kind in a run's log lines ({} when none)."""
+    return ((result(lines, "gpu_prof") or {}).get("gpu_prof") or {}).get("ms_per_step", {})
+
+
 def lt_line(d):
     """MoE 4 K with the experts' GEMM classes timed (TED_LT_TUNE=1, after 15 untimed steps) against
     the run without, and what the timing found (TED_GPU_PROF's lt counts); None when it did not run."""
-    lines = read(os.path.join(d, "ted_moe4k_lt.txt"))
+    s, lines = variant(d, "moe4k_lt", "TED_LT_TUNE=1 (15 untimed steps first)", "without")
     if not lines:
-        return None
-    t, base = result(lines, "ms_per_step"), result(read(os.path.join(d, "ted_moe4k.txt")), "ms_per_step")
-    if not t:
-        return f"MoE 4 K, TED_LT_TUNE=1: {last_line(lines)}"
-    s = f"MoE 4 K, TED_LT_TUNE=1 (15 untimed steps first): ted {t['ms_per_step']:.1f} ms/step"
-    if base:
-        s += f" (without: {base['ms_per_step']:.1f})"
-    js = (result(lines, "gpu_prof") or {}).get("gpu_prof", {})
-    if js.get("ms_per_step", {}).get("gemm") is not None:
-        s += f"; gemm {js['ms_per_step']['gemm']:.1f} ms"
-    lt = js.get("lt")
+        return s
+    if prof_ms(lines).get("gemm") is not None:
+        s += f"; gemm {prof_ms(lines)['gemm']:.1f} ms"
+    lt = ((result(lines, "gpu_prof") or {}).get("gpu_prof") or {}).get("lt")
     if lt:
         s += f"; {lt['classes_timed']} classes timed, another candidate won {lt['another_won']}"
     return s
@@ -106,17 +117,10 @@ def lt_line(d):
 def gelu_line(d):
     """MoE 4 K with GELU by its own passes (TED_LT_GELU=0) against the run with cuBLASLt's GELU
     epilogues: ms a step, and the gemm and norm_elementwise kinds; None when it did not run."""
-    lines = read(os.path.join(d, "ted_moe4k_gelu0.txt"))
+    s, lines = variant(d, "moe4k_gelu0", "TED_LT_GELU=0 (GELU's own passes)", "with the epilogues")
     if not lines:
-        return None
-    t, base = result(lines, "ms_per_step"), result(read(os.path.join(d, "ted_moe4k.txt")), "ms_per_step")
-    if not t:
-        return f"MoE 4 K, TED_LT_GELU=0: {last_line(lines)}"
-    s = f"MoE 4 K, TED_LT_GELU=0 (GELU's own passes): ted {t['ms_per_step']:.1f} ms/step"
-    if base:
-        s += f" (with the epilogues: {base['ms_per_step']:.1f})"
-    ms = [((result(run, "gpu_prof") or {}).get("gpu_prof") or {}).get("ms_per_step", {})
-          for run in (lines, read(os.path.join(d, "ted_moe4k.txt")))]
+        return s
+    ms = [prof_ms(lines), prof_ms(read(os.path.join(d, "ted_moe4k.txt")))]
     for kind in ("gemm", "norm_elementwise"):
         if ms[0].get(kind) is not None and ms[1].get(kind) is not None:
             s += f"; {kind} {ms[0][kind]:.1f} / {ms[1][kind]:.1f} ms"
