@@ -638,9 +638,9 @@ static void matmul_backward_op(float *dinp, float *dw, const void *g, const floa
 
 // matmul_backward_op with the bias gradient: dbias += Σ rows dout (unless NULL); dout fp32
 static void matmul_backward_bias(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                                 const void *inp16, const float *w, long N, int C, int OC, int accumulate) {
+                                 const float *w, long N, int C, int OC, int accumulate) {
     if (N <= 0) return;
-    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, inp16, w, N, C, OC, accumulate);
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, NULL, w, N, C, OC, accumulate);
     if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm{dout, OC});
 }
 
@@ -736,12 +736,12 @@ void cu_experts_gelu_backward(float *gb, float *dh, uint16_t *dh16, const float 
     gelu_backward_copy(dh ? dh + r0 : NULL, dh16 ? dh16 + r0 : NULL, h + r0, dhg + r0, (off[El] - off[0]) * f);
 }
 
-// h[N,F] = inp·w + bias, hg = GELU(h), hg16 its bf16 copy unless NULL: one GEMM (beta 0), one pass
-static void mlp_first_half(float *h, float *hg, uint16_t *hg16, const float *inp, const float *w, const float *bias,
-                           long N, int C, int F) {
+// h[N,F] = inp·w + bias, hg = GELU(h): one GEMM (beta 0), one pass
+static void mlp_first_half(float *h, float *hg, const float *inp, const float *w, const float *bias, long N, int C,
+                           int F) {
     if (F <= 0) return;
     cu_gemm_op(0, 0, (int)N, F, C, 1.0f, cu_operand(inp, N * C, 0), C, w, F, 0.0f, h, F);
-    cu_bias_gelu_forward(h, hg, hg16, bias, NULL, 0, 0, N, F);
+    cu_bias_gelu_forward(h, hg, NULL, bias, NULL, 0, 0, N, F);
 }
 
 // dh[N,F] = dhg ⊙ GELU'(h) and its bf16 copy dh16 (either may be NULL), dbias += Σ rows dh: one pass
@@ -893,7 +893,7 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                    const float *w, long N, int C, int OC, int accumulate) {
     PROF(PROF_ELEMENTWISE);
-    matmul_backward_bias(dinp, dw, dbias, dout, inp, NULL, w, N, C, OC, accumulate);
+    matmul_backward_bias(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate);
 }
 
 extern "C" void cu_gelu_forward(float *out, const float *inp, long n) {
@@ -969,7 +969,7 @@ extern "C" void cu_matmul_bias_gelu_forward(float *h, float *hg, const float *in
                                             long N, int C, int OC) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
-    mlp_first_half(h, hg, NULL, inp, w, bias, N, C, OC);
+    mlp_first_half(h, hg, inp, w, bias, N, C, OC);
 }
 
 // (wide: dh is written in fp32 on a bf16 run too; else only the bf16 copy the GEMMs read)
@@ -997,7 +997,7 @@ extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     if (!cu_bf16()) {
-        mlp_first_half(h, hg, NULL, inp, wfc, bfc, N, C, F);
+        mlp_first_half(h, hg, inp, wfc, bfc, N, C, F);
         if (out) matmul_forward_op(out, hg, wproj, bproj, N, F, OC, 0);
         return;
     }
@@ -1016,7 +1016,7 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     if (!cu_bf16()) {
-        matmul_backward_bias(dh, gwproj, gbproj, dout, hg, NULL, wproj, N, F, OC, 0);
+        matmul_backward_bias(dh, gwproj, gbproj, dout, hg, wproj, N, F, OC, 0);
         bias_gelu_backward_op(dinp, gwfc, gbfc, dh, dh, h, inp, wfc, N, C, F, 0);   // dh: scratch (ops.h)
         return;
     }
@@ -1078,7 +1078,7 @@ extern "C" void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, 
 extern "C" void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *ln,
                                 const float *w, long N, int C, int OC) {
     PROF(PROF_ELEMENTWISE);
-    if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, ln, NULL, w, N, C, OC, 0); return; }
+    if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, ln, w, N, C, OC, 0); return; }
     if (N <= 0) return;
     const uint16_t *g16 = cu_hg_half(dqkv);
     matmul_backward_op(dinp, dw, g16, ln, cu_hg_half(ln), w, N, C, OC, 0);
@@ -1114,7 +1114,7 @@ extern "C" void cu_attn_proj_backward(float *dqkv, float *gwproj, float *gbproj,
     long N = (long)B * T;
     int D = H * hd;
     if (!cu_bf16()) {
-        matmul_backward_bias(datty, gwproj, gbproj, dout, atty, NULL, wproj, N, D, OC, 0);
+        matmul_backward_bias(datty, gwproj, gbproj, dout, atty, wproj, N, D, OC, 0);
         cu_attention_backward(dqkv, datty, att, qkv, atty, B, T, H, hd, scratch);
         return;
     }
