@@ -524,6 +524,49 @@ static void test_bf16_gemm_classes(void) {
     cu_free(dw); free(w);
 }
 
+// cu_gemm_gelu16 through cuBLASLt's GELU epilogue (F 48) or, where the library has no algorithm for
+// it (F 45: the epilogue's matrix needs an ld a multiple of 8), its own passes: the family's 14
+// classes asked at the first call and none at the second, also when refused (a refusal asked again
+// each call would cost every GEMM 14 host queries), the GEMM through cuBLASLt only where taken, and
+// the second call's h and hg the first's bits (the values are test_mlp_forward's and the experts')
+static int same_dev_bits(const void *a, const void *b, size_t bytes) {
+    unsigned char *x = malloc(bytes), *y = malloc(bytes);
+    cu_memcpy(x, a, bytes);
+    cu_memcpy(y, b, bytes);
+    int same = !memcmp(x, y, bytes);
+    free(x); free(y);
+    return same;
+}
+static void test_bf16_gelu_classes(void) {
+    int N = 300, C = 40;
+    for (int i = 0; i < 2; i++) {
+        int F = i ? 45 : 48;
+        float *x = rnd((long)N * C, 1, 0), *w = rnd((long)C * F, 1, 0), *b = rnd(F, 1, 0);
+        float *dx = round_up_bf16(x, (long)N * C), *dw = round_up_bf16(w, (long)C * F), *db = round_up_bf16(b, F);
+        uint16_t *h[2], *hg[2];
+        long asked[3], calls[3];
+        cu_lt_counts(&asked[0], &calls[0]);
+        for (int k = 0; k < 2; k++) {
+            h[k] = cu_malloc(2 * (size_t)N * F);
+            hg[k] = cu_malloc(2 * (size_t)N * F);
+            cu_gemm_gelu16(dx, dw, db, h[k], hg[k], N, C, F);
+            cu_lt_counts(&asked[k + 1], &calls[k + 1]);
+        }
+        size_t bytes = 2 * (size_t)N * F;
+        int lt = F % 8 == 0, same = same_dev_bits(h[0], h[1], bytes) && same_dev_bits(hg[0], hg[1], bytes);
+        int ok = asked[1] - asked[0] == 14 && asked[2] == asked[1] && calls[1] - calls[0] == lt &&
+                 calls[2] - calls[1] == lt && same;
+        printf("%-40s heuristic asked %ld then %ld times, %ld GEMMs through it, repeat %s %s\n",
+               F % 8 ? "bf16 GEMM + GELU, F 45 (refused)" : "bf16 GEMM + GELU, F 48 (epilogue)",
+               asked[1] - asked[0], asked[2] - asked[1], calls[2] - calls[0], same ? "same" : "DIFFERS",
+               ok ? "ok" : "FAIL");
+        fails += !ok;
+        for (int k = 0; k < 2; k++) { cu_free(h[k]); cu_free(hg[k]); }
+        cu_free(dx); cu_free(dw); cu_free(db);
+        free(x); free(w); free(b);
+    }
+}
+
 static void test_bf16_norm_embed(void) {
     long N = 37;
     int d = 48, B = 1, T = 37, Vl = 20;
@@ -904,6 +947,7 @@ int main(void) {
     test_opt_step(0, 0, 1);
     cu_set_bf16(1);            // as a --bf16 run: bf16 weights and GEMM operands
     test_bf16_gemm_classes();   // test_bf16_matmul too
+    test_bf16_gelu_classes();
     test_bf16_norm_embed();
     test_fused();
     test_opt_step(1, 0, 1);

@@ -21,6 +21,20 @@ void cu_lt_counts(long *asked, long *calls);   // gemm_lt.cu: heuristic queries,
 extern "C"
 #endif
 void cu_lt_tuned(long *tuned, long *moved);   // gemm_lt.cu: classes timed, those where a later candidate won
+// GEMMs with GELU's epilogue on a bf16 run (nn.cu), GELU's input and output in bf16 only: h16, hg16
+// [M, f] (rows f apart) = x16·w + bias and its GELU, x16 [M, K] and w [K, f] bf16 operands, bias [f]
+// the run's bf16 weight or NULL; dh16 [M, f] = (g16·wᵀ) ⊙ GELU'(h16), g16 [M, N], w [f, N]. Through
+// cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (TED_LT_GELU=0: not), else the GEMM into an fp32
+// scratch and a pass.
+#ifdef __cplusplus
+extern "C" {
+#endif
+void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16, long M, int K,
+                    int f);
+void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N, int f);
+#ifdef __cplusplus
+}
+#endif
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -71,14 +85,6 @@ void cu_gemm_op_sb(int transA, int transB, int M, int N, int K, float alpha, con
                    const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch);
 // whether a bf16 run's experts' GEMMs go through cuBLASLt (not with TED_GEMM_LT=0)
 int cu_gemm_lt_on(void);
-// GEMMs with GELU's epilogue on a bf16 run (nn.cu), GELU's input and output in bf16 only: h16, hg16
-// [M, f] (rows f apart) = x16·w + bias and its GELU, x16 [M, K] and w [K, f] bf16 operands, bias [f]
-// the run's bf16 weight or NULL; dh16 [M, f] = (g16·wᵀ) ⊙ GELU'(h16), g16 [M, N], w [f, N]. Through
-// cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (TED_LT_GELU=0: not), else the GEMM into an fp32
-// scratch and a pass.
-void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16, long M, int K,
-                    int f);
-void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N, int f);
 // The fused GELU passes of nn.cu that the experts (moe.cu) share. For the rows r in [r0, r1) of
 // h[·, f] after its GEMM: h += the bias row (bias [f]; with off, the El+1 device row offsets of
 // the experts, bias [El, f] and row r's expert's row; bias may be NULL), hg = GELU(h) (unless

@@ -143,7 +143,7 @@ struct Desc {
             CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux,
                                                         sizeof e.aux));
             CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
+            // its type: D's (bf16), the library's default
         }
     }
     ~Desc() { cublasLtMatmulDescDestroy(d); }
@@ -173,10 +173,14 @@ bool ask(const Key &k, Choice *c, const Epi *e) {
     return c->n > 0;
 }
 
-// class k's candidates kept, unless they are already or the heuristic has none
+// class k's candidates kept unless they are already; none kept too (a class the heuristic has no
+// algorithm for is not asked again: the callers' fallbacks take it at once)
 void ask_into(const Key &k, const Epi *e) {
     Choice c;
-    if (!L.algo.count(k) && ask(k, &c, e)) L.algo.emplace(k, c);
+    if (!L.algo.count(k)) {
+        ask(k, &c, e);
+        L.algo.emplace(k, c);
+    }
 }
 
 // An order-free digest of n words into *out (zeroed first): the sum of each word mixed with its
@@ -277,8 +281,8 @@ int run(Key k, float alpha, const void *A, const void *B, float beta, void *C, c
         if (row) *row = want;
         ask_into(cls, e);
         it = L.algo.find(cls);
-        if (it == L.algo.end()) return 1;   // the heuristic had none
     }
+    if (it->second.n == 0) return 1;   // the heuristic had none
     Desc d(k.ta, k.tb, e);
     Layouts l(k, CUDA_R_16BF);
     Choice &c = it->second;

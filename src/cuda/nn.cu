@@ -688,8 +688,8 @@ static float *gelu_scratch(long n) {
 
 // h16, hg16 [M, f] (bf16, rows f apart) = GELU's input x16·w + bias and its output: x16 [M, K] and
 // w [K, f] bf16 operands, bias [f] (the run's bf16 weight) or NULL
-void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16, long M, int K,
-                    int f) {
+extern "C" void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t *h16, uint16_t *hg16,
+                               long M, int K, int f) {
     if (M <= 0 || f <= 0) return;
     const uint16_t *b16 = bias ? bf16_of(bias) : NULL;
     if (lt_gelu_on()) {
@@ -705,7 +705,8 @@ void cu_gemm_gelu16(const void *x16, const void *w, const float *bias, uint16_t 
 
 // dh16 [M, f] = (g16·wᵀ) ⊙ GELU'(h16): g16 [M, N] and w [f, N] bf16 operands, h16 as
 // cu_gemm_gelu16 left it
-void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N, int f) {
+extern "C" void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N,
+                                int f) {
     if (M <= 0 || f <= 0) return;
     if (lt_gelu_on()) {
         PROF(PROF_GEMM);

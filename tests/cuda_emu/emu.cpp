@@ -1124,6 +1124,7 @@ struct LtLayout { uint32_t magic; cudaDataType t; uint64_t rows, cols; int64_t l
 struct LtPref { uint32_t magic; uint64_t ws; uint32_t align[4]; };
 struct LtAlgo { uint32_t magic; cublasOperation_t ta, tb; cudaDataType at, bt, ct; uint32_t align[4]; int idx; uint32_t epi; };
 constexpr int kLtAlgos = 3;
+constexpr cudaDataType kLtAsD = (cudaDataType)-1;   // a bias or epilogue type not set: D's (the library's default)
 constexpr double kLtMs[kLtAlgos] = {30, 10, 20};   // what each algorithm adds to the events' clock
 static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc");
 static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout");
@@ -1173,13 +1174,14 @@ bool lt_types(const char *what, const LtDesc &d, const LtLayout &a, const LtLayo
 bool lt_epilogue_ok(const char *what, const LtDesc &d, const LtLayout &c) {
     if (d.epi == CUBLASLT_EPILOGUE_DEFAULT) return true;
     const char *no = NULL;
+    cudaDataType auxt = d.auxt == kLtAsD ? c.t : d.auxt, biast = d.biast == kLtAsD ? c.t : d.biast;
     if (d.epi != CUBLASLT_EPILOGUE_GELU_AUX && d.epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
         d.epi != CUBLASLT_EPILOGUE_DGELU)
         no = "an epilogue the emulation does not have";
     else if (c.t != CUDA_R_16BF || c.batch != 1) no = "D is not one bf16 matrix";
-    else if (!d.aux || d.auxt != CUDA_R_16BF || d.auxld % 8 || d.auxld < (int64_t)c.rows)
+    else if (!d.aux || auxt != CUDA_R_16BF || d.auxld % 8 || d.auxld < (int64_t)c.rows)
         no = "its matrix is not bf16 with an ld a multiple of 8, at least D's rows";
-    else if ((d.epi & CUBLASLT_EPILOGUE_BIAS) && (!d.bias || d.biast != CUDA_R_16BF)) no = "no bf16 bias";
+    else if ((d.epi & CUBLASLT_EPILOGUE_BIAS) && (!d.bias || biast != CUDA_R_16BF)) no = "no bf16 bias";
     if (no) fprintf(stderr, "emu: %s: epilogue %u refused: %s\n", what, d.epi, no);
     return !no;
 }
@@ -1197,7 +1199,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { LOCK; flush(); delete h; re
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t cmp, cudaDataType_t scale) {
     *d = new cublasLtMatmulDescOpaque_t();
     lt_put(*d, LtDesc{kLtDesc, cmp, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0,
-                      CUDA_R_32F, CUDA_R_32F});
+                      kLtAsD, kLtAsD});
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
