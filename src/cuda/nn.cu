@@ -679,6 +679,19 @@ static int lt_gelu_on(void) {
     return !(e && !strcmp(e, "0")) && cu_gemm_lt_on();
 }
 
+// C [M, f] = A [M, K] times B ([K, f], or the backward's [f, K] transposed) through cuBLASLt's GELU
+// epilogue (cu_lt_gemm_gelu: the forward's or, backward, its gradient's) where it is on and has an
+// algorithm: true when it ran (the profile counts the GEMM then, not a refused attempt)
+static bool lt_gelu(int backward, long M, int f, int K, const void *A, const void *B, const uint16_t *bias,
+                    uint16_t *C, uint16_t *aux) {
+    if (!lt_gelu_on()) return false;
+    PROF(PROF_GEMM);
+    if (cu_lt_gemm_gelu(backward, 0, backward, (int)M, f, K, A, K, B, backward ? K : f, bias, C, aux, f)) return false;
+    cu_prof_gemm(0, backward, M, f, K, 1, 0.0f);
+    cu_prof_launch(1);
+    return true;
+}
+
 // an fp32 scratch of n floats (one buffer, grown when needed; stream-ordered reuse)
 static float *gelu_scratch(long n) {
     static void *buf;
@@ -692,12 +705,7 @@ extern "C" void cu_gemm_gelu16(const void *x16, const void *w, const float *bias
                                long M, int K, int f) {
     if (M <= 0 || f <= 0) return;
     const uint16_t *b16 = bias ? bf16_of(bias) : NULL;
-    if (lt_gelu_on()) {
-        PROF(PROF_GEMM);
-        cu_prof_gemm(0, 0, (int)M, f, K, 1, 0.0f);
-        cu_prof_launch(1);
-        if (!cu_lt_gemm_gelu(0, 0, 0, (int)M, f, K, x16, K, w, f, b16, hg16, h16, f)) return;
-    }
+    if (lt_gelu(0, M, f, K, x16, w, b16, hg16, h16)) return;
     float *h = gelu_scratch(M * f);
     cu_gemm_op(0, 0, (int)M, f, K, 1.0f, x16, K, w, f, 0.0f, h, f);
     bias_gelu_launch(h, h16, (float *)NULL, hg16, b16, NULL, 0, 0, M, f);
@@ -708,12 +716,7 @@ extern "C" void cu_gemm_gelu16(const void *x16, const void *w, const float *bias
 extern "C" void cu_gemm_dgelu16(const void *g16, const void *w, const uint16_t *h16, uint16_t *dh16, long M, int N,
                                 int f) {
     if (M <= 0 || f <= 0) return;
-    if (lt_gelu_on()) {
-        PROF(PROF_GEMM);
-        cu_prof_gemm(0, 1, (int)M, f, N, 1, 0.0f);
-        cu_prof_launch(1);
-        if (!cu_lt_gemm_gelu(1, 0, 1, (int)M, f, N, g16, N, w, N, NULL, dh16, (uint16_t *)h16, f)) return;
-    }
+    if (lt_gelu(1, M, f, N, g16, w, NULL, dh16, (uint16_t *)h16)) return;
     float *dh = gelu_scratch(M * f);
     cu_gemm_op(0, 1, (int)M, f, N, 1.0f, g16, N, w, N, 0.0f, dh, f);
     gelu_backward_copy((float *)NULL, dh16, h16, dh, M * f);
