@@ -56,26 +56,33 @@ for o in late early; do
   TED_EMU_STREAMS=$o probe "$w-wait" 0 "read the value made"
 done
 
+# Runs that need one core go two at a time (the emulation is one thread; the CPU runs' threads
+# wait passively): bg starts one when fewer than two are running, settle waits for all of them;
+# their checks read the logs after settle. The MPI runs (2 and 4 ranks) go one at a time.
+bg() { while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done; "$@" & }
+settle() { wait || true; }
+optest() {   # optest OUT BIN: the op test BIN (in the environment given), its output in OUT.out, exit status in OUT.rc
+  local rc=0
+  "$bin/$2" >"$TED_TMP/$1.out" 2>&1 || rc=$?
+  echo $rc >"$TED_TMP/$1.rc"
+}
+optest_check() {   # optest_check OUT NAME
+  if [ "$(cat "$TED_TMP/$1.rc" 2>/dev/null)" = 0 ]; then ok "$2"
+  else bad "$2:"; grep -v " ok$" "$TED_TMP/$1.out" | tail -15 || true; fi
+}
 # the op tests, under each schedule of a block's threads (emu.cpp): round robin; the lowest
 # ready thread first; the highest first (the last two expose a missing __syncthreads)
+ops=(test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu)
 for sched in roundrobin low high; do
-  for t in test_cuda_kernels_emu test_cuda_moe_emu test_cuda_fused_emu; do
-    if TED_EMU_SCHEDULE=$sched "$bin/$t" >"$TED_TMP/$t-$sched.out" 2>&1; then ok "$t ($sched)"
-    else bad "$t ($sched):"; grep -v " ok$" "$TED_TMP/$t-$sched.out" | tail -15; fi
-  done
+  for t in "${ops[@]}"; do TED_EMU_SCHEDULE=$sched bg optest "$t-$sched" $t; done
 done
 # the bf16 flash kernels with one buffer for each streamed tile, as where an SM's shared memory
 # holds two blocks of one but not of two (sm_80); the emulation has sm_90's and runs two
-if TED_FLASH_BUFFERS=1 TED_EMU_SCHEDULE=high "$bin/test_cuda_fused_emu" >"$TED_TMP/fused-nb1.out" 2>&1; then
-  ok "test_cuda_fused_emu (one buffer a streamed flash tile)"
-else bad "test_cuda_fused_emu (one buffer a streamed flash tile):"; grep -v " ok$" "$TED_TMP/fused-nb1.out" | tail -15; fi
+TED_FLASH_BUFFERS=1 TED_EMU_SCHEDULE=high bg optest fused-nb1 test_cuda_fused_emu
 # and with the blocks of every launch in reverse and in random order: the MoE plan (capacity scan,
 # rows) and the optimizer's norm are the CPU's whatever order the blocks run in
 for order in reverse random; do
-  for t in test_cuda_kernels_emu test_cuda_moe_emu; do
-    if TED_EMU_BLOCK_ORDER=$order "$bin/$t" >"$TED_TMP/$t-$order.out" 2>&1; then ok "$t (blocks in $order order)"
-    else bad "$t (blocks in $order order):"; grep -v " ok$" "$TED_TMP/$t-$order.out" | tail -15; fi
-  done
+  for t in "${ops[@]:0:2}"; do TED_EMU_BLOCK_ORDER=$order bg optest "$t-$order" $t; done
 done
 
 model=(--data data/moby-dick.txt --data-order sequential --n-layer 2 --n-embd 32 --n-head 4 --n-positions 16
@@ -104,24 +111,54 @@ run() {     # run NAME ARGS...: one training run, its log in $TED_TMP/NAME.jsonl
   "$@" --log "$TED_TMP/$name.jsonl" >"$TED_TMP/$name.out" 2>&1 ||
     { echo "FAIL $name:"; { grep -m 3 "^emu:\|^ted:" "$TED_TMP/$name.out" || tail -5 "$TED_TMP/$name.out"; } | cut -c1-300; }
 }
+# the single-process runs, two at a time (bg); each one's check is below, after settle
+odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
+long=("${model[@]}" --steps 20 --eval-every 10)
+bf=("${long[@]}" --device cuda --bf16)
 for cf in 1.0 0; do
   save=(); [ $cf = 1.0 ] && save=(--save-every 3 --save "$TED_TMP/ck-cpu")
-  run cpu-$cf "$TED" train "${model[@]}" --capacity-factor $cf "${save[@]}"
-  run emu-$cf "$TED_EMU" train "${model[@]}" --capacity-factor $cf --device cuda
+  bg run cpu-$cf "$TED" train "${model[@]}" --capacity-factor $cf "${save[@]}"
+  bg run emu-$cf "$TED_EMU" train "${model[@]}" --capacity-factor $cf --device cuda
+done
+TED_EMU_BLOCK_ORDER=random bg run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_EMU_BLOCK_ORDER=reverse bg run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_GEMM_LT=0 bg run emu-gemmex "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_GEMM_LT=0 bg run emu-gemmex-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
+TED_LT_TUNE=1 bg run emu-lt-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
+TED_FRESH_POISON=0 TED_GPU_PROF=2 bg run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
+bg run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0
+bg run emu-odd "$TED_EMU" train "${model[@]}" "${odd[@]}" --capacity-factor 0 --device cuda
+bg run cpu-dense "$TED" train "${model[@]}" --moe-every 2
+bg run emu-dense "$TED_EMU" train "${model[@]}" --moe-every 2 --device cuda
+bg run emu-ac "$TED_EMU" train "${model[@]}" --device cuda --activation-checkpointing
+bg run cpu-fp16 "$TED" train "${model[@]}" --fp16
+bg run emu-fp16 "$TED_EMU" train "${model[@]}" --device cuda --fp16
+bg run emu-save "$TED_EMU" train "${model[@]}" --device cuda --save-every 3 --save "$TED_TMP/ck"
+bg run cpu20 "$TED" train "${long[@]}"
+bg run cpu20-0 "$TED" train "${long[@]}" --capacity-factor 0
+TED_EMU_STATS=1 bg run b20 "$TED_EMU" train "${bf[@]}"
+bg run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
+bg run cpu20-dense "$TED" train "${long[@]}" --moe-every 2
+bg run b20-dense "$TED_EMU" train "${bf[@]}" --moe-every 2
+bg run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
+settle
+for sched in roundrobin low high; do
+  for t in "${ops[@]}"; do optest_check "$t-$sched" "$t ($sched)"; done
+done
+optest_check fused-nb1 "test_cuda_fused_emu (one buffer a streamed flash tile)"
+for order in reverse random; do
+  for t in "${ops[@]:0:2}"; do optest_check "$t-$order" "$t (blocks in $order order)"; done
+done
+for cf in 1.0 0; do
   check "fp32 emulated gpu = cpu (capacity factor $cf)" "$TED_TMP/cpu-$cf.jsonl" "$TED_TMP/emu-$cf.jsonl" 1e-6
 done
 # two runs of the GPU path agree bit for bit, whatever order the blocks of its kernels run in
-TED_EMU_BLOCK_ORDER=random run emu-random "$TED_EMU" train "${model[@]}" --device cuda --bf16
-TED_EMU_BLOCK_ORDER=reverse run emu-reverse "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/emu-reverse.jsonl" "$TED_TMP/emu-random.jsonl" 0
 # a bf16 run's GEMMs through cublasGemmEx (TED_GEMM_LT=0) = through cuBLASLt with the algorithm
 # kept per class of row counts (gemm_lt.cu): the same products, so the same bits. Dropless too,
 # with the classes' candidates timed (TED_LT_TUNE=1): there the emulated heuristic's fastest
 # candidate (split-K sums) gives other bits, and the timing must leave it out
-TED_GEMM_LT=0 run emu-gemmex "$TED_EMU" train "${model[@]}" --device cuda --bf16
 check "bf16 emulated gpu: cublasGemmEx = cuBLASLt (TED_GEMM_LT=0)" "$TED_TMP/emu-gemmex.jsonl" "$TED_TMP/emu-random.jsonl" 0
-TED_GEMM_LT=0 run emu-gemmex-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
-TED_LT_TUNE=1 run emu-lt-0 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --capacity-factor 0
 check "bf16 emulated gpu, dropless: cublasGemmEx = cuBLASLt, its candidates timed" "$TED_TMP/emu-gemmex-0.jsonl" "$TED_TMP/emu-lt-0.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
@@ -129,7 +166,6 @@ check "bf16 emulated gpu, dropless: cublasGemmEx = cuBLASLt, its candidates time
 # the poison check, whose reads of the fresh gradients are host waits of their own. TED_GPU_PROF=2
 # adds a line per site: the sites of a kind add up to its time, the slowest first; a GEMM's site
 # is its shape (with its TFLOP/s) and its calls are the GEMM launches
-TED_FRESH_POISON=0 TED_GPU_PROF=2 run emu-prof "$TED_EMU" train "${model[@]}" --device cuda --bf16
 if l=$(/usr/bin/python3 - "$TED_TMP/emu-prof.out" 2>&1 <<'PY'
 import json, sys
 lines = [json.loads(l)["gpu_prof"] for l in open(sys.argv[1]) if l.startswith('{"gpu_prof"')]
@@ -159,19 +195,11 @@ print(f"{p['launches_per_step']['total']:.0f} launches, {p['host_syncs_per_step'
 PY
 ); then ok "TED_GPU_PROF=2: $l"; else bad "TED_GPU_PROF=2: $l"; fi
 # shapes that are not whole warps: d 48, T 40 (loops of several rounds per lane), 6 experts
-odd=(--n-embd 48 --n-head 4 --n-positions 40 --seq-len 40 --micro-batch 3 --num-experts 6)
-run cpu-odd "$TED" train "${model[@]}" "${odd[@]}" --capacity-factor 0
-run emu-odd "$TED_EMU" train "${model[@]}" "${odd[@]}" --capacity-factor 0 --device cuda
 check "fp32 emulated gpu = cpu (d 48, T 40, 6 experts, dropless)" "$TED_TMP/cpu-odd.jsonl" "$TED_TMP/emu-odd.jsonl" 1e-6
 # a dense block before the MoE one (--moe-every 2): the dense MLP's fused passes (bias + GELU with
 # hg's bf16 copy, the GELU gradient with the bias gradient) and residual + LayerNorm there too
-run cpu-dense "$TED" train "${model[@]}" --moe-every 2
-run emu-dense "$TED_EMU" train "${model[@]}" --moe-every 2 --device cuda
 check "fp32 emulated gpu = cpu (a dense and an MoE block)" "$TED_TMP/cpu-dense.jsonl" "$TED_TMP/emu-dense.jsonl" 1e-6
-run emu-ac "$TED_EMU" train "${model[@]}" --device cuda --activation-checkpointing
 check "fp32 emulated gpu with activation checkpointing = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-ac.jsonl" 1e-6
-run cpu-fp16 "$TED" train "${model[@]}" --fp16
-run emu-fp16 "$TED_EMU" train "${model[@]}" --device cuda --fp16
 check "fp16 emulated gpu = fp16 cpu" "$TED_TMP/cpu-fp16.jsonl" "$TED_TMP/emu-fp16.jsonl" 1e-4
 # 4 ranks: dp = 4 / tp = 2, so 2 sequences per rank make the one-rank global batch of 4
 four=("${MPIRUN[@]}" -np 4 "$TED_EMU" train "${model[@]}" --micro-batch 2 --device cuda --tp 2 --ep 2)
@@ -196,7 +224,6 @@ check "4 emulated ranks (pp 2, tp 2) = 1 cpu rank" "$TED_TMP/cpu-1.0.jsonl" "$TE
 # checkpoints at step 3 (of a 5-step run: the schedule stays that of 5 steps) and 5: the
 # emulated GPU's weights and optimizer state equal the CPU's; resumed from step 3 (its own
 # checkpoint, or the CPU's), it continues as the unbroken run
-run emu-save "$TED_EMU" train "${model[@]}" --device cuda --save-every 3 --save "$TED_TMP/ck"
 check "emulated run that saves = unbroken emulated run" "$TED_TMP/emu-1.0.jsonl" "$TED_TMP/emu-save.jsonl" 1e-6
 for f in model optimizer; do
   if l=$(compare_weights "$TED_TMP/ck-cpu/step_00000005/$f.safetensors" "$TED_TMP/ck/step_00000005/$f.safetensors" \
@@ -217,32 +244,24 @@ print(f"steps 4-5 within {worst:.1e}")
 PY
   ); then ok "$1: $l"; else bad "$1: $l"; fi
 }
-run emu-resume "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck/step_00000003"
+bg run emu-resume "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck/step_00000003"
+bg run emu-resume-cpu "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck-cpu/step_00000003"
+settle
 resumed "emulated resume from step 3 = unbroken emulated run" "$TED_TMP/emu-1.0.jsonl" "$TED_TMP/emu-resume.jsonl" 1e-6
-run emu-resume-cpu "$TED_EMU" train "${model[@]}" --device cuda --resume "$TED_TMP/ck-cpu/step_00000003"
 resumed "emulated resume from the cpu's step-3 checkpoint = cpu" "$TED_TMP/cpu-1.0.jsonl" "$TED_TMP/emu-resume-cpu.jsonl" 1e-4
 
 # --bf16 over 20 steps against the fp32 CPU run: loss and val_loss within 2 % (bf16 weights: a
 # rounding that flips makes runs drift apart, so the norms are left out)
-long=("${model[@]}" --steps 20 --eval-every 10)
-run cpu20 "$TED" train "${long[@]}"
-run cpu20-0 "$TED" train "${long[@]}" --capacity-factor 0
-bf=("${long[@]}" --device cuda --bf16)
 check_bf16() {   # check_bf16 NAME REF OUT
   local l
   if l=$(compare_logs "$2" "$3" 2e-2 loss,val_loss 2>&1); then ok "$1: losses within $l"; else bad "$1: $l"; fi
 }
-TED_EMU_STATS=1 run b20 "$TED_EMU" train "${bf[@]}"
 check_bf16 "bf16 emulated gpu, 20 steps, within 2 % of fp32 cpu (capacity factor 1)" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20.jsonl"
 if grep -q "GEMMs (0 on fp32 operands)" "$TED_TMP/b20.out"; then ok "bf16 run: every GEMM on bf16 operands ($(grep -o "[0-9]* GEMMs" "$TED_TMP/b20.out"))"
 else bad "bf16 run: GEMMs on fp32 operands: $(grep "^emu:" "$TED_TMP/b20.out")"; fi
-run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
 check_bf16 "bf16 emulated gpu, dropless, within 2 % of fp32 cpu" "$TED_TMP/cpu20-0.jsonl" "$TED_TMP/b20-0.jsonl"
-run cpu20-dense "$TED" train "${long[@]}" --moe-every 2
-run b20-dense "$TED_EMU" train "${bf[@]}" --moe-every 2
 check_bf16 "bf16 emulated gpu, a dense and an MoE block, within 2 % of fp32 cpu" "$TED_TMP/cpu20-dense.jsonl" \
   "$TED_TMP/b20-dense.jsonl"
-run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
 check_bf16 "bf16 emulated gpu, activation checkpointing, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-ac.jsonl"
 for z in 1 2; do   # 2 ranks of dp (2 sequences each): the optimizer's shards and (2) buckets in fp32 gradients
   run b20-z$z "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --zero-stage $z
