@@ -652,35 +652,10 @@ static void check_fused(const char *op, int n, const char *const *what, float **
     }
 }
 
-// res = a + b and its LayerNorm in one pass
-static void test_residual_layernorm(long N, int d) {
-    long n = N * d;
-    float *a = rnd(n, 1, 0.5f), *b = rnd(n, 1, 0), *w = rnd(d, 1, 1), *bias = rnd(d, 1, 0);
-    float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dw = dev_weights(w, d);
-    float *dbias = dev_weights(bias, d);
-    float *res = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N);
-    float *rstd = malloc(sizeof(float) * N), *g[4], *u[4];
-    long len[4] = {n, n, N, N};
-    for (int k = 0; k < 4; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
-    residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d);
-    cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d);
-    cu_residual_forward(u[0], da, db, n);
-    cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d);
-    const char *what[4] = {"res", "out", "mean", "rstd"};
-    float *ref[4] = {res, out, mean, rstd};
-    double tol[4] = {0, 1e-5, 1e-5, 1e-5};   // the sum: the CPU's very addition
-    check_fused("residual_layernorm", 4, what, g, ref, u, len, tol, 0);
-    cu_free(da); cu_free(db); cu_free(dw); cu_free(dbias);
-    free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
-}
-
-
-// The MLP forward: h = x·w1 + b1, GELU (with hg's bf16 copy for the second GEMM), out = hg·w2 + b2.
-// On bf16 the CPU's second GEMM takes the GPU's hg rounded (the CPU's own hg may round the other
-// way where h differs in its last bit), so that each stage is measured alone.
-// On a bf16 run the MLP keeps h and hg as bf16 copies in their rooms (cuda_ops.h: cu_hg_half; from
-// c_fc's GEMM with GELU's epilogue where F is a multiple of 8, else from its own pass); on the
-// device, such a copy made floats again in place (to compare it), and an fp32 one rounded to bf16
+// On a bf16 run some ops keep an output as its bf16 copy alone, in the first half of its room
+// (cuda_ops.h: cu_hg_half): the MLP's h and hg (from c_fc's GEMM with GELU's epilogue where F is a
+// multiple of 8, else from its own pass), the second LayerNorm's output for the MLP. On the device,
+// such a copy made floats again in place (to compare it), and an fp32 one rounded to bf16
 static void hg_room_to_f32(float *d, long n) {
     float *raw = down(d, n), *f = malloc(sizeof(float) * (n ? n : 1));
     for (long i = 0; i < n; i++) f[i] = bf16_to_f32(((const uint16_t *)raw)[i]);
@@ -692,18 +667,61 @@ static void round_dev(float *d, long n) {
     cu_memcpy(d, r, sizeof(float) * n);
     free(x); free(r);
 }
+// The MLP's input x[n] on the device as residual_layernorm_forward leaves it for the MLP: on a bf16
+// run its bf16 copy in the first half of a room of n floats
+static float *mlp_input(const float *x, long n) {
+    if (!cu_bf16()) return up(x, sizeof(float) * n);
+    float *d = up(x, sizeof(float) * n), *r = rounded(x, n);
+    uint16_t *h = malloc(2 * (n ? n : 1));
+    for (long i = 0; i < n; i++) h[i] = bf16_from_f32(r[i]);
+    cu_memcpy(d, h, 2 * n);
+    free(r); free(h);
+    return d;
+}
 
+// res = a + b and its LayerNorm in one pass; mlp_input: on a bf16 run the LayerNorm's output is
+// kept as its bf16 copy alone (in the first half of its room), compared as floats again
+static void test_residual_layernorm(long N, int d, int mlp_input) {
+    long n = N * d;
+    float *a = rnd(n, 1, 0.5f), *b = rnd(n, 1, 0), *w = rnd(d, 1, 1), *bias = rnd(d, 1, 0);
+    float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dw = dev_weights(w, d);
+    float *dbias = dev_weights(bias, d);
+    float *res = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N);
+    float *rstd = malloc(sizeof(float) * N), *g[4], *u[4];
+    long len[4] = {n, n, N, N};
+    for (int k = 0; k < 4; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
+    residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input);
+    cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d, mlp_input);
+    cu_residual_forward(u[0], da, db, n);
+    cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d);
+    int out16 = mlp_input && cu_bf16();
+    if (out16) {   // the bf16 copy, as floats; the unfused op's fp32 output rounded
+        hg_room_to_f32(g[1], n);
+        round_dev(u[1], n);
+    }
+    const char *what[4] = {"res", "out", "mean", "rstd"};
+    float *ref[4] = {res, out, mean, rstd};
+    double tol[4] = {0, out16 ? 4e-3 : 1e-5, 1e-5, 1e-5};   // the sum: the CPU's very addition; bf16: half a step
+    check_fused(out16 ? "residual_layernorm (mlp input)" : "residual_layernorm", 4, what, g, ref, u, len, tol, 0);
+    cu_free(da); cu_free(db); cu_free(dw); cu_free(dbias);
+    free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
+}
+
+
+// The MLP forward: h = x·w1 + b1, GELU (with hg's bf16 copy for the second GEMM), out = hg·w2 + b2.
+// On bf16 the CPU's second GEMM takes the GPU's hg rounded (the CPU's own hg may round the other
+// way where h differs in its last bit), so that each stage is measured alone.
 static void test_mlp_forward(long N, int C, int F, int OC, float *h_cpu) {
     int bf16 = cu_bf16();
     float *x = rnd(N * C, 1, 0), *w1 = rnd((long)C * F, 1, 0), *b1 = rnd(F, 1, 0), *w2 = rnd((long)F * OC, 1, 0);
     float *b2 = rnd(OC, 1, 0), *dx = up(x, sizeof(float) * N * C), *dw1 = dev_weights(w1, (long)C * F);
     float *db1 = dev_weights(b1, F), *dw2 = dev_weights(w2, (long)F * OC), *db2 = dev_weights(b2, OC);
     float *xr = bf16 ? rounded(x, N * C) : copyf(x, N * C), *hg = malloc(sizeof(float) * N * F);
-    float *out = malloc(sizeof(float) * N * OC), *g[3], *u[3];
+    float *out = malloc(sizeof(float) * N * OC), *g[3], *u[3], *dx16 = mlp_input(x, N * C);
     long len[3] = {N * F, N * F, N * OC};
     for (int k = 0; k < 3; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
     matmul_bias_gelu_forward(h_cpu, hg, xr, w1, b1, N, C, F);
-    cu_mlp_forward(g[2], g[0], g[1], dx, dw1, db1, dw2, db2, N, C, F, OC);
+    cu_mlp_forward(g[2], g[0], g[1], dx16, dw1, db1, dw2, db2, N, C, F, OC);
     if (bf16) {   // h and hg kept as their bf16 copies
         hg_room_to_f32(g[0], N * F);
         hg_room_to_f32(g[1], N * F);
@@ -721,7 +739,7 @@ static void test_mlp_forward(long N, int C, int F, int OC, float *h_cpu) {
     double t = bf16 ? 1e-5 : 1e-4, tol[3] = {bf16 ? 8e-3 : t, bf16 ? 8e-3 : t, t};   // bf16: a step of 2^-8
     // bf16 on a GPU: c_fc's GEMM with GELU's epilogue against cublasGemmEx and GELU's pass, a bf16 step
     check_fused("mlp_forward", 3, what, g, ref, u, len, tol, bf16 && !emulated() ? 8e-3 : 0);
-    cu_free(dx); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(db2);
+    cu_free(dx); cu_free(dx16); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(db2);
     free(x); free(w1); free(b1); free(w2); free(b2); free(xr); free(hg); free(hgg); free(hgr); free(out);
 }
 
@@ -765,7 +783,8 @@ static void test_mlp_whole_backward(long N, int C, int F, int OC) {
     float *dout = rnd(N * OC, 1, 0), *dx = up(x, sizeof(float) * N * C), *dw1 = dev_weights(w1, (long)C * F);
     float *db1 = dev_weights(b1, F), *dw2 = dev_weights(w2, (long)F * OC), *ddout = up(dout, sizeof(float) * N * OC);
     float *h = dev_zeros(N * F), *hg = dev_zeros(N * F), *hu = dev_zeros(N * F), *hgu = dev_zeros(N * F);
-    cu_mlp_forward(NULL, h, hg, dx, dw1, db1, dw2, NULL, N, C, F, OC);   // the hidden state alone
+    float *dx16 = mlp_input(x, N * C);
+    cu_mlp_forward(NULL, h, hg, dx16, dw1, db1, dw2, NULL, N, C, F, OC);   // the hidden state alone
     cu_matmul_bias_gelu_forward(hu, hgu, dx, dw1, db1, N, C, F);          // fp32 hg
     if (bf16) round_dev(hu, N * F);                                       // h as the fused op keeps it
     float *init[4] = {rnd((long)C * F, 1, 0), rnd(F, 1, 0), rnd((long)F * OC, 1, 0), rnd(OC, 1, 0)}, *g[6], *u[6];
@@ -774,7 +793,7 @@ static void test_mlp_whole_backward(long N, int C, int F, int OC) {
         g[k] = k < 4 ? up(init[k], sizeof(float) * len[k]) : dev_zeros(len[k]);
         u[k] = k < 4 ? up(init[k], sizeof(float) * len[k]) : dev_zeros(len[k]);
     }
-    cu_mlp_backward(g[4], g[0], g[1], g[2], g[3], g[5], ddout, h, hg, dx, dw1, dw2, N, C, F, OC);
+    cu_mlp_backward(g[4], g[0], g[1], g[2], g[3], g[5], ddout, h, hg, dx16, dw1, dw2, N, C, F, OC);
     cu_matmul_backward(u[5], u[2], u[3], ddout, hgu, dw2, N, F, OC, 0);
     cu_matmul_bias_gelu_backward(u[4], u[0], u[1], u[5], u[5], hu, dx, dw1, N, C, F);
     float *ref[6];
@@ -801,14 +820,15 @@ static void test_mlp_whole_backward(long N, int C, int F, int OC) {
         cu_free(g[k]); cu_free(u[k]);
     }
     for (int k = 0; k < 4; k++) free(init[k]);
-    cu_free(dx); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(ddout); cu_free(h); cu_free(hg); cu_free(hu);
-    cu_free(hgu);
+    cu_free(dx); cu_free(dx16); cu_free(dw1); cu_free(db1); cu_free(dw2); cu_free(ddout); cu_free(h); cu_free(hg);
+    cu_free(hu); cu_free(hgu);
     free(x); free(w1); free(b1); free(w2); free(dout);
 }
 
 static void test_fused(void) {
-    test_residual_layernorm(37, 48);
-    test_residual_layernorm(300, 70);
+    test_residual_layernorm(37, 48, 0);
+    test_residual_layernorm(300, 70, 0);
+    test_residual_layernorm(300, 72, 1);
     // N, C, F, OC: F 72 takes bias + GELU four a thread, 45 one; N 300 past a chunk of rows
     long shapes[2][4] = {{37, 48, 72, 30}, {300, 24, 45, 20}};
     for (int i = 0; i < 2; i++) {

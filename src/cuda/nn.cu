@@ -120,10 +120,10 @@ __global__ void layernorm_forward_kernel(O *out, float *mean, float *rstd, const
     }
 }
 
-// res[N,d] = a + b (the residual stream), then out = layernorm(res) as above: one pass that reads
-// a and b and writes res and out (a lane reads back only the elements it wrote)
-template <int V, class W>
-__global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean, float *rstd, const float *a,
+// res[N,d] = a + b (the residual stream), then out = layernorm(res) as above (out fp32 or bf16): one
+// pass that reads a and b and writes res and out (a lane reads back only the elements it wrote)
+template <int V, class W, class O>
+__global__ void residual_layernorm_forward_kernel(float *res, O *out, float *mean, float *rstd, const float *a,
                                                   const float *b, const W *w, const W *bias, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
@@ -794,7 +794,7 @@ template <int V, class W, class O> static void ln_forward(O *out, float *mean, f
                                                           const W *w, const W *b, long N, int d) {
     layernorm_forward_kernel<V><<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(out, mean, rstd, inp, w, b, N, d);
 }
-template <int V, class W> static void ln_residual_forward(float *res, float *out, float *mean, float *rstd,
+template <int V, class W, class O> static void ln_residual_forward(float *res, O *out, float *mean, float *rstd,
                                                           const float *a, const float *b, const W *w, const W *bias,
                                                           long N, int d) {
     residual_layernorm_forward_kernel<V><<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a,
@@ -828,12 +828,18 @@ extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const
     });
 }
 
+// ops.c's residual_layernorm_forward: with mlp_input on a --bf16 run the LayerNorm's output is
+// written in bf16 only, into the first half of out's room (cu_hg_half), where cu_mlp_forward's GEMM
+// and cu_mlp_backward's weight gradient read it (no cast in either pass)
 extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
-                                              const float *b, const float *w, const float *bias, long N, int d) {
+                                              const float *b, const float *w, const float *bias, long N, int d,
+                                              int mlp_input) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
+    uint16_t *out16 = mlp_input && cu_bf16() ? cu_hg_half(out) : NULL;
     ln_launch(d, res, out, a, b, w, bias, [&](auto v, auto *ww, auto *bb) {
-        ln_residual_forward<decltype(v)::value>(res, out, mean, rstd, a, b, ww, bb, N, d);
+        if (out16) ln_residual_forward<decltype(v)::value>(res, out16, mean, rstd, a, b, ww, bb, N, d);
+        else ln_residual_forward<decltype(v)::value>(res, out, mean, rstd, a, b, ww, bb, N, d);
     });
 }
 
@@ -1006,7 +1012,7 @@ extern "C" void cu_mlp_forward(float *out, float *h, float *hg, const float *inp
         return;
     }
     uint16_t *hg16 = cu_hg_half(hg);
-    cu_gemm_gelu16(cu_operand(inp, N * C, 0), wfc, bfc, cu_hg_half(h), hg16, N, C, F);
+    cu_gemm_gelu16(cu_hg_half(inp), wfc, bfc, cu_hg_half(h), hg16, N, C, F);
     if (out) matmul_forward_op(out, hg16, wproj, bproj, N, F, OC, 0);
 }
 
@@ -1030,7 +1036,7 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     matmul_backward_op(NULL, gwproj, g, hg, cu_hg_half(hg), wproj, N, F, OC, 0);
     if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
     if (gbfc && F > 0) colsum_add<1>(gbfc, NULL, N, F, ColTerm16{dh16, F});
-    matmul_backward_op(dinp, gwfc, dh16, inp, NULL, wfc, N, C, F, 0);
+    matmul_backward_op(dinp, gwfc, dh16, inp, cu_hg_half(inp), wfc, N, C, F, 0);
 }
 
 // out16[r, :] = bias16 for rows r < N: a block per row, V = 8 elements (16 bytes) at a time where OC

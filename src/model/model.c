@@ -275,9 +275,11 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // checkpointing; so are the exchange plan and, with CAC, the outputs of the block's collectives.
 // The rooms a --bf16 GPU run's ops keep in bf16 alone, in their first half (cuda_ops.h: cu_hg_half),
 // take half the floats: the first LayerNorm's output, q, k, v and the attention's output on the
-// GPT path with dense attention (qkv_forward, attn_proj_forward), the GELU MLP's and the GELU
-// experts' h and hg (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not when the
-// MoE chunks overlap: their pieces sit at fp32 offsets).
+// GPT path with dense attention (qkv_forward, attn_proj_forward), the second LayerNorm's output
+// where only the GELU MLP reads it (residual_layernorm_forward's mlp_input: blocks without an MoE
+// layer, whose router and dispatch read it in fp32), the GELU MLP's and the GELU experts' h and hg
+// (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not when the MoE chunks
+// overlap: their pieces sit at fp32 offsets).
 enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
@@ -294,7 +296,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, room(M, N * M->Hl * M->hd, ROOM_ATTN));
     x->mid = TAKE(a, float, N * d);
-    x->ln2 = TAKE(a, float, N * d);
+    x->ln2 = TAKE(a, float, dense && !moe ? room(M, N * d, ROOM_MLP) : N * d);   // an MoE layer reads it in fp32
     if (dense) {
         x->fch = TAKE(a, float, room(M, N * M->fl * M->ffn_mult, ROOM_MLP));
         x->fchg = TAKE(a, float, room(M, N * M->fl, ROOM_MLP));
@@ -722,7 +724,8 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
     if (M->llama) {
         residual_forward(x->mid, in, att, N * d);
         llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
-    } else residual_layernorm_forward(x->mid, x->ln2, x->ln2_mean, x->ln2_rstd, in, att, W(b->ln2w), W(b->ln2b), N, d);
+    } else residual_layernorm_forward(x->mid, x->ln2, x->ln2_mean, x->ln2_rstd, in, att, W(b->ln2w), W(b->ln2b), N, d,
+                                      !b->moe);
     if (b->moe) {
         MoeWeights w = moe_weights(M, l);
         moe_layer_forward(&M->moe, &w, &x->moe, x->ln2, x->mid, M->resid[l + 1], N, recompute);

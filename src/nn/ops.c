@@ -77,8 +77,8 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 }
 
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *w, const float *bias, long N, int d) {
-    ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d));
+                                const float *w, const float *bias, long N, int d, int mlp_input) {
+    ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input));
     residual_forward(res, a, b, N * d);
     layernorm_forward(out, mean, rstd, res, w, bias, N, d);
 }

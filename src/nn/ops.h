@@ -19,9 +19,11 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
                        const float *b, long N, int d);
 // res[N,d] = a + b (the residual stream), then out = layernorm(res) as layernorm_forward: on a GPU
 // one pass (the residual add and the norm after it; layernorm_backward is its backward, the
-// residual's gradient being the one layernorm_backward adds into)
+// residual's gradient being the one layernorm_backward adds into). mlp_input: out is the dense
+// MLP's input alone (mlp_forward, mlp_backward read it), which on a --bf16 GPU run holds only its
+// bf16 copy, in the first half of its room; 0: out in fp32 (an MoE layer's router and dispatch).
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *w, const float *bias, long N, int d);
+                                const float *w, const float *bias, long N, int d, int mlp_input);
 // dinp += ..., dw += ..., db += ...
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d);
@@ -80,9 +82,10 @@ void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, 
                                const float *inp, const float *w, long N, int C, int OC);
 
 // The dense MLP: matmul_bias_gelu_forward (h[N,F], hg), then out[N,OC] = hg·wproj[F,OC] + bproj
-// (bproj may be NULL; out NULL: the first half alone). On a --bf16 GPU run hg holds only its bf16
-// copy (in the first half of its room), which the second GEMM and mlp_backward read: hg is for
-// these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
+// (bproj may be NULL; out NULL: the first half alone). Both ops take inp[N,C] as
+// residual_layernorm_forward leaves it with mlp_input (on a --bf16 GPU run its bf16 copy alone).
+// On a --bf16 GPU run hg holds only its bf16 copy (in the first half of its room), which the
+// second GEMM and mlp_backward read: hg is for these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
 // dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C].
 // dh is scratch: on a --bf16 GPU run it ends holding dout·wprojᵀ, the GELU's gradient going to
 // the GEMMs in bf16 only.

@@ -29,7 +29,7 @@ void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int 
 void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           long N, int d);
 void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                   const float *w, const float *bias, long N, int d);
+                                   const float *w, const float *bias, long N, int d, int mlp_input);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, long N, int d);
 void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C, int OC,
