@@ -167,19 +167,23 @@ def fast_moe(x, P, pre, cfg, stats):
     return torch.zeros_like(xf).index_add_(0, tok, y.to(xf.dtype)).view(B, T, d)
 
 
-def fast_loss(P, cfg, x, y):
-    """The loss of one micro-batch x, y [B, T] (torch_ref.step_loss's, one micro-batch)."""
+def fast_loss(P, cfg, x, y, resid=None):
+    """The loss of one micro-batch x, y [B, T] (torch_ref.step_loss's, one micro-batch). resid: the
+    residual stream's dtype (None: what the ops give, fp32 under autocast); each LayerNorm reads it
+    in fp32 (bench/resid_precision.py compares fp32 with bf16)."""
     B, T = x.shape
     d = cfg.n_embd
     stats = {"aux": 0.0, "z": 0.0}
-    h = P["transformer.wte.weight"][x] + P["transformer.wpe.weight"][:T]
+    keep = (lambda t: t) if resid is None else (lambda t: t.to(resid))   # noqa: E731
+    ln = lambda t, w: F.layer_norm(t.float() if resid is not None else t, (d,), P[w + ".weight"], P[w + ".bias"],  # noqa: E731
+                                   ref.LN_EPS)
+    h = keep(P["transformer.wte.weight"][x] + P["transformer.wpe.weight"][:T])
     for i in range(cfg.n_layer):
         pre = f"transformer.h.{i}."
-        a = F.layer_norm(h, (d,), P[pre + "ln_1.weight"], P[pre + "ln_1.bias"], ref.LN_EPS)
-        h = h + fast_attention(a, P, pre + "attn.", cfg)
-        m = F.layer_norm(h, (d,), P[pre + "ln_2.weight"], P[pre + "ln_2.bias"], ref.LN_EPS)
-        h = h + (fast_moe(m, P, pre + "mlp.", cfg, stats) if cfg.is_moe(i) else ref.ffn(m, P, pre + "mlp."))
-    h = F.layer_norm(h, (d,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], ref.LN_EPS)
+        h = keep(h + fast_attention(ln(h, pre + "ln_1"), P, pre + "attn.", cfg))
+        m = ln(h, pre + "ln_2")
+        h = keep(h + (fast_moe(m, P, pre + "mlp.", cfg, stats) if cfg.is_moe(i) else ref.ffn(m, P, pre + "mlp.")))
+    h = ln(h, "transformer.ln_f")
     logits = h @ P["transformer.wte.weight"].t()
     lm = F.cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
     return lm + cfg.aux_coef * stats["aux"] / (B // cfg.group_size) + cfg.z_coef * stats["z"] / (B * T)
