@@ -121,22 +121,67 @@ static int save_tensors(const char *path, const Model *M, const Zero *z, const f
     return rc;
 }
 
+// Rank 0's text files of a checkpoint in folder tmp: Hugging Face's config.json and
+// generation_config.json, trainer_state.json (the step, the data position, the run's id) and run.json
+static int write_texts(const char *tmp, const Model *M, const Zero *z, const TrainerState *st) {
+    char path[1300], state[600], ob[96] = "", id[40] = "";
+    char *cfg = hf_config_json(&M->cfg), *gen = hf_generation_config_json(&M->cfg);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    int rc = write_text(path, cfg);
+    snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+    if (!rc) rc = write_text(path, gen);
+    ted_free(gen);
+    ted_free(cfg);
+    if (z->onebit)   // the layout whose per-rank error files this checkpoint holds
+        snprintf(ob, sizeof ob, ", \"onebit_layout\": [%d, %d, %d]", M->topo->world, M->topo->tp, M->topo->ep);
+    if (savedir_current_id()[0]) snprintf(id, sizeof id, ", \"run_id\": \"%s\"", savedir_current_id());
+    snprintf(state, sizeof state,
+             "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\", "
+             "\"tokens\": %.0f, \"global_batch\": %ld%s%s}\n",
+             st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
+             st->tokens, st->gbatch, ob, id);
+    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+    if (!rc) rc = write_text(path, state);
+    if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
+    return rc;
+}
+
+// The whole checkpoint tmp becomes dir: an existing checkpoint of the same step (moved to old
+// first) goes only once the new one is in place and synced; then the oldest beyond keep_last go
+static int swap_in(const char *root, const char *dir, const char *tmp, const char *old, int keep_last) {
+    savedir_rm_tree(old);
+    int had = rename(dir, old) == 0;
+    if (rename(tmp, dir)) {
+        ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
+        if (had) rename(old, dir);
+        return -1;
+    }
+    if (had) savedir_rm_tree(old);
+    if (savedir_fsync(dir) || savedir_fsync(root)) {
+        ted_error("%s: cannot sync: %s", dir, strerror(errno));
+        return -1;
+    }
+    savedir_prune(root, keep_last);
+    return 0;
+}
+
 int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerState *st) {
     int rank0 = M->topo->rank == 0, rc = 0;
+    Group *world = (Group *)&M->topo->g[GROUP_WORLD];
     char dir[1200], tmp[1200], old[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/step_%08ld", root, st->step);
     // unique temporaries (the folder is locked; a crashed save's are removed at the next start)
     int pid = (int)getpid();   // rank 0's: every rank writes its files (1-bit Adam's errors) into the same folder
-    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &pid, 1, DT_I32, 0);
+    comm_broadcast(world, &pid, 1, DT_I32, 0);
     snprintf(tmp, sizeof tmp, "%s/.step_%08ld.tmp.%d", root, st->step, pid);
     snprintf(old, sizeof old, "%s/.step_%08ld.old.%d", root, st->step, pid);
     if (rank0) {
         savedir_rm_tree(tmp);
         if (mkdir(tmp, 0777)) { ted_error("%s: cannot create: %s", tmp, strerror(errno)); rc = -1; }
     }
-    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
+    comm_broadcast(world, &rc, 1, DT_I32, 0);
     if (rc) return -1;
-    if (z->onebit) rc = comm_max_int((Group *)&M->topo->g[GROUP_WORLD], onebit_save(z, tmp));   // per-rank errors
+    if (z->onebit) rc = comm_max_int(world, onebit_save(z, tmp));   // per-rank errors
     // weights: the fp32 masters when the model stores 16 bits (the truth a resume needs)
     const float *w[1] = {M->reg.half ? z->master : NULL}, *mv[2] = {z->m, z->v};
     const char *ws[1] = {""}, *mvs[2] = {".exp_avg", ".exp_avg_sq"};
@@ -145,45 +190,11 @@ int ckpt_save(const char *root, const Model *M, const Zero *z, const TrainerStat
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     if (!rc) rc = save_tensors(path, M, z, mv, mvs, 2);
     if (rank0) {
-        if (!rc) {
-            char *cfg = hf_config_json(&M->cfg), *gen = hf_generation_config_json(&M->cfg);
-            snprintf(path, sizeof path, "%s/config.json", tmp);
-            rc = write_text(path, cfg);
-            snprintf(path, sizeof path, "%s/generation_config.json", tmp);
-            if (!rc) rc = write_text(path, gen);
-            ted_free(gen);
-            ted_free(cfg);
-        }
-        char state[600], ob[96] = "", id[40] = "";
-        if (z->onebit)   // the layout whose per-rank error files this checkpoint holds
-            snprintf(ob, sizeof ob, ", \"onebit_layout\": [%d, %d, %d]", M->topo->world, M->topo->tp, M->topo->ep);
-        if (savedir_current_id()[0]) snprintf(id, sizeof id, ", \"run_id\": \"%s\"", savedir_current_id());
-        snprintf(state, sizeof state,
-                 "{\"step\": %ld, \"adam_t\": %ld, \"steps\": %ld, \"seed\": \"%llu\", \"data_order\": \"%s\", "
-                 "\"tokens\": %.0f, \"global_batch\": %ld%s%s}\n",
-                 st->step, st->adam_t, st->steps, (unsigned long long)st->seed, st->sequential ? "sequential" : "shuffled",
-                 st->tokens, st->gbatch, ob, id);
-        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
-        if (!rc) rc = write_text(path, state);
-        if (!rc) rc = runinfo_write(tmp);   // the run's resolved settings (training runs)
+        if (!rc) rc = write_texts(tmp, M, z, st);
         if (rc) savedir_rm_tree(tmp);
-        else {   // swap in: an existing checkpoint of the same step goes only once the new one is whole
-            savedir_rm_tree(old);
-            int had = rename(dir, old) == 0;
-            if (rename(tmp, dir)) {
-                ted_error("%s: cannot rename into place: %s", dir, strerror(errno));
-                if (had) rename(old, dir);
-                rc = -1;
-            } else {
-                if (had) savedir_rm_tree(old);
-                if (savedir_fsync(dir) || savedir_fsync(root)) {
-                    ted_error("%s: cannot sync: %s", dir, strerror(errno));
-                    rc = -1;
-                } else savedir_prune(root, M->cfg.keep_last);
-            }
-        }
+        else rc = swap_in(root, dir, tmp, old, M->cfg.keep_last);
     }
-    comm_broadcast((Group *)&M->topo->g[GROUP_WORLD], &rc, 1, DT_I32, 0);
+    comm_broadcast(world, &rc, 1, DT_I32, 0);
     return rc;
 }
 
