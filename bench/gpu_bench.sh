@@ -5,9 +5,10 @@
 #   dense 4 K tokens/step ted micro-batch 2, one expert;    PyTorch batch 2
 #   MoE 16 K tokens/step  ted micro-batch 2, grad-accum 4;  PyTorch batch 8
 # and T 8192 at micro-batch 1 (ted only): its device memory peak against `ted plan --config`'s figure;
-# then MoE 4 K with GELU by its own passes instead of cuBLASLt's epilogues (TED_LT_GELU=0), and
-# with the experts' GEMM classes timed by the clock (TED_LT_TUNE=1, src/cuda/gemm_lt.cu) after 15
-# untimed steps, which take the timings (these two are extra: their failure fails nothing).
+# then MoE 4 K with GELU by its own passes instead of cuBLASLt's epilogues (TED_LT_GELU=0), with
+# AdamW beside the next step's forward (TED_OPT_OVERLAP=1, src/parallel/zero.c), and with the
+# experts' GEMM classes timed by the clock (TED_LT_TUNE=1, src/cuda/gemm_lt.cu) after 15 untimed
+# steps, which take the timings (these three are extra: their failure fails nothing).
 # ted: `ted bench` (2 warm-up + 5 timed steps, the mean) with TED_GPU_PROF=1, and last, if the budget
 # leaves time, MoE 4 K again with TED_GPU_PROF=2 (its sites: ops and GEMM shapes; more events, so
 # not the run timed, and not needed for the bench to pass); PyTorch:
@@ -29,7 +30,8 @@ gpu_setup
 py=${PYTHON:-python3}
 model=(--n-embd 2048 --n-layer 8 --n-head 16 --n-inner 8192 --vocab-size 50304 --top-k 2 --moe-every 2)
 moe=(--num-experts 8 --capacity-factor 0)
-run_ted() { TED_LT_TUNE=${LT:-0} TED_LT_GELU=${GELU:-1} TED_GPU_PROF=${PROF:-1} step "ted_$1" "$2" "$TED" bench --device cuda --bf16 "${model[@]}" "${@:3}"; }
+run_ted() { TED_LT_TUNE=${LT:-0} TED_LT_GELU=${GELU:-1} TED_OPT_OVERLAP=${OV:-0} TED_GPU_PROF=${PROF:-1} step "ted_$1" "$2" \
+  "$TED" bench --device cuda --bf16 "${model[@]}" "${@:3}"; }
 run_torch() { step "torch_$1" "$2" "$py" bench/torch_bench.py --device cuda --bf16 --peak-tflops 989.4 "${model[@]}" "${@:3}"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$LOGS/card.txt" 2>&1
@@ -46,8 +48,9 @@ printf '{"model": {"vocab_size": 50304, "n_positions": 8192, "n_embd": 2048, "n_
   run_torch moe16k 45 --seq-len 2048 "${moe[@]}" --batch 8 --warmup 2 --steps 5
   run_ted t8192 40 --seq-len 8192 --n-positions 8192 "${moe[@]}" --micro-batch 1 --steps 1
   GELU=0 run_ted moe4k_gelu0 30 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
+  OV=1 run_ted moe4k_overlap 30 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
   LT=1 run_ted moe4k_lt 40 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5 --bench-warmup 15
   PROF=2 run_ted sites_moe4k 30 --seq-len 2048 --n-positions 2048 "${moe[@]}" --micro-batch 2 --steps 5
 } | tee "$LOGS/runs.jsonl"
 "$py" bench/gpu_table.py "$LOGS" | tee "$LOGS/table.md"
-! grep -vE '"step": "ted_(sites_|moe4k_lt|moe4k_gelu0)' "$LOGS/runs.jsonl" | grep -qE '"status": "(fail|timeout|skipped)"'   # the sites and the timed classes: extra
+! grep -vE '"step": "ted_(sites_|moe4k_lt|moe4k_gelu0|moe4k_overlap)' "$LOGS/runs.jsonl" | grep -qE '"status": "(fail|timeout|skipped)"'   # the sites and the timed classes: extra

@@ -127,6 +127,12 @@ def gelu_line(d):
     return s
 
 
+def overlap_line(d):
+    """MoE 4 K with AdamW beside the next step's forward (TED_OPT_OVERLAP=1) against the step in one
+    launch: ms a step; None when it did not run."""
+    return variant(d, "moe4k_overlap", "TED_OPT_OVERLAP=1 (AdamW beside the next forward)", "in one launch")[0]
+
+
 def prof_lines(d):
     """TED_GPU_PROF=1's JSON line per shape as a table: ms per step by kind, launches, host syncs."""
     out, kinds = [], None
@@ -182,7 +188,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(long_context(d))
-    for extra in (gelu_line(d), lt_line(d)):
+    for extra in (gelu_line(d), overlap_line(d), lt_line(d)):
         if extra:
             print(extra)
     prof = prof_lines(d)

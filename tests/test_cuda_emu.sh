@@ -141,6 +141,12 @@ bg run b20-0 "$TED_EMU" train "${bf[@]}" --capacity-factor 0
 bg run cpu20-dense "$TED" train "${long[@]}" --moe-every 2
 bg run b20-dense "$TED_EMU" train "${bf[@]}" --moe-every 2
 bg run b20-ac "$TED_EMU" train "${bf[@]}" --activation-checkpointing
+export TED_OPT_PART=3000   # with TED_OPT_OVERLAP=1: AdamW beside the next forward, a part a tensor or two
+TED_OPT_OVERLAP=1 bg run emu-overlap "$TED_EMU" train "${model[@]}" --device cuda --bf16
+TED_OPT_OVERLAP=1 TED_EMU_STREAMS=early bg run emu-overlap-early "$TED_EMU" train "${model[@]}" --device cuda --bf16
+bg run emu-dense-ac "$TED_EMU" train "${model[@]}" --device cuda --bf16 --moe-every 2 --activation-checkpointing
+TED_OPT_OVERLAP=1 bg run emu-overlap-dense-ac "$TED_EMU" train "${model[@]}" --device cuda --bf16 --moe-every 2 \
+  --activation-checkpointing
 settle
 for sched in roundrobin low high; do
   for t in "${ops[@]}"; do optest_check "$t-$sched" "$t ($sched)"; done
@@ -160,6 +166,15 @@ check "bf16 emulated gpu: blocks in random order = in reverse order" "$TED_TMP/e
 # candidate (split-K sums) gives other bits, and the timing must leave it out
 check "bf16 emulated gpu: cublasGemmEx = cuBLASLt (TED_GEMM_LT=0)" "$TED_TMP/emu-gemmex.jsonl" "$TED_TMP/emu-random.jsonl" 0
 check "bf16 emulated gpu, dropless: cublasGemmEx = cuBLASLt, its candidates timed" "$TED_TMP/emu-gemmex-0.jsonl" "$TED_TMP/emu-lt-0.jsonl" 0
+# AdamW beside the next step's forward (TED_OPT_OVERLAP=1, zero.c) gives the step's bits in one
+# launch: with the optimizer's stream run as late as the waits allow (a block whose forward read its
+# weights before their part was done would read the old ones) and as early (a part that did not wait
+# for the norm would read it unmade), and with a dense block under activation checkpointing
+check "bf16 emulated gpu: AdamW beside the next forward = in one launch" "$TED_TMP/emu-random.jsonl" "$TED_TMP/emu-overlap.jsonl" 0
+check "bf16 emulated gpu: AdamW beside the next forward, its stream run early = in one launch" \
+  "$TED_TMP/emu-random.jsonl" "$TED_TMP/emu-overlap-early.jsonl" 0
+check "bf16 emulated gpu: AdamW beside the next forward, a dense block, checkpointing = in one launch" \
+  "$TED_TMP/emu-dense-ac.jsonl" "$TED_TMP/emu-overlap-dense-ac.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
 # plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8); without
@@ -267,6 +282,12 @@ for z in 1 2; do   # 2 ranks of dp (2 sequences each): the optimizer's shards an
   run b20-z$z "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --zero-stage $z
   check_bf16 "bf16 2 emulated ranks, ZeRO $z, within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-z$z.jsonl"
 done
+# AdamW beside the next forward on 2 ranks of tp 2 (each rank's shards whole): the same bits
+run tp2 "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --tp 2
+TED_OPT_OVERLAP=1 run tp2-overlap "${MPIRUN[@]}" -np 2 -x TED_OPT_OVERLAP -x TED_OPT_PART "$TED_EMU" train "${model[@]}" \
+  --device cuda --bf16 --tp 2
+check "bf16 2 emulated ranks (tp 2): AdamW beside the next forward = in one launch" "$TED_TMP/tp2.jsonl" \
+  "$TED_TMP/tp2-overlap.jsonl" 0
 run b20-4 "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2
 check_bf16 "bf16 4 emulated ranks (tp 2, ep 2) within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-4.jsonl"
 run b20-4opt "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2 --dtd --cac \

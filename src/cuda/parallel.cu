@@ -24,7 +24,14 @@ struct OptPlan {
     OptSeg *seg;          // device: the segments
     OptChunk *chunk;      // device: the chunks, each segment's in order, the segments in order
     int *first;           // device: segment i's chunks are [first[i], first[i+1])
+    int *first_host;      // the same on the host
     double *part;         // device: a partial sum of squares per chunk
+    // the optimizer beside the forward (cu_opt_adamw_part): its stream, the event made after the
+    // main stream's norm, and event k after part k; parts: those recorded this step, waited: those
+    // the main stream has waited for
+    cudaStream_t side;
+    cudaEvent_t fork, *ev;
+    int nev, parts, waited;
 };
 
 // whether a chunk's arrays can be read and written as float4 (and its bf16 weights as 4 at once)
@@ -228,6 +235,8 @@ extern "C" void *cu_opt_plan(const OptSeg *seg, int n, int wbf16) {
     OptPlan *p = (OptPlan *)malloc(sizeof(OptPlan));
     if (!p) { fprintf(stderr, "ted: out of host memory (optimizer plan)\n"); exit(1); }
     p->nseg = n; p->nchunk = nchunk; p->wbf16 = wbf16;
+    p->first_host = first;
+    p->side = NULL; p->fork = NULL; p->ev = NULL; p->nev = p->parts = p->waited = 0;
     p->grid = cu_sm_count() * (2048 / kThreads);   // about one wave: the chunks in flight stay close
     if (p->grid > nchunk) p->grid = nchunk > 0 ? nchunk : 1;
     p->seg = (OptSeg *)ted_alloc_dev(sizeof(OptSeg) * (n ? n : 1), MEM_TEMP);
@@ -237,14 +246,22 @@ extern "C" void *cu_opt_plan(const OptSeg *seg, int n, int wbf16) {
     cu_memcpy(p->seg, seg, sizeof(OptSeg) * n);
     cu_memcpy(p->chunk, ch, sizeof(OptChunk) * nchunk);
     cu_memcpy(p->first, first, sizeof(int) * (n + 1));
-    free(ch); free(first);
+    free(ch);
     return p;
 }
 
 extern "C" void cu_opt_free(void *plan) {
     OptPlan *p = (OptPlan *)plan;
     if (!p) return;
+    if (p->side) {   // its parts done before their arrays go
+        CU_CHECK(cudaStreamSynchronize(p->side));
+        for (int k = 0; k < p->nev; k++) CU_CHECK(cudaEventDestroy(p->ev[k]));
+        CU_CHECK(cudaEventDestroy(p->fork));
+        CU_CHECK(cudaStreamDestroy(p->side));
+        free(p->ev);
+    }
     ted_free_buf(p->seg); ted_free_buf(p->chunk); ted_free_buf(p->first); ted_free_buf(p->part);
+    free(p->first_host);
     free(p);
 }
 
@@ -260,18 +277,55 @@ extern "C" void cu_opt_norm(void *plan, double *sq) {
     CU_LAUNCH_CHECK();
 }
 
+// AdamW over chunks [c0, c1) in stream s: about one wave of blocks, fewer for a short range
+static void adamw_launch(OptPlan *p, int c0, int c1, float *master, float *m, float *v, const double *sumsq,
+                         const OptStep *h, cudaStream_t s) {
+    int n = c1 - c0, blocks = p->grid < n ? p->grid : n;
+    if (n <= 0) return;
+    if (p->wbf16)
+        opt_adamw_kernel<uint16_t><<<blocks, kThreads, 0, s>>>(master, m, v, p->seg, p->chunk + c0, n, sumsq, *h);
+    else
+        opt_adamw_kernel<float><<<blocks, kThreads, 0, s>>>(master, m, v, p->seg, p->chunk + c0, n, sumsq, *h);
+    CU_LAUNCH_CHECK();
+}
+
 extern "C" void cu_opt_adamw(void *plan, float *master, float *m, float *v, const double *sumsq, const OptStep *h) {
     PROF(PROF_OPTIMIZER);
     OptPlan *p = (OptPlan *)plan;
-    if (!p->nchunk) return;
-    int blocks = p->grid;
-    if (p->wbf16)
-        opt_adamw_kernel<uint16_t><<<blocks, kThreads, 0, cu_stream()>>>(master, m, v, p->seg, p->chunk, p->nchunk,
-                                                                         sumsq, *h);
-    else
-        opt_adamw_kernel<float><<<blocks, kThreads, 0, cu_stream()>>>(master, m, v, p->seg, p->chunk, p->nchunk, sumsq,
-                                                                      *h);
-    CU_LAUNCH_CHECK();
+    adamw_launch(p, 0, p->nchunk, master, m, v, sumsq, h, cu_stream());
+}
+
+extern "C" void cu_opt_adamw_part(void *plan, int s0, int s1, int k, float *master, float *m, float *v,
+                                  const double *sumsq, const OptStep *h) {
+    PROF(PROF_OPTIMIZER);
+    OptPlan *p = (OptPlan *)plan;
+    if (!p->side) {
+        CU_CHECK(cudaStreamCreateWithFlags(&p->side, cudaStreamNonBlocking));
+        CU_CHECK(cudaEventCreateWithFlags(&p->fork, cudaEventDisableTiming));
+    }
+    if (k >= p->nev) {   // events grow with the parts
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(p->ev, sizeof(cudaEvent_t) * (k + 1));
+        if (!ev) { fprintf(stderr, "ted: out of host memory (optimizer events)\n"); exit(1); }
+        p->ev = ev;
+        for (; p->nev <= k; p->nev++) CU_CHECK(cudaEventCreateWithFlags(&p->ev[p->nev], cudaEventDisableTiming));
+    }
+    if (k == 0) {   // the parts start after everything the main stream has issued (the norm)
+        CU_CHECK(cudaEventRecord(p->fork, cu_stream()));
+        CU_CHECK(cudaStreamWaitEvent(p->side, p->fork, 0));
+        p->parts = p->waited = 0;
+    }
+    adamw_launch(p, p->first_host[s0], p->first_host[s1], master, m, v, sumsq, h, p->side);
+    CU_CHECK(cudaEventRecord(p->ev[k], p->side));
+    p->parts = k + 1;
+}
+
+extern "C" void cu_opt_wait(void *plan, int k) {
+    OptPlan *p = (OptPlan *)plan;
+    if (!p || !p->parts) return;
+    if (k < 0 || k >= p->parts) k = p->parts - 1;
+    if (k < p->waited) return;   // the events complete in order: an earlier wait covers it
+    CU_CHECK(cudaStreamWaitEvent(cu_stream(), p->ev[k], 0));
+    p->waited = k + 1;
 }
 
 extern "C" void cu_sumsq_half(double *out, const uint16_t *x, long n, int half, float s) {

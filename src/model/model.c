@@ -785,10 +785,15 @@ float *model_chunk_output(Model *M, int i, int slot) { return M->views[M->ch_vie
 static void weights_needed(Model *M, int i0, int i1) {
     if (M->reg.weights_needed && i0 >= 0) M->reg.weights_needed(M->reg.weights_ctx, i0, i1);
 }
-static void head_weights_needed(Model *M) {
+// the embedding's tensors (first chunk), then the head's: ln_f and the LM head (wte where tied)
+static void embed_weights_needed(Model *M) {
     weights_needed(M, M->wte, M->wte + 1);
     weights_needed(M, M->wpe, M->wpe + 1);
-    weights_needed(M, M->lnfw, M->lnfb + 1);
+}
+static void head_weights_needed(Model *M) {
+    weights_needed(M, M->lnfw, M->lnfw + 1);
+    weights_needed(M, M->lnfb, M->lnfb + 1);
+    weights_needed(M, M->lmh, M->lmh + 1);
 }
 
 double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const int *targets, int B, int T) {
@@ -803,7 +808,7 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     M->moe.rcfg.generate = targets == NULL;
     if (first_chunk(M, i)) {
         buf_copy(M->tok, tokens, sizeof(int) * N);
-        head_weights_needed(M);
+        embed_weights_needed(M);
         stage_in(M, 0, 0);
         encoder_forward(M->resid[0], M->tok, W(M->wte), M->v0, M->Vl, M->wpe >= 0 && M->topo->tp_idx == 0 ? W(M->wpe) : NULL,
                         B, T, d);
@@ -818,7 +823,8 @@ double model_forward_chunk(Model *M, int i, int slot, const int *tokens, const i
     watchdog_block(-1, 0, NULL);
     if (!last_chunk(M, i)) return 0;
     if (targets) buf_copy(M->tgt, targets, sizeof(int) * N);
-    if (!first_chunk(M, i)) { head_weights_needed(M); stage_in(M, 0, 0); }
+    head_weights_needed(M);
+    if (!first_chunk(M, i)) stage_in(M, 0, 0);
     return head_forward(M, N, targets != NULL);
 }
 

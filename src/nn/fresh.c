@@ -29,10 +29,14 @@ static void drop(long i) {
     nspan--;
 }
 
+int fresh_poisoned(void) {
+    if (poison < 0) poison = getenv("TED_FRESH_POISON") && atoi(getenv("TED_FRESH_POISON"));
+    return poison;
+}
+
 void fresh_mark(float *p, long n) {
     if (!p || n <= 0) return;
-    if (poison < 0) poison = getenv("TED_FRESH_POISON") && atoi(getenv("TED_FRESH_POISON"));
-    if (poison) buf_fill(p, POISON, sizeof(float) * (size_t)n);
+    if (fresh_poisoned()) buf_fill(p, POISON, sizeof(float) * (size_t)n);
     uintptr_t a = (uintptr_t)p, b = a + sizeof(float) * (size_t)n;
     long i = 0;
     while (i < nspan && span[i].b < a) i++;

@@ -17,6 +17,7 @@ extern "C" {   // the CUDA ops ask here too
 #endif
 
 void fresh_mark(float *p, long n);              // [p, p + n) is fresh
+int fresh_poisoned(void);                       // TED_FRESH_POISON=1: marking writes the pattern
 int fresh_whole(const float *p, long n);         // [p, p + n) is wholly fresh
 // The beta of a GEMM about to write C = [p, p + n): 0 if wholly fresh (no longer fresh from now
 // on), else 1, the fresh parts zeroed first

@@ -35,6 +35,13 @@ void cu_opt_norm(void *plan, double *sq);
 // leaves weights, masters and m, v as they were. Every gradient is left zero with h->zero_grads
 // (else as it was: zero.c marks them fresh, nn/fresh.h). One launch.
 void cu_opt_adamw(void *plan, float *master, float *m, float *v, const double *sumsq, const OptStep *h);
+// The same step beside the next forward (zero.c, TED_OPT_OVERLAP=1): part k (0, 1, ... in order) is
+// AdamW over segments [s0, s1) on the optimizer's own stream, part 0 after everything the main
+// stream has issued (the norm), each part then marked by an event. cu_opt_wait(plan, k): the main
+// stream waits for part k and those before it (k < 0 or past the last: every part of the step).
+void cu_opt_adamw_part(void *plan, int s0, int s1, int k, float *master, float *m, float *v, const double *sumsq,
+                       const OptStep *h);
+void cu_opt_wait(void *plan, int k);
 
 // ---- 16-bit gradients (fp16 on a GPU) ----------------------------------------------------
 // Σ (s·x)² in double into *out (a device double); dst = s·f32(src); AdamW as adam.c's adam_elem.

@@ -112,6 +112,7 @@ void zero_host_view(Zero *z, int copy) { view(z, z->dev, z->host, copy); }
 void zero_device_view(Zero *z, int copy) { view(z, z->host, z->dev, copy); }
 
 void zero_free(Zero *z) {
+    if (z->reg) zero_params_wait(z, 0, z->reg->n);   // the optimizer's parts beside the forward: done first
     overlap_free(z);   // waits for whatever is still in flight
     fresh_reset();     // the gradients it marked go with the model: no range may outlive them
     for (int i = 0; i < 3; i++) {
@@ -124,7 +125,8 @@ void zero_free(Zero *z) {
     ted_free(z->sh); ted_free_buf(z->tile);
     ted_free_buf(z->sq); ted_free(z->sq_host);
 #ifdef TED_CUDA
-    cu_opt_free(z->dplan);
+    cu_opt_free(z->dplan);   // waits for its parts
+    if (z->dpart) { z->reg->weights_needed = NULL; z->reg->weights_ctx = NULL; ted_free(z->dpart); }
 #endif
     if (z->stage == 2) bucket_free(z);
     if (z->onebit) { onebit_free(z->onebit); ted_free(z->onebit); }
@@ -193,7 +195,16 @@ static void gather(Zero *z, int i) {
     else gather_param(z, &z->reg->p[i], &z->sh[i]);
 }
 
-void zero_params_wait(Zero *z, int i0, int i1) { if (z->ov) overlap_params_wait(z, i0, i1); }
+void zero_params_wait(Zero *z, int i0, int i1) {
+    if (z->ov) overlap_params_wait(z, i0, i1);
+#ifdef TED_CUDA
+    if (z->dpart && i1 > i0) {   // the optimizer's part holding tensor i1 − 1, and those before it
+        int k = 0;
+        while (k + 1 < z->ndpart && z->dpart[k + 1] < i1) k++;
+        cu_opt_wait(z->dplan, k);
+    }
+#endif
+}
 
 // Σ (s·x)² over a shard, in double, by one thread: vectorised (an OpenMP SIMD reduction), in an
 // order fixed by the code, not by the thread count.
@@ -242,6 +253,38 @@ static int counted(const Zero *z, int i) {
 // non-finite step itself. The host reads the norm once, after the launch, for the log.
 static int on_device(const Zero *z) { return ted_device == DEV_CUDA && !z->reg->ghalf && !z->offload && !z->onebit; }
 
+// TED_OPT_OVERLAP=1: AdamW runs beside the next step's forward, in parts on the optimizer's own
+// stream, the forward waiting (weights_needed) for the part that holds a block's tensors before it
+// reads them. Where every shard is its whole tensor only (no all-gather after the update: one rank
+// of data parallelism per tensor, or stage 0), and not with stage 2's buckets.
+static int device_overlap(const Zero *z) {
+    const char *e = getenv("TED_OPT_OVERLAP");
+    if (!e || atoi(e) != 1 || z->stage == 2 || z->ov) return 0;
+    for (int i = 0; i < z->reg->n; i++)
+        if (z->stage > 0 && zero_group((Zero *)z, &z->reg->p[i])->size > 1) return 0;
+    return 1;
+}
+
+static void overlap_weights_hook(void *zero, int i0, int i1) { zero_params_wait(zero, i0, i1); }
+
+// The parts: consecutive tensors (the registry's order is the forward's) of at least TED_OPT_PART
+// shard elements each (16 M: about 0.15 ms of AdamW on an H200), the last part what is left
+static void device_parts(Zero *z) {
+    const char *e = getenv("TED_OPT_PART");
+    long kPart = e && atol(e) > 0 ? atol(e) : 1L << 24;
+    Registry *r = z->reg;
+    z->dpart = ted_alloc(sizeof(int) * (r->n + 1), MEM_TEMP);
+    long acc = 0;
+    z->ndpart = 0;
+    z->dpart[0] = 0;
+    for (int i = 0; i < r->n; i++) {
+        acc += z->sh[i].len;
+        if (acc >= kPart || i == r->n - 1) { z->dpart[++z->ndpart] = i + 1; acc = 0; }
+    }
+    r->weights_needed = overlap_weights_hook;
+    r->weights_ctx = z;
+}
+
 static void device_plan(Zero *z) {
     Registry *r = z->reg;
     OptSeg *seg = ted_alloc(sizeof(OptSeg) * (r->n ? r->n : 1), MEM_TEMP);
@@ -253,6 +296,7 @@ static void device_plan(Zero *z) {
     }
     z->dplan = cu_opt_plan(seg, r->n, r->half == PREC_BF16);
     ted_free(seg);
+    if (device_overlap(z)) device_parts(z);
 }
 #endif
 
@@ -307,10 +351,15 @@ static double device_step(Zero *z, const Config *c, float lr) {
     float bc1 = 1.0f - powf(c->beta1, (float)z->t), bc2 = 1.0f - powf(c->beta2, (float)z->t);
     OptStep h = {lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay, c->beta1, c->beta2, c->eps, c->clip,
                  z->stage == 2};   // stages 0 and 1: the gradients are marked fresh instead (step)
-    cu_opt_adamw(z->dplan, z->master, z->m, z->v, z->sq + r->n, &h);
-    for (int i = 0; i < r->n; i++) gather(z, i);
+    if (z->dpart) {   // beside the next forward, which waits for each part (zero_params_wait)
+        for (int k = 0; k < z->ndpart; k++)
+            cu_opt_adamw_part(z->dplan, z->dpart[k], z->dpart[k + 1], k, z->master, z->m, z->v, z->sq + r->n, &h);
+    } else {
+        cu_opt_adamw(z->dplan, z->master, z->m, z->v, z->sq + r->n, &h);
+        for (int i = 0; i < r->n; i++) gather(z, i);
+    }
     double sq;
-    buf_to_host(&sq, z->sq + r->n, sizeof sq);
+    buf_to_host(&sq, z->sq + r->n, sizeof sq);   // the main stream's norm: not the parts
     if (!isfinite(sq)) z->t--;   // skipped: the kernel left the weights and moments as they were
     return sqrt(sq);
 }
@@ -384,6 +433,7 @@ static double step(Zero *z, const Config *c, float lr) {
     z->loss_scale = scaler_update(&z->scaler, z->loss_scale, z->skipped);
 #ifdef TED_CUDA
     if (device && z->stage != 2) {   // every gradient counts as zero until an op writes it (nn/fresh.h)
+        if (z->dpart && fresh_poisoned()) zero_params_wait(z, 0, z->reg->n);   // the parts read them first
         fresh_mark(z->reg->g, z->reg->total);
         return norm;
     }

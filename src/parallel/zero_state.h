@@ -26,6 +26,8 @@ typedef struct Zero {
     float *tile;             // 16-bit storage: the fp32 up-cast tile, made at the first step
     double *sq, *sq_host;    // per tensor: the squared norm of its shard, then [n] their counted sum (run's device, host copy)
     void *dplan;             // a GPU run's fp32 gradients: the one-launch step's segment table (adam_cuda.h)
+    int *dpart, ndpart;      // its step beside the next forward (TED_OPT_OVERLAP=1): part k is tensors
+                             // [dpart[k], dpart[k+1]); NULL when the step runs in one launch
     long total;              // shard elements on this rank
     long t;                  // steps taken (bias correction)
     // fp16: loss scaling (loss_scale.h) — the loss gradient is multiplied by loss_scale; a step

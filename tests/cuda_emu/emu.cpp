@@ -644,6 +644,24 @@ static void flush(void) {
         if (op.fn) op.fn();
     }
 }
+// What the host sees done when it waits for stream t alone (cudaStreamSynchronize, a copy to
+// pageable memory): t's queued work, and where t waits for an event, the work that records it.
+// Late: nothing else runs, so side work that t never waits for stays queued past the host's wait
+// (a join never asked for reads results not yet made, even when the host waits in between);
+// early: every stream, as at a flush.
+static void flush_for(size_t t) {
+    if (streams_early) { flush(); return; }
+    Window w;
+    while (!streams[t].q.empty()) {
+        size_t pick = can_run(t) ? t : streams.size();
+        for (size_t i = 0; i < streams.size() && pick == streams.size(); i++)
+            if (can_run(i)) pick = i;
+        if (pick == streams.size()) die("a stream waits for an event that no queued work will record");
+        QueuedOp op = std::move(streams[pick].q.front());
+        streams[pick].q.pop_front();
+        if (op.fn) op.fn();
+    }
+}
 
 static void check_launch(const char *name, dim3 g, dim3 b, cudaStream_t s) {
     check_stream(s, name);
@@ -706,7 +724,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) { LOCK; check_stream(s, "cudaStrea
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
     check_stream(s, "cudaStreamSynchronize");
-    flush();
+    flush_for(cur_stream);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) { LOCK; flush(); return cudaSuccess; }
@@ -777,7 +795,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
         }
     } else if (sd) {
         enqueue([=] { memcpy(dst, src, n); });
-        if (!is_pinned(dst)) flush();                                 // pageable: returns when done
+        if (!is_pinned(dst)) flush_for(cur_stream);                   // pageable: returns when done
     } else {
         flush();
         memmove(dst, src, n);
