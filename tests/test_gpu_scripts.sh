@@ -3,8 +3,9 @@
 # allows does not fail on them: they parse (bash -n); without nvidia-smi, scripts/gpu_check.sh and
 # bench/gpu_bench.sh stop at once with one line and exit 2; bench/torch_bench.py's fast model
 # (the GPU baseline) equals the reference model (--check: loss and gradients, float64) and both of
-# its implementations run a tiny CPU shape (bf16 and dropless too); bench/gpu_table.py turns logs
-# into the table (ratio, MFU, memory, the plan figure, TED_GPU_PROF lines) and names a failed run.
+# its implementations run a tiny CPU shape (bf16 and dropless too); bench/resid_precision.py runs
+# 3 steps (its bf16 residual changes the loss); bench/gpu_table.py turns logs into the table (ratio,
+# MFU, memory, the plan figure, TED_GPU_PROF lines) and names a failed run.
 set -uo pipefail
 : "${TED_ROOT:?}" "${TED_TMP:?}"
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -38,6 +39,11 @@ for flags in "--impl ref" "--impl fast" "--impl fast --bf16 --capacity-factor 0"
   if "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1].splitlines()[-1]); assert r["ms_per_step_median"] > 0 and r["mfu_median"] > 0' "$out" 2>/dev/null
   then ok "torch_bench $flags on the CPU"; else bad "torch_bench $flags on the CPU: $out"; fi
 done
+# bench/resid_precision.py for 3 steps: both runs finite, and the bf16 residual changes the loss
+out=$("$PYTHON" bench/resid_precision.py --steps 3 --seeds 1 --n-layer 2 --eval-windows 4 --threads 1 2>&1)
+if "$PYTHON" -c 'import json, math, sys; r = json.loads(sys.argv[1].splitlines()[0])
+assert math.isfinite(r["val_loss_fp32_resid"]) and math.isfinite(r["val_loss_bf16_resid"]) and r["gap"] != 0' "$out" 2>/dev/null
+then ok "resid_precision.py: ${out%%$'\n'*}"; else bad "resid_precision.py: $out"; fi
 
 # the table from made-up logs: ted 100 ms, PyTorch 150 ms (median) at MoE 4 K; dense ted failed; a plan row
 d=$TED_TMP/logs; mkdir -p "$d"
