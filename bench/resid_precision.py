@@ -81,10 +81,7 @@ def main():
                      n_head=a.n_head, n_inner=a.n_inner, num_experts=a.num_experts, top_k=2,
                      moe_every=2, capacity_factor=0.0, group_size=1, seq_len=a.seq_len)
     data = ref.SequentialData(a.data, a.seq_len)
-    full = ref.read_bytes(a.data)
-    val = ref.SequentialData.__new__(ref.SequentialData)
-    val.tokens, val.T = full[(9 * len(full)) // 10:], a.seq_len
-    val.nwin = (len(val.tokens) - 1) // a.seq_len
+    val = ref.SequentialData(a.data, a.seq_len, split="val")
     gaps = []
     for seed in (int(s) for s in a.seeds.split(",")):
         out = {}

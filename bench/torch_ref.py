@@ -665,13 +665,15 @@ def read_bytes(path):
 
 
 class SequentialData:
-    """Windows i = tokens [i*T, i*T+T+1) of the training split (first floor(0.9 N) bytes);
-    step s uses windows s*B ... s*B+B-1 (B global batch) modulo the number of windows."""
+    """Windows i = tokens [i*T, i*T+T+1) of the training split (first floor(0.9 N) bytes; split
+    "val": the bytes after it; False: all of them); step s uses windows s*B ... s*B+B-1 (B global
+    batch) modulo the number of windows."""
 
     def __init__(self, path, T, split=True):
         data = read_bytes(path)
         # floor(0.9 N) computed exactly in integers (0.9*N in floating point can be off by one)
-        self.tokens = data[: (9 * len(data)) // 10] if split else data
+        cut = (9 * len(data)) // 10
+        self.tokens = data[cut:] if split == "val" else data[:cut] if split else data
         self.T = T
         self.nwin = (len(self.tokens) - 1) // T
         if self.nwin < 1:

@@ -671,11 +671,8 @@ static void round_dev(float *d, long n) {
 // run its bf16 copy in the first half of a room of n floats
 static float *mlp_input(const float *x, long n) {
     if (!cu_bf16()) return up(x, sizeof(float) * n);
-    float *d = up(x, sizeof(float) * n), *r = rounded(x, n);
-    uint16_t *h = malloc(2 * (n ? n : 1));
-    for (long i = 0; i < n; i++) h[i] = bf16_from_f32(r[i]);
-    cu_memcpy(d, h, 2 * n);
-    free(r); free(h);
+    float *r = copyf(x, n), *d = round_up_bf16(r, n);   // the op reads the bf16 half alone
+    free(r);
     return d;
 }
 

@@ -257,11 +257,11 @@ static int on_device(const Zero *z) { return ted_device == DEV_CUDA && !z->reg->
 // stream, the forward waiting (weights_needed) for the part that holds a block's tensors before it
 // reads them. Where every shard is its whole tensor only (no all-gather after the update: one rank
 // of data parallelism per tensor, or stage 0), and not with stage 2's buckets.
-static int device_overlap(const Zero *z) {
+static int device_overlap(Zero *z) {
     const char *e = getenv("TED_OPT_OVERLAP");
     if (!e || atoi(e) != 1 || z->stage == 2 || z->ov) return 0;
     for (int i = 0; i < z->reg->n; i++)
-        if (z->stage > 0 && zero_group((Zero *)z, &z->reg->p[i])->size > 1) return 0;
+        if (z->stage > 0 && zero_group(z, &z->reg->p[i])->size > 1) return 0;
     return 1;
 }
 
