@@ -103,7 +103,8 @@ static void r_gelu_b(Bufs *B, int now) {
     else was_gelu_bias_backward(B->dh, B->db, B->g, B->h, NR, F);
 }
 static void r_ln_f(Bufs *B, int now) {
-    (now ? layernorm_forward : was_layernorm_forward)(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
+    if (now) layernorm_forward(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D, 0);
+    else was_layernorm_forward(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
 }
 static void r_ln_b(Bufs *B, int now) {
     (now ? layernorm_backward : was_layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);

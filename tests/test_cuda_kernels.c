@@ -132,8 +132,8 @@ static void test_layernorm(long N, int d) {
     float *dx = up(x, sizeof(float) * n), *dw = up(w, sizeof(float) * d), *db = up(b, sizeof(float) * d);
     float *dout_ = cu_malloc(sizeof(float) * n), *dmean = cu_malloc(sizeof(float) * N);
     float *drstd = cu_malloc(sizeof(float) * N);
-    layernorm_forward(out, mean, rstd, x, w, b, N, d);
-    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d);
+    layernorm_forward(out, mean, rstd, x, w, b, N, d, 0);
+    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d, 0);
     cmp("layernorm_forward out", dout_, out, n, 1e-5);
     cmp("layernorm_forward mean", dmean, mean, N, 1e-5);
     cmp("layernorm_forward rstd", drstd, rstd, N, 1e-5);
@@ -574,8 +574,8 @@ static void test_bf16_norm_embed(void) {
     float *out = malloc(sizeof(float) * N * d), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
     float *dx = up(x, sizeof(float) * N * d), *dw = round_up_bf16(w, d), *db = round_up_bf16(b, d);
     float *dout_ = cu_malloc(sizeof(float) * N * d), *dmean = cu_malloc(sizeof(float) * N), *drstd = cu_malloc(sizeof(float) * N);
-    layernorm_forward(out, mean, rstd, x, w, b, N, d);
-    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d);
+    layernorm_forward(out, mean, rstd, x, w, b, N, d, 0);
+    cu_layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, d, 0);
     cmp("bf16 layernorm_forward out", dout_, out, N * d, 1e-5);
     float *g = rnd(N * d, 1, 0), *gin = rnd(N * d, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0);
     float *dg = up(g, sizeof(float) * N * d), *dgin = up(gin, sizeof(float) * N * d);
@@ -690,7 +690,7 @@ static void test_residual_layernorm(long N, int d, int mlp_input) {
     residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input);
     cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d, mlp_input);
     cu_residual_forward(u[0], da, db, n);
-    cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d);
+    cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d, 0);
     int out16 = mlp_input && cu_bf16();
     if (out16) {   // the bf16 copy, as floats; the unfused op's fp32 output rounded
         hg_room_to_f32(g[1], n);
@@ -704,6 +704,28 @@ static void test_residual_layernorm(long N, int d, int mlp_input) {
     free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
 }
 
+// ln_f's LayerNorm, read only by the head's GEMMs (gemm_input): on a bf16 run its bf16 copy alone,
+// in the first half of its room (compared as floats again; the fp32 op's output rounded, bit for bit)
+static void test_layernorm_gemm_input(long N, int d) {
+    long n = N * d, len[3] = {n, N, N};
+    float *x = rnd(n, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0);
+    float *dx = up(x, sizeof(float) * n), *dw = dev_weights(w, d), *db = dev_weights(b, d);
+    float *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *g[3], *u[3], *ref[3] = {out, mean, rstd};
+    for (int k = 0; k < 3; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
+    layernorm_forward(out, mean, rstd, x, w, b, N, d, 1);   // the CPU keeps fp32
+    cu_layernorm_forward(g[0], g[1], g[2], dx, dw, db, N, d, 1);
+    cu_layernorm_forward(u[0], u[1], u[2], dx, dw, db, N, d, 0);
+    if (cu_bf16()) {
+        hg_room_to_f32(g[0], n);
+        round_dev(u[0], n);
+    }
+    const char *what[3] = {"out", "mean", "rstd"};
+    double tol[3] = {cu_bf16() ? 4e-3 : 1e-5, 1e-5, 1e-5};
+    check_fused("layernorm (gemm input)", 3, what, g, ref, u, len, tol, 0);
+    cu_free(dx); cu_free(dw); cu_free(db);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd);
+}
 
 // The MLP forward: h = x·w1 + b1, GELU (with hg's bf16 copy for the second GEMM), out = hg·w2 + b2.
 // On bf16 the CPU's second GEMM takes the GPU's hg rounded (the CPU's own hg may round the other
@@ -826,6 +848,7 @@ static void test_fused(void) {
     test_residual_layernorm(37, 48, 0);
     test_residual_layernorm(300, 70, 0);
     test_residual_layernorm(300, 72, 1);
+    test_layernorm_gemm_input(300, 72);
     // N, C, F, OC: F 72 takes bias + GELU four a thread, 45 one; N 300 past a chunk of rows
     long shapes[2][4] = {{37, 48, 72, 30}, {300, 24, 45, 20}};
     for (int i = 0; i < 2; i++) {

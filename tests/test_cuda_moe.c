@@ -55,6 +55,14 @@ static void *host_copy(const void *d, size_t bytes) {
     return h;
 }
 
+// x[n]'s bf16 copy into the first half of the device room d_hg (as the ops keep bf16-only rooms)
+static void upload_hg_half(float *d_hg, const float *hg, long n) {
+    uint16_t *h16 = xmalloc(sizeof(uint16_t) * (n ? n : 1));
+    for (long i = 0; i < n; i++) h16[i] = bf16_from_f32(hg[i]);
+    cu_memcpy(d_hg, h16, sizeof(uint16_t) * n);
+    free(h16);
+}
+
 // max |a − b| / (max |b| + 1e-6) of the GPU's a against the CPU's b; prints one line
 static void check(const char *what, const float *gpu_dev, const float *cpu, long n, double tol) {
     float *a = host_copy(gpu_dev, sizeof(float) * n);
@@ -277,7 +285,7 @@ static void test_qkv_forward(long N, int C, int OC, int with_bias) {
     float *ref = cu_malloc(sizeof(float) * N * OC);
     float *ln_ref = cu_malloc(sizeof(float) * N * C), *st = cu_malloc(sizeof(float) * 4 * N);
     cu_qkv_forward(room, ln, st, st + N, d_x, d_lw, d_lb, d_w, bias, N, C, OC);
-    cu_layernorm_forward(ln_ref, st + 2 * N, st + 3 * N, d_x, d_lw, d_lb, N, C);
+    cu_layernorm_forward(ln_ref, st + 2 * N, st + 3 * N, d_x, d_lw, d_lb, N, C, 0);
     cu_matmul_forward(ref, ln_ref, d_w, bias, N, C, OC, 0);
     char what[96];
     snprintf(what, sizeof what, "%sqkv_forward N=%ld OC=%d%s", bf16 ? "bf16 " : "", N, OC, with_bias ? "" : " no bias");
@@ -338,6 +346,25 @@ static void test_qkv_backward(long N, int C, int OC) {
     free(x); free(w); free(g); free(gw); free(gb);
 }
 
+// The head's pair from x's bf16 copy alone, as layernorm_forward's gemm_input leaves ln_f (inp16),
+// against the same from fp32 x: the losses, the logits' room and the backward's f, bit for bit
+static void head_loss_inp16(const float *x, const float *gw, const float *d_w, const int *d_t, const float *loss,
+                            const float *room, const float *junk, float *const f[2], long N, int C, int V, int Vl,
+                            float scale) {
+    long n = N * Vl, len[2] = {N * C, (long)Vl * C};
+    float *d_x16 = dev_copy(x, sizeof(float) * N * C), *room16 = dev_copy(junk, sizeof(float) * n);
+    float *loss16 = cu_malloc(sizeof(float) * N);
+    float *f16[2] = {cu_malloc(sizeof(float) * len[0]), dev_copy(gw, sizeof(float) * len[1])};
+    upload_hg_half(d_x16, x, N * C);
+    cu_head_loss_forward(loss16, room16, d_x16, 1, d_w, d_t, N, C, V, Vl, scale);
+    same_bits("bf16 head_loss_forward, bf16 input (inp16): losses", loss16, loss, N);
+    same_bits("bf16 head_loss_forward, bf16 input (inp16): room", room16, room, n);
+    cu_head_loss_backward(f16[0], f16[1], room16, d_x16, 1, d_w, N, C, Vl);
+    same_bits("bf16 head_loss_backward, bf16 input (inp16): dinp", f16[0], f[0], len[0]);
+    same_bits("bf16 head_loss_backward, bf16 input (inp16): dw", f16[1], f[1], len[1]);
+    cu_free(d_x16); cu_free(room16); cu_free(loss16); cu_free(f16[0]); cu_free(f16[1]);
+}
+
 // head_loss_forward (logits room, targets t in [0, V), Vl - V padded columns) against the ops it
 // joins: on fp32 linear_forward + the fused classifier, bit for bit; on bf16 the classifier's bf16
 // form on the fp32 GEMM's logits rounded (losses within 2e-3, each gradient within 1/32; the
@@ -354,7 +381,7 @@ static void test_head_loss(long N, int C, int V, int Vl) {
     int *d_t = dev_copy(tg, sizeof(int) * N);
     float *room = dev_copy(junk, sizeof(float) * n), *ref = cu_malloc(sizeof(float) * n);
     float *loss = cu_malloc(sizeof(float) * N), *rloss = cu_malloc(sizeof(float) * N);
-    cu_head_loss_forward(loss, room, d_x, d_w, d_t, N, C, V, Vl, scale);
+    cu_head_loss_forward(loss, room, d_x, 0, d_w, d_t, N, C, V, Vl, scale);
     cu_linear_forward(ref, Vl, d_x, C, d_w, N, C, Vl, 0);
     char what[96];
     long off = 0;
@@ -395,15 +422,17 @@ static void test_head_loss(long N, int C, int V, int Vl) {
     float *d_g = dev_copy(g16f, sizeof(float) * n);
     float *f[2] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * Vl * C)};
     float *u[2] = {cu_malloc(sizeof(float) * N * C), dev_copy(gw, sizeof(float) * Vl * C)};
-    cu_head_loss_backward(f[0], f[1], room, d_x, d_w, N, C, Vl);
+    cu_head_loss_backward(f[0], f[1], room, d_x, 0, d_w, N, C, Vl);
     cu_linear_backward(u[0], C, u[1], d_g, Vl, d_x, C, d_w, N, C, Vl, 0);
     const char *name[2] = {"dinp", "dw"};
     long len[2] = {N * C, (long)Vl * C};
     for (int k = 0; k < 2; k++) {
         snprintf(what, sizeof what, "%shead_loss_backward %s = linear_backward", bf16 ? "bf16 " : "", name[k]);
         same_bits(what, f[k], u[k], len[k]);
-        cu_free(f[k]); cu_free(u[k]);
+        cu_free(u[k]);
     }
+    if (bf16) head_loss_inp16(x, gw, d_w, d_t, loss, room, junk, f, N, C, V, Vl, scale);
+    cu_free(f[0]); cu_free(f[1]);
     cu_free(d_x); cu_free(d_w); cu_free(d_t); cu_free(room); cu_free(ref); cu_free(loss); cu_free(rloss); cu_free(d_g);
     free(x); free(w); free(gw); free(junk); free(tg); free(g16f);
 }
@@ -544,9 +573,21 @@ static void test_dispatcher(int d) {
     // dispatch_forward: untouched rows keep their values
     float *x = frandom(N * d, 1.0f), *xin = frandom(R * d, 1.0f);
     float *d_x = dev_copy(x, sizeof(float) * N * d), *d_xin = dev_copy(xin, sizeof(float) * R * d);
-    dispatch_forward(xin, x, row, N, k, d);
-    cu_dispatch_forward(d_xin, d_x, d_row, N, k, d);
+    dispatch_forward(xin, x, row, N, k, d, 0);
+    cu_dispatch_forward(d_xin, d_x, d_row, N, k, d, 0);
     check("dispatch_forward xin", d_xin, xin, R * d, 1e-5);
+    // in bf16 (a --bf16 run's expert input): the CPU's rounding to the bit, other rows untouched
+    uint16_t *x16 = xmalloc(sizeof(uint16_t) * R * d), *g16 = xmalloc(sizeof(uint16_t) * R * d);
+    for (long i = 0; i < R * d; i++) x16[i] = (uint16_t)irand(65536);
+    cu_memcpy(d_xin, x16, sizeof(uint16_t) * R * d);
+    dispatch_forward((float *)x16, x, row, N, k, d, 1);
+    cu_dispatch_forward(d_xin, d_x, d_row, N, k, d, 1);
+    cu_memcpy(g16, d_xin, sizeof(uint16_t) * R * d);
+    long differ = 0;
+    for (long i = 0; i < R * d; i++) differ += x16[i] != g16[i];
+    printf("dispatch_forward xin in bf16 (d %d): %ld of %ld elements differ %s\n", d, differ, R * d, differ ? "FAIL" : "ok");
+    failures += differ != 0;
+    free(x16); free(g16);
 
     // dispatch_backward: dx += Σ_j dxin[row_j]
     float *dx = frandom(N * d, 1.0f), *dxin = frandom(R * d, 1.0f);
@@ -602,20 +643,15 @@ static void check_hg_half(const char *name, const char *what, const float *d_hg,
     failures += !ok;
     free(raw);
 }
-static void upload_hg_half(float *d_hg, const float *hg, long n) {
-    uint16_t *h16 = xmalloc(sizeof(uint16_t) * (n ? n : 1));
-    for (long i = 0; i < n; i++) h16[i] = bf16_from_f32(hg[i]);
-    cu_memcpy(d_hg, h16, sizeof(uint16_t) * n);
-    free(h16);
-}
 
-static void test_experts(const char *name, const long *off, int proj_bias) {
+// xin16: the input rows in bf16 (MoeLayer.rows16: as a --bf16 run's dispatch writes them)
+static void test_experts(const char *name, const long *off, int proj_bias, int xin16) {
     int El = 3, d = 16, f = 40, bf16 = cu_bf16();
     long R = off[El];
     double tol = bf16 ? 1e-2 : 1e-4, tol_h = bf16 ? 1e-5 : 1e-4;
     Experts x = {El, d, f, frandom((long)El * d * f, 0.3f), frandom((long)El * f, 0.3f),
                  frandom((long)El * f * d, 0.3f), frandom((long)El * d, 0.3f), frandom((long)El * d * f, 0.1f),
-                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL};
+                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL, 0};
     Experts g = x;   // device copies
     g.wfc = weights_up(x.wfc, (long)El * d * f, bf16);     g.bfc = weights_up(x.bfc, (long)El * f, bf16);
     g.wproj = weights_up(x.wproj, (long)El * f * d, bf16); g.bproj = weights_up(x.bproj, (long)El * d, bf16);
@@ -630,10 +666,11 @@ static void test_experts(const char *name, const long *off, int proj_bias) {
 
     float *junk = frandom(R * f, 50.0f);   // outputs start as garbage: everything must be written
     float *d_xin = dev_copy(xin, sizeof(float) * R * d), *d_dy = dev_copy(dy, sizeof(float) * R * d);
+    if (xin16) upload_hg_half(d_xin, xin, R * d);
     float *d_h = dev_copy(junk, sizeof(float) * R * f), *d_hg = dev_copy(junk, sizeof(float) * R * f);
     float *d_y = dev_copy(junk, sizeof(float) * R * d), *d_dxin = dev_copy(junk, sizeof(float) * R * d);
     float *d_dhg = dev_copy(junk, sizeof(float) * R * f);
-    cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, off, proj_bias);
+    cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, xin16, off, proj_bias);
     if (bf16) {   // kept in bf16 only, in their rooms
         check_hg_half(name, "h", d_h, h, junk, R * f);
         check_hg_half(name, "hg", d_hg, hg, junk, R * f);
@@ -650,8 +687,8 @@ static void test_experts(const char *name, const long *off, int proj_bias) {
         cu_memcpy(d_h, h, sizeof(float) * R * f);
         cu_memcpy(d_hg, hg, sizeof(float) * R * f);
     }
-    cu_experts_backward(El, d, f, g.wfc, g.wproj, g.gwfc, g.gbfc, g.gwproj, g.gbproj, d_dxin, d_dhg, d_dy, d_xin, d_h,
-                        d_hg, off, proj_bias);
+    cu_experts_backward(El, d, f, g.wfc, g.wproj, g.gwfc, g.gbfc, g.gwproj, g.gbproj, d_dxin, d_dhg, d_dy, d_xin, xin16,
+                        d_h, d_hg, off, proj_bias);
     checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, tol);
     checkn("experts_backward", name, "gwfc", g.gwfc, x.gwfc, (long)El * d * f, tol);
     checkn("experts_backward", name, "gbfc", g.gbfc, x.gbfc, (long)El * f, tol);
@@ -689,13 +726,13 @@ int main(void) {
     test_dispatcher(1040);
     long uneven[] = {0, 5, 5, 12};   // expert 1 empty: grouped GEMMs
     long even[] = {0, 4, 8, 12};     // equal experts: the strided batched path
-    test_experts("uneven", uneven, 1);
-    test_experts("uneven, no proj bias", uneven, 0);
-    test_experts("even", even, 1);
+    test_experts("uneven", uneven, 1, 0);
+    test_experts("uneven, no proj bias", uneven, 0, 0);
+    test_experts("even", even, 1, 0);
     long big[] = {0, 600, 610, 900};   // the bias gradients' column sums in several row chunks of one expert
-    test_experts("600 rows", big, 1);
+    test_experts("600 rows", big, 1, 0);
     long none[] = {0, 0, 0, 0};      // no rows at all: nothing to do, gradients unchanged
-    test_experts("empty", none, 1);
+    test_experts("empty", none, 1, 0);
     test_attn_proj(2, 37, 3, 16, 20);   // last: the random numbers of the tests above stay theirs
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_backward(74, 20, 3 * 48);
@@ -703,9 +740,11 @@ int main(void) {
     cu_set_bf16(1);   // as a --bf16 run
     printf("-- bf16 weights and GEMM operands\n");
     test_attention(2, 7, 3, 8);
-    test_experts("bf16 uneven", uneven, 1);
-    test_experts("bf16 even", even, 1);
-    test_experts("bf16 600 rows", big, 1);
+    test_experts("bf16 uneven", uneven, 1, 0);
+    test_experts("bf16 even", even, 1, 0);
+    test_experts("bf16 600 rows", big, 1, 0);
+    test_experts("bf16 uneven, bf16 input rows", uneven, 1, 1);
+    test_experts("bf16 600 rows, bf16 input rows", big, 1, 1);
     test_attn_proj(2, 37, 3, 16, 20);
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_forward(33, 64, 3 * 16, 0);
@@ -713,8 +752,8 @@ int main(void) {
     test_head_loss(37, 24, 100, 104);
     test_head_loss(5, 64, 333, 333);
     setenv("TED_LT_GELU", "0", 1);   // the experts' GELU by their own passes, not cuBLASLt's epilogue
-    test_experts("bf16 uneven, GELU passes", uneven, 1);
-    test_experts("bf16 600 rows, GELU passes", big, 1);
+    test_experts("bf16 uneven, GELU passes", uneven, 1, 0);
+    test_experts("bf16 600 rows, GELU passes", big, 1, 0);
     unsetenv("TED_LT_GELU");
     cu_set_bf16(0);
     if (failures) { printf("test_cuda_moe: %d FAILED\n", failures); return 1; }

@@ -50,7 +50,7 @@ typedef struct { float *inp, *w, *b, *out, *R, *mean, *rstd; long N; int C, OC; 
 
 static double f_layernorm(void *p) {
     OpCtx *c = p;
-    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, 0);
     return dot(c->out, c->R, c->N * c->C);
 }
 static double f_matmul(void *p) {

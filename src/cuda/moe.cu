@@ -247,9 +247,10 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
 // row_grid: common.cuh.)
 using cu::row_grid;
 
-// dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: 1): dispatch's forward, combine's dy
-template <int V> static __global__ void scatter_rows_kernel(float *dst, const float *src, const float *gate,
-                                                            const int *row, long N, int k, int d) {
+// dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: 1): dispatch's forward (O uint16_t: rows
+// written in bf16), combine's dy
+template <int V, class O> static __global__ void scatter_rows_kernel(O *dst, const float *src, const float *gate,
+                                                                     const int *row, long N, int k, int d) {
     for (long tj = blockIdx.x; tj < N * k; tj += gridDim.x) {
         int r = row[tj];
         if (r < 0) continue;   // block-uniform
@@ -282,7 +283,8 @@ template <int V> static __global__ void gather_rows_kernel(float *acc, const flo
     }
 }
 
-static void scatter_rows(float *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
+template <class O>
+static void scatter_rows(O *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * k * d <= 0) return;
     if (rows_vec4(d, dst, src, NULL, NULL))
         scatter_rows_kernel<4><<<row_grid(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
@@ -314,9 +316,10 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
     if (lane == 0) dgate[tj] = r >= 0 ? dot : 0.0f;
 }
 
-extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
+extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half) {
     PROF(PROF_MOE);
-    scatter_rows(xin, x, NULL, row, N, k, d);
+    if (half) scatter_rows(cu_hg_half(xin), x, NULL, row, N, k, d);
+    else scatter_rows(xin, x, NULL, row, N, k, d);
 }
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
@@ -448,7 +451,7 @@ static void fc_gelu16(int El, int d, int f, const void *x16, const float *wfc, c
 }
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
-                                   const float *bproj, float *h, float *hg, float *y, const float *xin,
+                                   const float *bproj, float *h, float *hg, float *y, const float *xin, int xin16,
                                    const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
@@ -459,7 +462,7 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h); a bf16 run
     // keeps h and hg in bf16 only, where they are (cu_hg_half), from GEMMs with GELU's epilogue
     uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
-    if (hg16) fc_gelu16(El, d, f, cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
+    if (hg16) fc_gelu16(El, d, f, xin16 ? (const void *)xin : cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
     else {
         point(off, El, xin, d, 0, wfc, (long)d * f, 1, h, f, 0);
         cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
@@ -488,7 +491,7 @@ static float experts_grad_beta(int El, const int *M, const int *N, const int *K)
 
 extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
-                                    const float *dy, const float *xin, const float *h, const float *hg,
+                                    const float *dy, const float *xin, int xin16, const float *h, const float *hg,
                                     const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
@@ -517,6 +520,6 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
-    point(off, El, cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
+    point(off, El, xin16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, f);   // K = rows
 }

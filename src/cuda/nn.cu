@@ -819,12 +819,16 @@ template <class F> static void ln_launch(int d, const void *p0, const void *p1, 
     CU_LAUNCH_CHECK();
 }
 
+// ops.c's layernorm_forward: with gemm_input on a --bf16 run the output is written in bf16 only,
+// into the first half of out's room (cu_hg_half), where the GEMMs read it (ln_f: the LM head's)
 extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                     const float *b, long N, int d) {
+                                     const float *b, long N, int d, int gemm_input) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
+    uint16_t *out16 = gemm_input && cu_bf16() ? cu_hg_half(out) : NULL;
     ln_launch(d, out, inp, NULL, NULL, w, b, [&](auto v, auto *ww, auto *bb) {
-        ln_forward<decltype(v)::value>(out, mean, rstd, inp, ww, bb, N, d);
+        if (out16) ln_forward<decltype(v)::value>(out16, mean, rstd, inp, ww, bb, N, d);
+        else ln_forward<decltype(v)::value>(out, mean, rstd, inp, ww, bb, N, d);
     });
 }
 
@@ -944,9 +948,9 @@ extern "C" void cu_linear_backward(float *dinp, long ldd, float *dw, const float
 // linear.c's head_loss_forward: on a --bf16 run the GEMM writes the logits in bf16 only, into the
 // first half of their room (cu_hg_half), and the classifier's bf16 form turns them into the loss
 // gradient in place: no fp32 logits written or read, and no cast of the gradient in the backward
-// (0.3 ms a step at the 4 K-token bench shape on an H200)
-extern "C" void cu_head_loss_forward(float *losses, float *logits, const float *inp, const float *w, const int *targets,
-                                     long N, int C, int V, int Vl, float scale) {
+// (0.3 ms a step at the 4 K-token bench shape on an H200). inp16: inp is bf16 already (ln_f's)
+extern "C" void cu_head_loss_forward(float *losses, float *logits, const float *inp, int inp16, const float *w,
+                                     const int *targets, long N, int C, int V, int Vl, float scale) {
     if (!cu_bf16()) {
         cu_linear_forward(logits, Vl, inp, C, w, N, C, Vl, 0);
         cu_fused_classifier(losses, logits, targets, N, V, Vl, scale);
@@ -955,13 +959,14 @@ extern "C" void cu_head_loss_forward(float *losses, float *logits, const float *
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || Vl <= 0) return;
     uint16_t *l16 = cu_hg_half(logits);
-    cu_gemm_op_c16(0, 1, (int)N, Vl, C, 1.0f, cu_operand(inp, N * C, 0), C, w, C, 0.0f, l16, Vl);
+    const void *x = inp16 ? (const void *)inp : cu_operand(inp, N * C, 0);
+    cu_gemm_op_c16(0, 1, (int)N, Vl, C, 1.0f, x, C, w, C, 0.0f, l16, Vl);
     cu_fused_classifier_bf16(losses, l16, targets, N, V, Vl, scale);
 }
 
 // linear.c's head_loss_backward: the gradient in bf16 where the forward left it is the GEMMs' operand
-extern "C" void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w,
-                                      long N, int C, int Vl) {
+extern "C" void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, int inp16,
+                                      const float *w, long N, int C, int Vl) {
     if (!cu_bf16()) { cu_linear_backward(dinp, C, dw, dlogits, Vl, inp, C, w, N, C, Vl, 0); return; }
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
@@ -969,7 +974,8 @@ extern "C" void cu_head_loss_backward(float *dinp, float *dw, const float *dlogi
     if (dinp) cu_gemm_op(0, 0, (int)N, C, Vl, 1.0f, g16, Vl, w, C, 0.0f, dinp, C);
     if (dw) {
         float beta = fresh_beta(dw, (long)Vl * C);
-        cu_gemm_op(1, 0, Vl, C, (int)N, 1.0f, g16, Vl, cu_operand(inp, N * C, 1), C, beta, dw, C);
+        cu_gemm_op(1, 0, Vl, C, (int)N, 1.0f, g16, Vl, inp16 ? (const void *)inp : cu_operand(inp, N * C, 1), C, beta,
+                   dw, C);
     }
 }
 
@@ -1059,7 +1065,7 @@ template <int V> __global__ void fill_rows16_kernel(uint16_t *out16, const uint1
 extern "C" void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw,
                                const float *lnb, const float *w, const float *bias, long N, int C, int OC) {
     if (!cu_bf16()) {
-        cu_layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C);
+        cu_layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C, 0);
         PROF(PROF_ELEMENTWISE);
         if (N > 0 && OC > 0) matmul_forward_op(qkv, ln, w, bias, N, C, OC, 0);
         return;

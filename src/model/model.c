@@ -187,11 +187,11 @@ static long stage_numel(const Model *M, int s) {
 #define G(i) (M->reg.p[i].g)
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
-// expert (first[] = b->sh, one of hidden share fsl).
-static Experts experts_of(Model *M, const int first[4], int El, int f) {
+// expert (first[] = b->sh, one of hidden share fsl); xin16: their input rows are bf16.
+static Experts experts_of(Model *M, const int first[4], int El, int f, int xin16) {
 #define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
 #define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
-    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind};
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, xin16};
 #undef WS
 #undef GS
 }
@@ -201,8 +201,8 @@ static MoeWeights moe_weights(Model *M, int l) {
     const BlockParams *b = &M->bp[l];
     MoeWeights w = {l, b->bias, W(b->router), b->noise >= 0 ? W(b->noise) : NULL, G(b->router),
                     b->noise >= 0 ? G(b->noise) : NULL, b->shg >= 0 ? W(b->shg) : NULL, b->shg >= 0 ? G(b->shg) : NULL,
-                    experts_of(M, b->et, M->El, M->fel), {0}};
-    if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl);
+                    experts_of(M, b->et, M->El, M->fel, M->moe.rows16), {0}};   // the dispatch's rows
+    if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl, 0);   // reads ln2
     return w;
 }
 
@@ -279,11 +279,12 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // where only the GELU MLP reads it (residual_layernorm_forward's mlp_input: blocks without an MoE
 // layer, whose router and dispatch read it in fp32), the GELU MLP's and the GELU experts' h and hg
 // (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not when the MoE chunks
-// overlap: their pieces sit at fp32 offsets).
-enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS };
+// overlap: their pieces sit at fp32 offsets), and the GELU experts' input rows xexp (MoeLayer.rows16).
+enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_XEXP };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
-    int half = gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
+    int half = which == ROOM_XEXP ? M->moe.rows16
+             : gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
                          : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
     return half ? (n + 1) / 2 : n;
 }
@@ -312,7 +313,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
             e->sh_hg = TAKE(a, float, room(M, N * M->fsl, ROOM_EXPERTS));
         }
         if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);
-        if (!cac) { e->xexp = TAKE(a, float, Rr * d); e->ysend = TAKE(a, float, Rs * d); }
+        if (!cac) { e->xexp = TAKE(a, float, room(M, Rr * d, ROOM_XEXP)); e->ysend = TAKE(a, float, Rs * d); }
     }
 }
 
@@ -358,7 +359,10 @@ static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a,
     x->store = pack ? TAKE(a, uint16_t, packed_floats(M, l)) : NULL;
     if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
         x->ar_attn = TAKE(a, float, N * d);
-        if (moe) { x->moe.xexp = TAKE(a, float, M->moe.Rr * d); x->moe.ysend = TAKE(a, float, M->moe.Rs * d); }
+        if (moe) {
+            x->moe.xexp = TAKE(a, float, room(M, M->moe.Rr * d, ROOM_XEXP));
+            x->moe.ysend = TAKE(a, float, M->moe.Rs * d);
+        }
         else x->ar_ffn = TAKE(a, float, N * d);
     }
     if (moe) { x->moe.scnt = TAKE(h, long, M->E); x->moe.rcnt = TAKE(h, long, M->E); x->moe.exp_off = TAKE(h, long, M->El + 1); }
@@ -678,7 +682,7 @@ static void attn_forward(Model *M, int l, int B, int T, int recompute) {
             qkv_forward(x->qkv, x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), W(b->qkvw),
                         W(b->qkvb), N, d, 3 * Dl);
         else {
-            layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d);
+            layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, M->resid[l], W(b->ln1w), W(b->ln1b), N, d, 0);
             matmul_forward(x->qkv, x->ln1, W(b->qkvw), W(b->qkvb), N, d, 3 * Dl, 0);
         }
     }
@@ -753,15 +757,21 @@ static void gather_logits(Model *M, long N) {
 // A training forward of an unsharded head writes the logits' gradient with the loss (the step's
 // scale, pipe_train_step): one pass over the logits (crossentropy_fused).
 static int fused_loss(const Model *M) { return M->ce_scale != 0 && M->topo->tp == 1; }
+// There, on a --bf16 GPU run of the GPT family, ln_f's output is kept in bf16 alone: the head's two
+// GEMMs are all that read it (layernorm_forward's gemm_input; the room stays fp32 for evaluation)
+static int lnf16(const Model *M) {
+    return fused_loss(M) && !M->llama && M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16;
+}
 
 // The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
 // token losses (without targets: whole rows of logits into full_logits, and 0).
 static double head_forward(Model *M, long N, int has_targets) {
-    int d = M->d;
+    int d = M->d, h16 = has_targets && lnf16(M);
     if (M->llama) llama_norm_forward(M, M->lnf, M->lnf_rstd, M->resid[M->L], M->lnfw, N);
-    else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d);
+    else layernorm_forward(M->lnf, M->lnf_mean, M->lnf_rstd, M->resid[M->L], W(M->lnfw), W(M->lnfb), N, d, h16);
     if (has_targets && fused_loss(M)) {   // logits = lnf·wteᵀ, the loss and, in place, its gradient
-        head_loss_forward(M->losses, M->logits, M->ce_max, M->lnf, W(M->lmh), M->tgt, N, d, M->V, M->Vl, M->ce_scale);
+        head_loss_forward(M->losses, M->logits, M->ce_max, M->lnf, h16, W(M->lmh), M->tgt, N, d, M->V, M->Vl,
+                          M->ce_scale);
         return sum_forward(M->losses, N);
     }
     linear_forward(M->logits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // logits = lnf·wteᵀ
@@ -850,7 +860,7 @@ static void head_backward(Model *M, long N, float lm_scale) {
     watchdog_block(-1, 0, NULL);
     if (fused_loss(M)) {   // the forward wrote the gradient; one shard: both products at once
         CHECK(lm_scale == M->ce_scale, "loss scale %g in the backward, %g in the forward", lm_scale, M->ce_scale);
-        head_loss_backward(M->dln, G(M->lmh), dlogits, M->lnf, W(M->lmh), N, d, M->Vl);
+        head_loss_backward(M->dln, G(M->lmh), dlogits, M->lnf, lnf16(M), W(M->lmh), N, d, M->Vl);
     } else {
         crossentropy_backward(dlogits, M->tgt, N, M->v0, M->Vl, lm_scale);
         linear_backward(M->dln, d, NULL, dlogits, M->Vl, M->lnf, d, W(M->lmh), N, d, M->Vl, 0);   // dlnf = dlogits·wte

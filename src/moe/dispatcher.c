@@ -1,5 +1,6 @@
 // dispatcher.c — gather by expert, weighted scatter-back (see dispatcher.h).
 #include "core/backend.h"
+#include "core/half.h"
 #include "moe/dispatcher.h"
 #include "moe/moe_cuda.h"
 #include <string.h>
@@ -164,12 +165,16 @@ void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *t
     else exchange(x, exp_side, buf, tok_side, d, 0);
 }
 
-void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d) {
-    ON_GPU(cu_dispatch_forward(xin, x, row, N, k, d));
+void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half) {
+    ON_GPU(cu_dispatch_forward(xin, x, row, N, k, d, half));
+    uint16_t *x16 = (uint16_t *)xin;
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
-        for (int j = 0; j < k; j++)
-            if (row[t * k + j] >= 0) memcpy(xin + (long)row[t * k + j] * d, x + t * d, sizeof(float) * d);
+        for (int j = 0; j < k; j++) {
+            long r = row[t * k + j];
+            if (r >= 0 && half) for (int c = 0; c < d; c++) x16[r * d + c] = bf16_from_f32(x[t * d + c]);
+            else if (r >= 0) memcpy(xin + r * d, x + t * d, sizeof(float) * d);
+        }
 }
 
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {

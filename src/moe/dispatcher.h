@@ -33,13 +33,15 @@ void exchange_plan(Exchange *x, const long *exp_rows, int known_sizes);
 // buf is a scratch of 2·max(Rs, Rr)·d floats. Without dtd, exchange_to_tokens moves the expert
 // side as it is (the caller has summed it over TP); with dtd it sums it over TP itself
 // (a reduce-scatter), and both directions end with full rows on every TP rank.
-// The all-to-all's counts in elements of rows of d floats: per destination (sc, sd) and per source (rc, rd).
+// The all-to-all's counts in elements of rows of d floats (bf16 rows of an even d travel as rows
+// of d/2 floats: the exchange copies bytes): per destination (sc, sd) and per source (rc, rd).
 void exchange_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, long *rd);
 void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d);
 void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d);
 
-// xin[row] = x[t]
-void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d);
+// xin[row] = x[t]; half: xin's rows are written in bf16, d to a row from xin's first byte (a
+// --bf16 GPU run's expert input, MoeLayer.rows16: it travels and is kept that way)
+void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half);
 // dx[t] += Σ_j dxin[row_j]
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);
 // out[t] += Σ_j gate_j · y[row_j]

@@ -44,6 +44,11 @@ void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N
         L->Rs = N * L->k + (long)L->E * topo->tp;
         L->Rr = L->Rs * topo->ep;               // at worst every rank's choices land here
     }
+    // A --bf16 GPU run's GELU experts read their input rows only as bf16 GEMM operands: the
+    // dispatch writes them in bf16 (the rounding the GEMMs' cast did), the all-to-all carries half
+    // the bytes, and xexp keeps half (not with the chunked exchange: its pieces sit at fp32 offsets)
+    L->rows16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 &&
+                !moe_overlap_on(L);
 }
 
 static Exchange exchange_of(MoeLayer *L, MoeActs *x) {
@@ -169,13 +174,13 @@ void moe_layer_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float
     exchange_plan(&ex, x->exp_rows, L->rcfg.capacity_factor > 0 && !L->uneven);
     float *tok = alias ? x->xexp : L->tok_buf;
     if (!alias) buf_zero(tok, sizeof(float) * ex.Rs * d);      // unused capacity slots are zero
-    dispatch_forward(tok, ln2, x->row, N, k, d);
+    dispatch_forward(tok, ln2, x->row, N, k, d, L->rows16);
     float *y = alias ? x->ysend : L->exp_buf;
     if (moe_overlap_on(L)) {
         moe_chunked(L, x, &ex, &w->experts, tok, x->xexp, y, x->ysend, chunk_forward);
         if (!dtd) comm_allreduce(L->tp, x->ysend, ex.Rs * d, DT_F32);   // sum of the f shards, once
     } else {
-        exchange_to_experts(&ex, tok, L->a2a_buf, x->xexp, d);
+        exchange_to_experts(&ex, tok, L->a2a_buf, x->xexp, L->rows16 ? d / 2 : d);   // bf16 rows: d/2 floats
         experts_forward(&w->experts, x->h, x->hg, y, x->xexp, x->exp_off, tp0(L));
         if (!dtd) comm_allreduce(L->tp, y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
         exchange_to_tokens(&ex, y, L->a2a_buf, x->ysend, d);

@@ -34,15 +34,15 @@ void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC
     }
 }
 
-void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
+void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, int inp16, const float *w,
                        const int *targets, long N, int C, int V, int Vl, float scale) {
-    ON_GPU(cu_head_loss_forward(losses, logits, inp, w, targets, N, C, V, Vl, scale));
+    ON_GPU(cu_head_loss_forward(losses, logits, inp, inp16, w, targets, N, C, V, Vl, scale));
     linear_forward(logits, Vl, inp, C, w, N, C, Vl, 0);
     crossentropy_fused(losses, logits, stats, targets, N, V, Vl, scale);
 }
 
-void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
-                        int Vl) {
-    ON_GPU(cu_head_loss_backward(dinp, dw, dlogits, inp, w, N, C, Vl));
+void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, int inp16, const float *w,
+                        long N, int C, int Vl) {
+    ON_GPU(cu_head_loss_backward(dinp, dw, dlogits, inp, inp16, w, N, C, Vl));
     linear_backward(dinp, C, dw, dlogits, Vl, inp, C, w, N, C, Vl, 0);
 }

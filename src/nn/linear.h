@@ -17,10 +17,11 @@ void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC
 // logits[N,Vl] = inp[N,C]·w[Vl,C]ᵀ (linear_forward), then ops.h's crossentropy_fused. On a --bf16
 // GPU run the logits are kept in bf16 only (in the first half of their room), the loss gradient
 // written there in place, and head_loss_backward reads it as it is: logits is for these two ops
-// alone.
-void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, const float *w,
+// alone. inp16: inp holds only its bf16 copy (a --bf16 GPU run's ln_f, layernorm_forward's
+// gemm_input), read as it is by both.
+void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, int inp16, const float *w,
                        const int *targets, long N, int C, int V, int Vl, float scale);
 // Its backward: dinp[N,C] written, dw[Vl,C] += dlogitsᵀ·inp (linear_backward), dlogits as
 // head_loss_forward leaves it.
-void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N, int C,
-                        int Vl);
+void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, int inp16, const float *w,
+                        long N, int C, int Vl);

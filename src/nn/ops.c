@@ -58,8 +58,8 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *to
 }
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, long N, int d) {
-    ON_GPU(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, d));
+                       const float *b, long N, int d, int gemm_input) {
+    ON_GPU(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, d, gemm_input));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *x = inp + i * d;
@@ -80,7 +80,7 @@ void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd
                                 const float *w, const float *bias, long N, int d, int mlp_input) {
     ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input));
     residual_forward(res, a, b, N * d);
-    layernorm_forward(out, mean, rstd, res, w, bias, N, d);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, d, 0);
 }
 
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -299,7 +299,7 @@ void attention_backward(float *dqkv, const float *dout, const float *att, const 
 void qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw, const float *lnb,
                  const float *w, const float *bias, long N, int C, int OC) {
     ON_GPU(cu_qkv_forward(qkv, ln, mean, rstd, inp, lnw, lnb, w, bias, N, C, OC));
-    layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C);
+    layernorm_forward(ln, mean, rstd, inp, lnw, lnb, N, C, 0);
     matmul_forward(qkv, ln, w, bias, N, C, OC, 0);
 }
 

@@ -14,9 +14,11 @@ void encoder_forward(float *out, const int *tok, const float *wte, int v0, int V
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B, int T,
                       int d);
 
-// out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N] saved for backward
+// out[N,d] = (inp - mean)·rstd·w + b; mean[N], rstd[N] saved for backward. gemm_input: out is
+// read only as a GEMM operand (ln_f: head_loss_forward, head_loss_backward), which on a --bf16 GPU
+// run holds only its bf16 copy, in the first half of its room
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, long N, int d);
+                       const float *b, long N, int d, int gemm_input);
 // res[N,d] = a + b (the residual stream), then out = layernorm(res) as layernorm_forward: on a GPU
 // one pass (the residual add and the norm after it; layernorm_backward is its backward, the
 // residual's gradient being the one layernorm_backward adds into). mlp_input: out is the dense

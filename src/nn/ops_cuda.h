@@ -27,7 +27,7 @@ void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, in
 void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int v0, int Vl, int B,
                          int T, int d);
 void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                          long N, int d);
+                          long N, int d, int gemm_input);
 void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
                                    const float *w, const float *bias, long N, int d, int mlp_input);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
@@ -79,10 +79,10 @@ void cu_attention_backward(float *dqkv, const float *dout, const float *att, con
                            int T, int H, int hd, float *scratch);
 void cu_qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *inp, const float *lnw,
                     const float *lnb, const float *w, const float *bias, long N, int C, int OC);
-void cu_head_loss_forward(float *losses, float *logits, const float *inp, const float *w, const int *targets, long N,
-                          int C, int V, int Vl, float scale);
-void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, const float *w, long N,
-                           int C, int Vl);
+void cu_head_loss_forward(float *losses, float *logits, const float *inp, int inp16, const float *w,
+                          const int *targets, long N, int C, int V, int Vl, float scale);
+void cu_head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, int inp16, const float *w,
+                           long N, int C, int Vl);
 void cu_qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *inp, const float *w,
                      long N, int C, int OC);
 void cu_attn_proj_forward(float *out, float *atty, float *att, const float *qkv, const float *wproj, const float *bproj,
