@@ -147,6 +147,7 @@ TED_OPT_OVERLAP=1 TED_EMU_STREAMS=early bg run emu-overlap-early "$TED_EMU" trai
 bg run emu-dense-ac "$TED_EMU" train "${model[@]}" --device cuda --bf16 --moe-every 2 --activation-checkpointing
 TED_OPT_OVERLAP=1 bg run emu-overlap-dense-ac "$TED_EMU" train "${model[@]}" --device cuda --bf16 --moe-every 2 \
   --activation-checkpointing
+TED_MOE_ROWS16=0 bg run emu-rows32 "$TED_EMU" train "${model[@]}" --device cuda --bf16
 settle
 for sched in roundrobin low high; do
   for t in "${ops[@]}"; do optest_check "$t-$sched" "$t ($sched)"; done
@@ -175,6 +176,11 @@ check "bf16 emulated gpu: AdamW beside the next forward, its stream run early = 
   "$TED_TMP/emu-random.jsonl" "$TED_TMP/emu-overlap-early.jsonl" 0
 check "bf16 emulated gpu: AdamW beside the next forward, a dense block, checkpointing = in one launch" \
   "$TED_TMP/emu-dense-ac.jsonl" "$TED_TMP/emu-overlap-dense-ac.jsonl" 0
+# an MoE block's ln2 and the experts' input rows in bf16 alone (MoeLayer.rows16: the router's GEMMs,
+# the dispatch and the experts read them so; the exchange carries bf16 rows) = in fp32 with the
+# casts at the GEMMs (TED_MOE_ROWS16=0), bit for bit: one rank here, ep 2 below
+check "bf16 emulated gpu: MoE ln2 and expert rows in bf16 alone = fp32 and casts" "$TED_TMP/emu-random.jsonl" \
+  "$TED_TMP/emu-rows32.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a
 # step (the norm's two, AdamW's one); the host waits at most once per MoE block and micro-batch,
 # plus the loss of each micro-batch, the norm and the step's end (2 blocks, 2 micro-batches: 8); without
@@ -288,6 +294,11 @@ TED_OPT_OVERLAP=1 run tp2-overlap "${MPIRUN[@]}" -np 2 -x TED_OPT_OVERLAP -x TED
   --device cuda --bf16 --tp 2
 check "bf16 2 emulated ranks (tp 2): AdamW beside the next forward = in one launch" "$TED_TMP/tp2.jsonl" \
   "$TED_TMP/tp2-overlap.jsonl" 0
+run ep2 "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --ep 2 --micro-batch 2
+TED_MOE_ROWS16=0 run ep2-rows32 "${MPIRUN[@]}" -np 2 -x TED_MOE_ROWS16 "$TED_EMU" train "${model[@]}" --device cuda \
+  --bf16 --ep 2 --micro-batch 2
+check "bf16 2 emulated ranks (ep 2): expert rows exchanged in bf16 = fp32 and casts" "$TED_TMP/ep2.jsonl" \
+  "$TED_TMP/ep2-rows32.jsonl" 0
 run b20-4 "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2
 check_bf16 "bf16 4 emulated ranks (tp 2, ep 2) within 2 % of fp32 cpu" "$TED_TMP/cpu20.jsonl" "$TED_TMP/b20-4.jsonl"
 run b20-4opt "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2 --dtd --cac \

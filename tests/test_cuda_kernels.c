@@ -676,9 +676,9 @@ static float *mlp_input(const float *x, long n) {
     return d;
 }
 
-// res = a + b and its LayerNorm in one pass; mlp_input: on a bf16 run the LayerNorm's output is
+// res = a + b and its LayerNorm in one pass; gemm_input: on a bf16 run the LayerNorm's output is
 // kept as its bf16 copy alone (in the first half of its room), compared as floats again
-static void test_residual_layernorm(long N, int d, int mlp_input) {
+static void test_residual_layernorm(long N, int d, int gemm_input) {
     long n = N * d;
     float *a = rnd(n, 1, 0.5f), *b = rnd(n, 1, 0), *w = rnd(d, 1, 1), *bias = rnd(d, 1, 0);
     float *da = up(a, sizeof(float) * n), *db = up(b, sizeof(float) * n), *dw = dev_weights(w, d);
@@ -687,11 +687,11 @@ static void test_residual_layernorm(long N, int d, int mlp_input) {
     float *rstd = malloc(sizeof(float) * N), *g[4], *u[4];
     long len[4] = {n, n, N, N};
     for (int k = 0; k < 4; k++) { g[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
-    residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input);
-    cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d, mlp_input);
+    residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, gemm_input);
+    cu_residual_layernorm_forward(g[0], g[1], g[2], g[3], da, db, dw, dbias, N, d, gemm_input);
     cu_residual_forward(u[0], da, db, n);
     cu_layernorm_forward(u[1], u[2], u[3], u[0], dw, dbias, N, d, 0);
-    int out16 = mlp_input && cu_bf16();
+    int out16 = gemm_input && cu_bf16();
     if (out16) {   // the bf16 copy, as floats; the unfused op's fp32 output rounded
         hg_room_to_f32(g[1], n);
         round_dev(u[1], n);
@@ -702,6 +702,31 @@ static void test_residual_layernorm(long N, int d, int mlp_input) {
     check_fused(out16 ? "residual_layernorm (mlp input)" : "residual_layernorm", 4, what, g, ref, u, len, tol, 0);
     cu_free(da); cu_free(db); cu_free(dw); cu_free(dbias);
     free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
+}
+
+// The MoE router's GEMMs from ln2 as residual_layernorm_forward leaves it with gemm_input (a bf16
+// run: its bf16 copy alone) = matmul_forward / matmul_backward (no bias) from fp32 ln2, bit for bit
+static void test_matmul_x16(long N, int C, int OC) {
+    float *x = rnd(N * C, 1, 0), *w = rnd((long)C * OC, 1, 0), *g = rnd(N * OC, 1, 0), *gw = rnd((long)C * OC, 1, 0);
+    float *dx = up(x, sizeof(float) * N * C), *dx16 = mlp_input(x, N * C), *dw = dev_weights(w, (long)C * OC);
+    float *dg = up(g, sizeof(float) * N * OC), *o[3], *u[3];
+    long len[3] = {N * OC, N * C, (long)C * OC};
+    for (int k = 0; k < 3; k++) { o[k] = dev_zeros(len[k]); u[k] = dev_zeros(len[k]); }
+    cu_memcpy(o[2], gw, sizeof(float) * len[2]);
+    cu_memcpy(u[2], gw, sizeof(float) * len[2]);
+    cu_matmul_forward_x16(o[0], dx16, dw, N, C, OC);
+    cu_matmul_forward(u[0], dx, dw, NULL, N, C, OC, 0);
+    cu_matmul_backward_x16(o[1], o[2], dg, dx16, dw, N, C, OC, 0);
+    cu_matmul_backward(u[1], u[2], NULL, dg, dx, dw, N, C, OC, 0);
+    const char *what[3] = {"out", "dinp", "dw"};
+    char name[96];
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "%smatmul_x16 %s = matmul from fp32 input", run_name(), what[k]);
+        same_dev(name, o[k], u[k], len[k]);
+        cu_free(o[k]); cu_free(u[k]);
+    }
+    cu_free(dx); cu_free(dx16); cu_free(dw); cu_free(dg);
+    free(x); free(w); free(g); free(gw);
 }
 
 // ln_f's LayerNorm, read only by the head's GEMMs (gemm_input): on a bf16 run its bf16 copy alone,
@@ -849,6 +874,7 @@ static void test_fused(void) {
     test_residual_layernorm(300, 70, 0);
     test_residual_layernorm(300, 72, 1);
     test_layernorm_gemm_input(300, 72);
+    test_matmul_x16(37, 24, 8);
     // N, C, F, OC: F 72 takes bias + GELU four a thread, 45 one; N 300 past a chunk of rows
     long shapes[2][4] = {{37, 48, 72, 30}, {300, 24, 45, 20}};
     for (int i = 0; i < 2; i++) {

@@ -247,17 +247,17 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
 // row_grid: common.cuh.)
 using cu::row_grid;
 
-// dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: 1): dispatch's forward (O uint16_t: rows
-// written in bf16), combine's dy
-template <int V, class O> static __global__ void scatter_rows_kernel(O *dst, const float *src, const float *gate,
-                                                                     const int *row, long N, int k, int d) {
+// dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: a copy of the bits): dispatch's forward,
+// combine's dy
+template <int V> static __global__ void scatter_rows_kernel(float *dst, const float *src, const float *gate,
+                                                            const int *row, long N, int k, int d) {
     for (long tj = blockIdx.x; tj < N * k; tj += gridDim.x) {
         int r = row[tj];
         if (r < 0) continue;   // block-uniform
         float g = gate ? gate[tj] : 1.0f, u[V];
         ROW_COLS(c, d, V) {
             ldv<V>(u, src + (tj / k) * d, c);
-            for (int e = 0; e < V; e++) u[e] = g * u[e];
+            if (gate) for (int e = 0; e < V; e++) u[e] = g * u[e];
             stv<V>(dst + (long)r * d, c, u);
         }
     }
@@ -283,8 +283,7 @@ template <int V> static __global__ void gather_rows_kernel(float *acc, const flo
     }
 }
 
-template <class O>
-static void scatter_rows(O *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
+static void scatter_rows(float *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * k * d <= 0) return;
     if (rows_vec4(d, dst, src, NULL, NULL))
         scatter_rows_kernel<4><<<row_grid(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
@@ -318,8 +317,7 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
 
 extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half) {
     PROF(PROF_MOE);
-    if (half) scatter_rows(cu_hg_half(xin), x, NULL, row, N, k, d);
-    else scatter_rows(xin, x, NULL, row, N, k, d);
+    scatter_rows(xin, x, NULL, row, N, k, half ? d / 2 : d);   // bf16 rows (d even): d/2 words, copied
 }
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {

@@ -832,15 +832,16 @@ extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const
     });
 }
 
-// ops.c's residual_layernorm_forward: with mlp_input on a --bf16 run the LayerNorm's output is
+// ops.c's residual_layernorm_forward: with gemm_input on a --bf16 run the LayerNorm's output is
 // written in bf16 only, into the first half of out's room (cu_hg_half), where cu_mlp_forward's GEMM
-// and cu_mlp_backward's weight gradient read it (no cast in either pass)
+// and cu_mlp_backward's weight gradient read it (no cast in either pass), or an MoE layer's router
+// (cu_matmul_forward_x16, _backward_x16) and dispatch
 extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
                                               const float *b, const float *w, const float *bias, long N, int d,
-                                              int mlp_input) {
+                                              int gemm_input) {
     PROF(PROF_ELEMENTWISE);
     if (N <= 0 || d <= 0) return;
-    uint16_t *out16 = mlp_input && cu_bf16() ? cu_hg_half(out) : NULL;
+    uint16_t *out16 = gemm_input && cu_bf16() ? cu_hg_half(out) : NULL;
     ln_launch(d, res, out, a, b, w, bias, [&](auto v, auto *ww, auto *bb) {
         if (out16) ln_residual_forward<decltype(v)::value>(res, out16, mean, rstd, a, b, ww, bb, N, d);
         else ln_residual_forward<decltype(v)::value>(res, out, mean, rstd, a, b, ww, bb, N, d);
@@ -902,6 +903,20 @@ extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, 
     if (N <= 0 || OC <= 0) return;
     // the weights are operands already; the activation is copied to bf16 on a bf16 run
     matmul_forward_op(out, cu_operand(inp, N * C, 0), w, bias, N, C, OC, accumulate);
+}
+
+// ops.c's matmul_forward_x16 and _backward_x16: inp is an operand of the run's type as it is (on a
+// --bf16 run its bf16 copy alone, cu_hg_half)
+extern "C" void cu_matmul_forward_x16(float *out, const float *inp, const float *w, long N, int C, int OC) {
+    PROF(PROF_ELEMENTWISE);
+    matmul_forward_op(out, inp, w, NULL, N, C, OC, 0);
+}
+
+extern "C" void cu_matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       long N, int C, int OC, int accumulate) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0) return;
+    matmul_backward_op(dinp, dw, cu_operand(dout, N * OC, 0), inp, inp, w, N, C, OC, accumulate);
 }
 
 extern "C" void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,

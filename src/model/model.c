@@ -276,14 +276,15 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // The rooms a --bf16 GPU run's ops keep in bf16 alone, in their first half (cuda_ops.h: cu_hg_half),
 // take half the floats: the first LayerNorm's output, q, k, v and the attention's output on the
 // GPT path with dense attention (qkv_forward, attn_proj_forward), the second LayerNorm's output
-// where only the GELU MLP reads it (residual_layernorm_forward's mlp_input: blocks without an MoE
-// layer, whose router and dispatch read it in fp32), the GELU MLP's and the GELU experts' h and hg
-// (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not when the MoE chunks
-// overlap: their pieces sit at fp32 offsets), and the GELU experts' input rows xexp (MoeLayer.rows16).
-enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_XEXP };
+// (residual_layernorm_forward's gemm_input: a dense block's, which only the GELU MLP reads; an MoE
+// block's with MoeLayer.rows16, which only its router and dispatch read), the GELU MLP's and the
+// GELU experts' h and hg (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not
+// when the MoE chunks overlap: their pieces sit at fp32 offsets), and with rows16 the GELU experts'
+// input rows xexp.
+enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_MOE16 };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
-    int half = which == ROOM_XEXP ? M->moe.rows16
+    int half = which == ROOM_MOE16 ? M->moe.rows16
              : gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
                          : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
     return half ? (n + 1) / 2 : n;
@@ -297,7 +298,8 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
     if (!flash(M)) x->att = TAKE(a, float, att_floats(M, -1, M->Bmax));
     x->atty = TAKE(a, float, room(M, N * M->Hl * M->hd, ROOM_ATTN));
     x->mid = TAKE(a, float, N * d);
-    x->ln2 = TAKE(a, float, dense && !moe ? room(M, N * d, ROOM_MLP) : N * d);   // an MoE layer reads it in fp32
+    long ln2_dense = dense ? room(M, N * d, ROOM_MLP) : 0, ln2_moe = moe ? room(M, N * d, ROOM_MOE16) : 0;
+    x->ln2 = TAKE(a, float, ln2_dense > ln2_moe ? ln2_dense : ln2_moe);   // what the blocks using it need
     if (dense) {
         x->fch = TAKE(a, float, room(M, N * M->fl * M->ffn_mult, ROOM_MLP));
         x->fchg = TAKE(a, float, room(M, N * M->fl, ROOM_MLP));
@@ -313,7 +315,7 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
             e->sh_hg = TAKE(a, float, room(M, N * M->fsl, ROOM_EXPERTS));
         }
         if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);
-        if (!cac) { e->xexp = TAKE(a, float, room(M, Rr * d, ROOM_XEXP)); e->ysend = TAKE(a, float, Rs * d); }
+        if (!cac) { e->xexp = TAKE(a, float, room(M, Rr * d, ROOM_MOE16)); e->ysend = TAKE(a, float, Rs * d); }
     }
 }
 
@@ -360,7 +362,7 @@ static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a,
     if (cac) {   // stash: attention all-reduce; FFN all-reduce or the expert input and output exchanges
         x->ar_attn = TAKE(a, float, N * d);
         if (moe) {
-            x->moe.xexp = TAKE(a, float, room(M, M->moe.Rr * d, ROOM_XEXP));
+            x->moe.xexp = TAKE(a, float, room(M, M->moe.Rr * d, ROOM_MOE16));
             x->moe.ysend = TAKE(a, float, M->moe.Rs * d);
         }
         else x->ar_ffn = TAKE(a, float, N * d);
@@ -729,7 +731,7 @@ static void block_forward(Model *M, int l, int B, int T, int recompute) {
         residual_forward(x->mid, in, att, N * d);
         llama_norm_forward(M, x->ln2, x->ln2_rstd, x->mid, b->ln2w, N);
     } else residual_layernorm_forward(x->mid, x->ln2, x->ln2_mean, x->ln2_rstd, in, att, W(b->ln2w), W(b->ln2b), N, d,
-                                      !b->moe);
+                                      !b->moe || M->moe.rows16);
     if (b->moe) {
         MoeWeights w = moe_weights(M, l);
         moe_layer_forward(&M->moe, &w, &x->moe, x->ln2, x->mid, M->resid[l + 1], N, recompute);

@@ -1,6 +1,5 @@
 // dispatcher.c — gather by expert, weighted scatter-back (see dispatcher.h).
 #include "core/backend.h"
-#include "core/half.h"
 #include "moe/dispatcher.h"
 #include "moe/moe_cuda.h"
 #include <string.h>
@@ -167,14 +166,11 @@ void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *t
 
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half) {
     ON_GPU(cu_dispatch_forward(xin, x, row, N, k, d, half));
-    uint16_t *x16 = (uint16_t *)xin;
+    size_t bytes = (half ? sizeof(uint16_t) : sizeof(float)) * d;
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
-        for (int j = 0; j < k; j++) {
-            long r = row[t * k + j];
-            if (r >= 0 && half) for (int c = 0; c < d; c++) x16[r * d + c] = bf16_from_f32(x[t * d + c]);
-            else if (r >= 0) memcpy(xin + r * d, x + t * d, sizeof(float) * d);
-        }
+        for (int j = 0; j < k; j++)
+            if (row[t * k + j] >= 0) memcpy((char *)xin + row[t * k + j] * bytes, (const char *)x + t * bytes, bytes);
 }
 
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {

@@ -39,8 +39,8 @@ void exchange_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, lon
 void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d);
 void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d);
 
-// xin[row] = x[t]; half: xin's rows are written in bf16, d to a row from xin's first byte (a
-// --bf16 GPU run's expert input, MoeLayer.rows16: it travels and is kept that way)
+// xin[row] = x[t]; half: x's and xin's rows are bf16, d to a row from the first byte (a --bf16 GPU
+// run's ln2 and expert input, MoeLayer.rows16: copied as they are; d even)
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half);
 // dx[t] += Σ_j dxin[row_j]
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);

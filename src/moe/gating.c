@@ -136,10 +136,12 @@ static void accumulate(MoeLayer *L, const MoeWeights *w, const MoeActs *x, long 
 }
 
 // out[N,E] = in·router: gpt2's router is [d, E], llama's (Mixtral's gate) [E, d] as nn.Linear.
-// In fp32 under the CPU's bf16 compute too (the router's logits stay fp32, nn/gemm.h).
+// In fp32 under the CPU's bf16 compute too (the router's logits stay fp32, nn/gemm.h); from ln2's
+// bf16 copy alone with rows16 (a --bf16 GPU run: the same bf16 operand its GEMM read before).
 static void gate_forward(const MoeLayer *L, float *out, const float *in, const float *w, long N) {
     int was = gemm_fp32_only(1);
     if (L->llama) linear_forward(out, L->E, in, L->d, w, N, L->d, L->E, 0);
+    else if (L->rows16) matmul_forward_x16(out, in, w, N, L->d, L->E);
     else matmul_forward(out, in, w, NULL, N, L->d, L->E, 0);
     gemm_fp32_only(was);
 }
@@ -149,6 +151,7 @@ static void gate_backward(const MoeLayer *L, float *dinp, const float *w, float 
                           const float *in, long N, int acc) {
     int was = gemm_fp32_only(1);
     if (L->llama) linear_backward(dinp, L->d, gw, dout, L->E, in, L->d, w, N, L->d, L->E, acc);
+    else if (L->rows16) matmul_backward_x16(dinp, gw, dout, in, w, N, L->d, L->E, acc);
     else matmul_backward(dinp, gw, NULL, dout, in, w, N, L->d, L->E, acc);
     gemm_fp32_only(was);
 }

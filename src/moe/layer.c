@@ -7,6 +7,7 @@
 #include "moe/gating.h"
 #include "nn/ops.h"
 #include "nn/sigmoid_gate.h"
+#include <stdlib.h>
 #include <string.h>
 
 void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N, int T) {
@@ -44,11 +45,15 @@ void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N
         L->Rs = N * L->k + (long)L->E * topo->tp;
         L->Rr = L->Rs * topo->ep;               // at worst every rank's choices land here
     }
-    // A --bf16 GPU run's GELU experts read their input rows only as bf16 GEMM operands: the
-    // dispatch writes them in bf16 (the rounding the GEMMs' cast did), the all-to-all carries half
-    // the bytes, and xexp keeps half (not with the chunked exchange: its pieces sit at fp32 offsets)
+    // A --bf16 GPU run reads ln2 and the GELU experts' input rows only as bf16 GEMM operands: ln2
+    // arrives in bf16 alone (the router's GEMMs read it so), the dispatch copies its rows, the
+    // all-to-all carries half the bytes, and xexp keeps half. Not with the chunked exchange (its
+    // pieces sit at fp32 offsets), nor where other readers take ln2 in fp32 (shared experts, the
+    // switch router's jitter, noisy top-k: all CPU-only for now). TED_MOE_ROWS16=0 keeps them fp32
+    // with the casts at the GEMMs (the same bits: test_cuda_emu compares).
+    const char *e = getenv("TED_MOE_ROWS16");
     L->rows16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 &&
-                !moe_overlap_on(L);
+                !moe_overlap_on(L) && m->router == ROUTER_TOPK && L->fsl == 0 && !(e && !strcmp(e, "0"));
 }
 
 static Exchange exchange_of(MoeLayer *L, MoeActs *x) {

@@ -77,10 +77,21 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 }
 
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *w, const float *bias, long N, int d, int mlp_input) {
-    ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, mlp_input));
+                                const float *w, const float *bias, long N, int d, int gemm_input) {
+    ON_GPU(cu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, d, gemm_input));
     residual_forward(res, a, b, N * d);
     layernorm_forward(out, mean, rstd, res, w, bias, N, d, 0);
+}
+
+void matmul_forward_x16(float *out, const float *inp, const float *w, long N, int C, int OC) {
+    ON_GPU(cu_matmul_forward_x16(out, inp, w, N, C, OC));
+    matmul_forward(out, inp, w, NULL, N, C, OC, 0);
+}
+
+void matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w, long N, int C,
+                         int OC, int accumulate) {
+    ON_GPU(cu_matmul_backward_x16(dinp, dw, dout, inp, w, N, C, OC, accumulate));
+    matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, accumulate);
 }
 
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,

@@ -21,11 +21,18 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
                        const float *b, long N, int d, int gemm_input);
 // res[N,d] = a + b (the residual stream), then out = layernorm(res) as layernorm_forward: on a GPU
 // one pass (the residual add and the norm after it; layernorm_backward is its backward, the
-// residual's gradient being the one layernorm_backward adds into). mlp_input: out is the dense
-// MLP's input alone (mlp_forward, mlp_backward read it), which on a --bf16 GPU run holds only its
-// bf16 copy, in the first half of its room; 0: out in fp32 (an MoE layer's router and dispatch).
+// residual's gradient being the one layernorm_backward adds into). gemm_input: out is read only by
+// ops that take it as it is left so, which on a --bf16 GPU run holds only its bf16 copy, in the
+// first half of its room: the dense MLP (mlp_forward, mlp_backward) or an MoE layer with
+// MoeLayer.rows16 (its router through matmul_forward_x16 / matmul_backward_x16, its dispatch).
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *w, const float *bias, long N, int d, int mlp_input);
+                                const float *w, const float *bias, long N, int d, int gemm_input);
+// out[N,OC] = inp·w[C,OC] and its backward (dinp[N,C] (+)= dout·wᵀ, dw += inpᵀ·dout), no bias, with
+// inp as residual_layernorm_forward leaves it with gemm_input: on a --bf16 GPU run its bf16 copy
+// alone (the CPU: fp32, matmul_forward's and matmul_backward's). The MoE router's logits from ln2.
+void matmul_forward_x16(float *out, const float *inp, const float *w, long N, int C, int OC);
+void matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w, long N, int C,
+                         int OC, int accumulate);
 // dinp += ..., dw += ..., db += ...
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, long N, int d);
@@ -85,7 +92,7 @@ void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, 
 
 // The dense MLP: matmul_bias_gelu_forward (h[N,F], hg), then out[N,OC] = hg·wproj[F,OC] + bproj
 // (bproj may be NULL; out NULL: the first half alone). Both ops take inp[N,C] as
-// residual_layernorm_forward leaves it with mlp_input (on a --bf16 GPU run its bf16 copy alone).
+// residual_layernorm_forward leaves it with gemm_input (on a --bf16 GPU run its bf16 copy alone).
 // On a --bf16 GPU run hg holds only its bf16 copy (in the first half of its room), which the
 // second GEMM and mlp_backward read: hg is for these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
 // dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C].

@@ -29,7 +29,10 @@ void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int 
 void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           long N, int d, int gemm_input);
 void cu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                   const float *w, const float *bias, long N, int d, int mlp_input);
+                                   const float *w, const float *bias, long N, int d, int gemm_input);
+void cu_matmul_forward_x16(float *out, const float *inp, const float *w, long N, int C, int OC);
+void cu_matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w, long N,
+                            int C, int OC, int accumulate);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, long N, int d);
 void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C, int OC,
