@@ -176,9 +176,10 @@ check "bf16 emulated gpu: AdamW beside the next forward, its stream run early = 
   "$TED_TMP/emu-random.jsonl" "$TED_TMP/emu-overlap-early.jsonl" 0
 check "bf16 emulated gpu: AdamW beside the next forward, a dense block, checkpointing = in one launch" \
   "$TED_TMP/emu-dense-ac.jsonl" "$TED_TMP/emu-overlap-dense-ac.jsonl" 0
-# an MoE block's ln2 and the experts' input rows in bf16 alone (MoeLayer.rows16: the router's GEMMs,
-# the dispatch and the experts read them so; the exchange carries bf16 rows) = in fp32 with the
-# casts at the GEMMs (TED_MOE_ROWS16=0), bit for bit: one rank here, ep 2 below
+# an MoE block's ln2, the experts' input rows and output gradients in bf16 alone (MoeLayer.rows16:
+# the router's GEMMs, the dispatch and the experts read them so; the exchanges to the experts carry
+# bf16 rows) = in fp32 with the casts at the GEMMs (TED_MOE_ROWS16=0), bit for bit: one rank here,
+# ep 2 below
 check "bf16 emulated gpu: MoE ln2 and expert rows in bf16 alone = fp32 and casts" "$TED_TMP/emu-random.jsonl" \
   "$TED_TMP/emu-rows32.jsonl" 0
 # TED_GPU_PROF=1: one JSON line per rank with every kind of work; the optimizer is 3 launches a

@@ -397,7 +397,7 @@ static void test_router(float cf, const char *name) {
     for (int i = 0; i < RN * RK; i++) dropped += c.slot[i] < 0;
     // analytic: dgate from combine_backward, then router_backward
     float *dy = buf(RN * RK * RD * 4), *dgate = buf(RN * RK), *dl = buf(RN * RE);
-    combine_backward(dy, dgate, c.R, c.y, c.gate, c.row, RN, RK, RD);
+    combine_backward(dy, dgate, c.R, c.y, c.gate, c.row, RN, RK, RD, 0);
     router_backward(dl, dgate, c.probs, c.lse, c.choice, c.fcount, RN, &c.cfg, c.aux, c.z);
     char label[96];
     snprintf(label, sizeof label, "router+combine d(logits), %s (%ld drops)", name, dropped);

@@ -248,9 +248,9 @@ extern "C" void cu_dispatch_plan(int *row, long *exp_rows, long *start, const in
 using cu::row_grid;
 
 // dst[row[t,j], c] = gate[t,j] · src[t, c] (gate NULL: a copy of the bits): dispatch's forward,
-// combine's dy
-template <int V> static __global__ void scatter_rows_kernel(float *dst, const float *src, const float *gate,
-                                                            const int *row, long N, int k, int d) {
+// combine's dy (O uint16_t: written in bf16)
+template <int V, class O> static __global__ void scatter_rows_kernel(O *dst, const float *src, const float *gate,
+                                                                     const int *row, long N, int k, int d) {
     for (long tj = blockIdx.x; tj < N * k; tj += gridDim.x) {
         int r = row[tj];
         if (r < 0) continue;   // block-uniform
@@ -283,7 +283,8 @@ template <int V> static __global__ void gather_rows_kernel(float *acc, const flo
     }
 }
 
-static void scatter_rows(float *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
+template <class O>
+static void scatter_rows(O *dst, const float *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * k * d <= 0) return;
     if (rows_vec4(d, dst, src, NULL, NULL))
         scatter_rows_kernel<4><<<row_grid(N * k), THREADS, 0, cu_stream()>>>(dst, src, gate, row, N, k, d);
@@ -332,11 +333,12 @@ extern "C" void cu_combine_forward(float *out, const float *y, const float *gate
 }
 
 extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                                    const int *row, long N, int k, int d) {
+                                    const int *row, long N, int k, int d, int half) {
     PROF(PROF_MOE);
     long nk = N * k;
     if (nk <= 0) return;
-    scatter_rows(dy, dout, gate, row, N, k, d);
+    if (half) scatter_rows(cu_hg_half(dy), dout, gate, row, N, k, d);   // the experts' dy in bf16
+    else scatter_rows(dy, dout, gate, row, N, k, d);
     combine_backward_dgate_kernel<<<(unsigned)((nk + WARPS - 1) / WARPS), WARPS * 32, 0, cu_stream()>>>(
         dgate, dout, y, row, N, k, d);
     CU_LAUNCH_CHECK();
@@ -449,7 +451,7 @@ static void fc_gelu16(int El, int d, int f, const void *x16, const float *wfc, c
 }
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
-                                   const float *bproj, float *h, float *hg, float *y, const float *xin, int xin16,
+                                   const float *bproj, float *h, float *hg, float *y, const float *xin, int rows16,
                                    const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
@@ -460,7 +462,7 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h); a bf16 run
     // keeps h and hg in bf16 only, where they are (cu_hg_half), from GEMMs with GELU's epilogue
     uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
-    if (hg16) fc_gelu16(El, d, f, xin16 ? (const void *)xin : cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
+    if (hg16) fc_gelu16(El, d, f, rows16 ? (const void *)xin : cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
     else {
         point(off, El, xin, d, 0, wfc, (long)d * f, 1, h, f, 0);
         cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
@@ -489,18 +491,20 @@ static float experts_grad_beta(int El, const int *M, const int *N, const int *K)
 
 extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
-                                    const float *dy, const float *xin, int xin16, const float *h, const float *hg,
+                                    const float *dy, const float *xin, int rows16, const float *h, const float *hg,
                                     const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long R = off[El];
     tables(El);
     for (int e = 0; e < El; e++) { g_M[e] = (int)(off[e + 1] - off[e]); g_d[e] = d; g_f[e] = f; }
-    const void *gy = cu_operand(dy, R * d, 0);
+    const void *gy = rows16 ? (const void *)dy : cu_operand(dy, R * d, 0);   // rows16: dy in bf16 already
     // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, cu_hg_half)
     point(off, El, cu_bf16() ? (const void *)cu_hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
     cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, d);   // K = rows
-    if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);   // gbproj += Σ rows dy
+    // gbproj += Σ rows dy (a bf16 run: of the bf16 dy its GEMMs read, whether given or copied)
+    if (proj_bias && cu_bf16()) cu_experts_bias_grad16(gbproj, (const uint16_t *)gy, off, El, d);
+    else if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);
     // c_proj: dhg = dy·wprojᵀ, then dh = dhg ⊙ GELU'(h) in place, as experts.c, with gbfc += Σ rows
     // of it. A bf16 run: dh in bf16 only, from GEMMs with GELU's gradient epilogue (slot 2: slot 0
     // holds dy's copy, slot 1 takes xin's below), gbfc from it
@@ -518,6 +522,6 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
     // gwfc += xinᵀ·dhg
-    point(off, El, xin16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
+    point(off, El, rows16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, f);   // K = rows
 }

@@ -187,11 +187,12 @@ static long stage_numel(const Model *M, int s) {
 #define G(i) (M->reg.p[i].g)
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
-// expert (first[] = b->sh, one of hidden share fsl); xin16: their input rows are bf16.
-static Experts experts_of(Model *M, const int first[4], int El, int f, int xin16) {
+// expert (first[] = b->sh, one of hidden share fsl); rows16: their input rows and output
+// gradients are bf16.
+static Experts experts_of(Model *M, const int first[4], int El, int f, int rows16) {
 #define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
 #define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
-    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, xin16};
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, rows16};
 #undef WS
 #undef GS
 }

@@ -1,5 +1,6 @@
 // dispatcher.c — gather by expert, weighted scatter-back (see dispatcher.h).
 #include "core/backend.h"
+#include "core/half.h"
 #include "moe/dispatcher.h"
 #include "moe/moe_cuda.h"
 #include <string.h>
@@ -198,8 +199,8 @@ void combine_forward(float *out, const float *y, const float *gate, const int *r
 }
 
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                      const int *row, long N, int k, int d) {
-    ON_GPU(cu_combine_backward(dy, dgate, dout, y, gate, row, N, k, d));
+                      const int *row, long N, int k, int d, int half) {
+    ON_GPU(cu_combine_backward(dy, dgate, dout, y, gate, row, N, k, d, half));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
@@ -207,9 +208,17 @@ void combine_backward(float *dy, float *dgate, const float *dout, const float *y
             dgate[t * k + j] = 0;
             if (r < 0) continue;
             const float *go = dout + t * d, *yr = y + (long)r * d;
-            float g = gate[t * k + j], dot = 0, *dr = dy + (long)r * d;
+            float g = gate[t * k + j], dot = 0;
+            if (half) {
+                uint16_t *dr = (uint16_t *)dy + (long)r * d;
+                for (int c = 0; c < d; c++) dr[c] = bf16_from_f32(g * go[c]);
+            } else {
+                float *dr = dy + (long)r * d;
+                #pragma omp simd
+                for (int c = 0; c < d; c++) dr[c] = g * go[c];
+            }
             #pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < d; c++) { dr[c] = g * go[c]; dot += yr[c] * go[c]; }
+            for (int c = 0; c < d; c++) dot += yr[c] * go[c];
             dgate[t * k + j] = dot;
         }
 }

@@ -46,6 +46,7 @@ void dispatch_forward(float *xin, const float *x, const int *row, long N, int k,
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);
 // out[t] += Σ_j gate_j · y[row_j]
 void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d);
-// dy[row_j] = gate_j · dout[t]; dgate_j = y[row_j]·dout[t] (0 when dropped)
+// dy[row_j] = gate_j · dout[t]; dgate_j = y[row_j]·dout[t] (0 when dropped). half: dy's rows are
+// written in bf16, d to a row from the first byte (MoeLayer.rows16: the experts read them so)
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                      const int *row, long N, int k, int d);
+                      const int *row, long N, int k, int d, int half);

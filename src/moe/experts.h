@@ -19,7 +19,7 @@ typedef struct {
     float *wfc, *bfc, *wproj, *bproj;       // weights
     float *gwfc, *gbfc, *gwproj, *gbproj;   // their gradients
     const struct ExpertKind *kind;
-    int xin16;                              // xin's rows are bf16, d to a row (MoeLayer.rows16: GPU, gelu)
+    int rows16;                             // xin's and dy's rows are bf16, d to a row (MoeLayer.rows16)
 } Experts;
 
 // A tensor of an expert kind: its shape is (rd·d + rf·f) × (cd·d + cf·f) (cols 1 when 1-D) for

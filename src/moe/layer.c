@@ -45,9 +45,10 @@ void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N
         L->Rs = N * L->k + (long)L->E * topo->tp;
         L->Rr = L->Rs * topo->ep;               // at worst every rank's choices land here
     }
-    // A --bf16 GPU run reads ln2 and the GELU experts' input rows only as bf16 GEMM operands: ln2
-    // arrives in bf16 alone (the router's GEMMs read it so), the dispatch copies its rows, the
-    // all-to-all carries half the bytes, and xexp keeps half. Not with the chunked exchange (its
+    // A --bf16 GPU run reads ln2, the GELU experts' input rows and their output gradients only as
+    // bf16 GEMM operands: ln2 arrives in bf16 alone (the router's GEMMs read it so), the dispatch
+    // copies its rows, the combine's backward writes dy in bf16, the all-to-alls to the experts
+    // carry half the bytes, and xexp keeps half. Not with the chunked exchange (its
     // pieces sit at fp32 offsets), nor where other readers take ln2 in fp32 (shared experts, the
     // switch router's jitter, noisy top-k: all CPU-only for now). TED_MOE_ROWS16=0 keeps them fp32
     // with the casts at the GEMMs (the same bits: test_cuda_emu compares).
@@ -202,10 +203,10 @@ void moe_layer_backward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const floa
     Exchange ex = moe_exchange_done(L, x);
     float *dtok = L->tok_buf, *dexp = alias ? L->tok_buf : L->exp_buf;
     buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
-    combine_backward(dtok, L->dgate, dres, x->ysend, x->gate, x->row, N, k, d);
+    combine_backward(dtok, L->dgate, dres, x->ysend, x->gate, x->row, N, k, d, L->rows16);   // rows16: dy in bf16
     if (moe_overlap_on(L)) moe_chunked(L, x, &ex, &w->experts, dtok, dexp, dexp, dtok, chunk_backward);
     else {
-        exchange_to_experts(&ex, dtok, L->a2a_buf, dexp, d);
+        exchange_to_experts(&ex, dtok, L->a2a_buf, dexp, L->rows16 ? d / 2 : d);
         // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
         experts_backward(&w->experts, dexp, L->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
         if (!dtd) comm_allreduce(L->tp, dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
