@@ -472,6 +472,7 @@ static void ref_gemm(float *c, const float *a, const float *b, int ta, int tb, l
             c[i * N + j] = (float)t;
         }
 }
+static void hg_room_to_f32(float *d, long n);   // below: a bf16 room's values as floats again
 static void test_bf16_gemm_classes(void) {
     const int Ns[] = {300, 301, 512, 513};
     const long want_asked[] = {3 * 14, 0, 0, 0};   // forward, input gradient, weight gradient: a family each
@@ -487,11 +488,12 @@ static void test_bf16_gemm_classes(void) {
         float *gw = malloc(sizeof(float) * C * OC), *dout_ = cu_malloc(sizeof(float) * N * OC);
         float *dgin = cu_malloc(sizeof(float) * N * C), *dgw = cu_malloc(sizeof(float) * C * OC);
         const void *ax = dx, *ag = dg, *aw = dw;
+        void *co = dout_, *ci = dgin, *cw = dgw;
         cu_lt_counts(&asked0, &calls0);
         cu_lt_tuned(&timed0, &won0);
-        cu_gemm_grouped(0, 0, 1, &N, &OC, &C, &ax, C, &aw, OC, 0.0f, &dout_, OC);   // out = x·w
-        cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &dgin, C);    // dinp = g·wᵀ
-        cu_gemm_grouped(1, 0, 1, &C, &OC, &N, &ax, C, &ag, OC, 0.0f, &dgw, OC);     // dw = xᵀ·g
+        cu_gemm_grouped(0, 0, 1, &N, &OC, &C, &ax, C, &aw, OC, 0.0f, &co, 0, OC);   // out = x·w
+        cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &ci, 0, C);    // dinp = g·wᵀ
+        cu_gemm_grouped(1, 0, 1, &C, &OC, &N, &ax, C, &ag, OC, 0.0f, &cw, 0, OC);     // dw = xᵀ·g
         cu_lt_counts(&asked, &calls);
         cu_lt_tuned(&timed, &won);
         ref_gemm(out, xr, w, 0, 0, N, OC, C);
@@ -504,6 +506,11 @@ static void test_bf16_gemm_classes(void) {
         cmp(name, dgin, gin, (long)N * C, 1e-5);
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dw", N);
         cmp(name, dgw, gw, (long)C * OC, 1e-5);
+        // dinp written in bf16 (c16: the experts' input gradient, MoeLayer.dx16), in dgin's first half
+        cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &ci, 1, C);
+        hg_room_to_f32(dgin, (long)N * C);
+        snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dinp in bf16", N);
+        cmp(name, dgin, gin, (long)N * C, 4e-3);
         int ok = asked - asked0 == want_asked[i] && calls - calls0 == 3 && timed - timed0 == want_timed[i] &&
                  won - won0 <= timed - timed0;
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: classes", N);

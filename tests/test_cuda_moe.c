@@ -599,9 +599,17 @@ static void test_dispatcher(int d) {
     // dispatch_backward: dx += Σ_j dxin[row_j]
     float *dx = frandom(N * d, 1.0f), *dxin = frandom(R * d, 1.0f);
     float *d_dx = dev_copy(dx, sizeof(float) * N * d), *d_dxin = dev_copy(dxin, sizeof(float) * R * d);
-    dispatch_backward(dx, dxin, row, N, k, d);
-    cu_dispatch_backward(d_dx, d_dxin, d_row, N, k, d);
+    dispatch_backward(dx, dxin, row, N, k, d, 0);
+    cu_dispatch_backward(d_dx, d_dxin, d_row, N, k, d, 0);
     check("dispatch_backward dx", d_dx, dx, N * d, 1e-5);
+    // from bf16 rows (the experts' dx16 input gradient), summed into fp32 dx as the CPU does
+    uint16_t *dxin16 = xmalloc(sizeof(uint16_t) * R * d);
+    for (long i = 0; i < R * d; i++) dxin16[i] = bf16_from_f32(dxin[i]);
+    cu_memcpy(d_dxin, dxin16, sizeof(uint16_t) * R * d);
+    dispatch_backward(dx, (const float *)dxin16, row, N, k, d, 1);
+    cu_dispatch_backward(d_dx, d_dxin, d_row, N, k, d, 1);
+    check("dispatch_backward dx from bf16 rows", d_dx, dx, N * d, 1e-5);
+    free(dxin16);
 
     // combine_forward: out += Σ_j gate_j·y[row_j]
     float *y = frandom(R * d, 1.0f), *gate = frandom(Nk, 1.0f), *out = frandom(N * d, 1.0f);
@@ -658,21 +666,21 @@ static void check_hg_half(const char *name, const char *what, const float *d_hg,
     }
     double rel = err / (mx + 1e-6);
     int ok = rel <= 8e-3 && kept;   // a bf16 step is 2^-8 of the value at most
-    printf("experts_forward %s %s (bf16, in its room) rel err %.3e, rest %s %s\n", name, what, rel,
+    printf("experts %s %s (bf16, in its room) rel err %.3e, rest %s %s\n", name, what, rel,
            kept ? "untouched" : "WRITTEN", ok ? "ok" : "FAIL");
     failures += !ok;
     free(raw);
 }
 
 // rows16: the input rows and output gradients in bf16 (MoeLayer.rows16: as a --bf16 run's dispatch
-// and combine write them)
+// and combine write them), and the input gradient written so (MoeLayer.dx16)
 static void test_experts(const char *name, const long *off, int proj_bias, int rows16) {
     int El = 3, d = 16, f = 40, bf16 = cu_bf16();
     long R = off[El];
     double tol = bf16 ? 1e-2 : 1e-4, tol_h = bf16 ? 1e-5 : 1e-4;
     Experts x = {El, d, f, frandom((long)El * d * f, 0.3f), frandom((long)El * f, 0.3f),
                  frandom((long)El * f * d, 0.3f), frandom((long)El * d, 0.3f), frandom((long)El * d * f, 0.1f),
-                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL, 0};
+                 frandom((long)El * f, 0.1f), frandom((long)El * f * d, 0.1f), frandom((long)El * d, 0.1f), NULL, 0, 0};
     Experts g = x;   // device copies
     g.wfc = weights_up(x.wfc, (long)El * d * f, bf16);     g.bfc = weights_up(x.bfc, (long)El * f, bf16);
     g.wproj = weights_up(x.wproj, (long)El * f * d, bf16); g.bproj = weights_up(x.bproj, (long)El * d, bf16);
@@ -712,8 +720,9 @@ static void test_experts(const char *name, const long *off, int proj_bias, int r
         cu_memcpy(d_hg, hg, sizeof(float) * R * f);
     }
     cu_experts_backward(El, d, f, g.wfc, g.wproj, g.gwfc, g.gbfc, g.gwproj, g.gbproj, d_dxin, d_dhg, d_dy, d_xin, rows16,
-                        d_h, d_hg, off, proj_bias);
-    checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, tol);
+                        rows16, d_h, d_hg, off, proj_bias);   // rows16: dxin in bf16 too (dx16)
+    if (rows16) check_hg_half(name, "backward dxin", d_dxin, dxin, junk, R * d);
+    else checkn("experts_backward", name, "dxin", d_dxin, dxin, R * d, tol);
     checkn("experts_backward", name, "gwfc", g.gwfc, x.gwfc, (long)El * d * f, tol);
     checkn("experts_backward", name, "gbfc", g.gbfc, x.gbfc, (long)El * f, tol);
     checkn("experts_backward", name, "gwproj", g.gwproj, x.gwproj, (long)El * f * d, tol);
@@ -770,6 +779,7 @@ int main(void) {
     test_experts("bf16 600 rows", big, 1, 0);
     test_experts("bf16 uneven, bf16 rows", uneven, 1, 1);
     test_experts("bf16 600 rows, bf16 rows", big, 1, 1);
+    test_experts("bf16 even, bf16 rows", even, 1, 1);   // one strided batched GEMM writing bf16
     test_attn_proj(2, 37, 3, 16, 20);
     test_qkv_forward(74, 20, 3 * 48, 1);
     test_qkv_forward(33, 64, 3 * 16, 0);

@@ -71,7 +71,7 @@ void cu_gemm_op_c16(int transA, int transB, int M, int N, int K, float alpha, co
 // (gemm_lt.cu); 0, or the library's status when it refused (then take cublasGemmEx). Batch
 // problems at strides sA, sB (elements) and sC (floats) when batch > 1.
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
-                          long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sA, const void *B, int ldb, long long sB, float beta, void *C, int c16, int ldc,
                           long long sC, int batch);
 // A bf16 GEMM with cuBLASLt's GELU epilogues, row-major C[M,N] bf16 (ldc; beta 0): the forward
 // (backward 0) C = GELU(op(A)·op(B) + bias) with aux = op(A)·op(B) + bias, GELU's input kept for

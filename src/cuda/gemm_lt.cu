@@ -286,7 +286,7 @@ int run(Key k, float alpha, const void *A, const void *B, float beta, void *C, c
     Desc d(k.ta, k.tb, e);
     Layouts l(k, CUDA_R_16BF);
     Choice &c = it->second;
-    if (L.tune_on && !c.tuned && !e)   // C row-major [M, N] of stride ldc, batch problems sC apart
+    if (L.tune_on && !c.tuned && !e && !k.c16)   // C row-major fp32 [M, N] of stride ldc, batch problems sC apart
         tune(&c, d, l, &alpha, A, B, &beta, (const float *)C,
              (long long)(batch - 1) * k.sc + (long long)(k.m - 1) * k.ldc + k.n);
     L.calls++;
@@ -306,9 +306,10 @@ Key shape(int transA, int transB, int M, int N, int K, int lda, int ldb, int ldc
 }   // namespace
 
 extern "C" int cu_lt_gemm(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
-                          long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sA, const void *B, int ldb, long long sB, float beta, void *C, int c16, int ldc,
                           long long sC, int batch) {
     Key k = shape(transA, transB, M, N, K, lda, ldb, ldc, batch, beta);
+    k.c16 = c16;
     if (batch > 1) { k.sa = sA; k.sb = sB; k.sc = sC; }
     return run(k, alpha, A, B, beta, C, NULL);
 }

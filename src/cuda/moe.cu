@@ -264,9 +264,9 @@ template <int V, class O> static __global__ void scatter_rows_kernel(O *dst, con
 }
 
 // acc[t, c] += Σ_j gate[t,j] · src[row[t,j], c], j in order (gate NULL: 1): combine's forward,
-// dispatch's dx
-template <int V> static __global__ void gather_rows_kernel(float *acc, const float *src, const float *gate,
-                                                           const int *row, long N, int k, int d) {
+// dispatch's dx (S uint16_t: src in bf16)
+template <int V, class S> static __global__ void gather_rows_kernel(float *acc, const S *src, const float *gate,
+                                                                    const int *row, long N, int k, int d) {
     for (long t = blockIdx.x; t < N; t += gridDim.x) {
         float o[V], u[V];
         ROW_COLS(c, d, V) {
@@ -275,7 +275,7 @@ template <int V> static __global__ void gather_rows_kernel(float *acc, const flo
                 int r = row[t * k + j];
                 if (r < 0) continue;
                 float g = gate ? gate[t * k + j] : 1.0f;
-                ldv<V>(u, src + (long)r * d, c);
+                ldwv<V>(u, src + (long)r * d, c);
                 for (int e = 0; e < V; e++) o[e] += g * u[e];
             }
             stv<V>(acc + t * d, c, o);
@@ -292,7 +292,8 @@ static void scatter_rows(O *dst, const float *src, const float *gate, const int 
     CU_LAUNCH_CHECK();
 }
 
-static void gather_rows(float *acc, const float *src, const float *gate, const int *row, long N, int k, int d) {
+template <class S>
+static void gather_rows(float *acc, const S *src, const float *gate, const int *row, long N, int k, int d) {
     if (N * d <= 0) return;
     if (rows_vec4(d, acc, src, NULL, NULL))
         gather_rows_kernel<4><<<row_grid(N), THREADS, 0, cu_stream()>>>(acc, src, gate, row, N, k, d);
@@ -321,9 +322,10 @@ extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, 
     scatter_rows(xin, x, NULL, row, N, k, half ? d / 2 : d);   // bf16 rows (d even): d/2 words, copied
 }
 
-extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
+extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half) {
     PROF(PROF_MOE);
-    gather_rows(dx, dxin, NULL, row, N, k, d);
+    if (half) gather_rows(dx, cu_hg_half(dxin), NULL, row, N, k, d);   // the experts' dx16 rows
+    else gather_rows(dx, dxin, NULL, row, N, k, d);
 }
 
 extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
@@ -396,7 +398,7 @@ static const long *upload_off(const long *off, int El) {
 // host tables of the per-expert GEMMs: rows per local expert, the widths d and f, A, B, C
 static int *g_M, *g_d, *g_f;
 static const void **g_A, **g_B;
-static float **g_C;
+static void **g_C;
 static void tables(int El) {
     static int cap;
     if (El <= cap) return;
@@ -406,7 +408,7 @@ static void tables(int El) {
     g_f = (int *)malloc(sizeof(int) * El);
     g_A = (const void **)malloc(sizeof(void *) * El);
     g_B = (const void **)malloc(sizeof(void *) * El);
-    g_C = (float **)malloc(sizeof(float *) * El);
+    g_C = (void **)malloc(sizeof(void *) * El);
     if (!g_M || !g_d || !g_f || !g_A || !g_B || !g_C) { fprintf(stderr, "ted: out of host memory\n"); exit(1); }
     cap = El;
 }
@@ -465,13 +467,13 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     if (hg16) fc_gelu16(El, d, f, rows16 ? (const void *)xin : cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
     else {
         point(off, El, xin, d, 0, wfc, (long)d * f, 1, h, f, 0);
-        cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, f);
+        cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, 0, f);
         cu_bias_gelu_forward(h, hg, NULL, bfc, doff, El, r0, R, f);
     }
     // y = hg·wproj (+ bproj)
     if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
     point(off, El, hg16 ? (const void *)hg16 : hg, f, 0, wproj, (long)f * d, 1, y, d, 0);
-    cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, d);
+    cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, 0, d);
 }
 
 // The beta of the experts' weight-gradient GEMMs into g_C[e] ([M[e], N[e]], those with work): 0
@@ -480,19 +482,19 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
 static float experts_grad_beta(int El, const int *M, const int *N, const int *K) {
     int all = 1;
     for (int e = 0; e < El; e++)
-        if (M[e] && N[e] && K[e]) all &= fresh_whole(g_C[e], (long)M[e] * N[e]);
+        if (M[e] && N[e] && K[e]) all &= fresh_whole((float *)g_C[e], (long)M[e] * N[e]);
     for (int e = 0; e < El; e++) {
         if (!M[e] || !N[e] || !K[e]) continue;
-        if (all) fresh_beta(g_C[e], (long)M[e] * N[e]);   // taken: the GEMM overwrites it
-        else fresh_prepare(g_C[e], (long)M[e] * N[e]);
+        if (all) fresh_beta((float *)g_C[e], (long)M[e] * N[e]);   // taken: the GEMM overwrites it
+        else fresh_prepare((float *)g_C[e], (long)M[e] * N[e]);
     }
     return all ? 0.0f : 1.0f;
 }
 
 extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
-                                    const float *dy, const float *xin, int rows16, const float *h, const float *hg,
-                                    const long *off, int proj_bias) {
+                                    const float *dy, const float *xin, int rows16, int dx16, const float *h,
+                                    const float *hg, const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long R = off[El];
@@ -501,7 +503,7 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     const void *gy = rows16 ? (const void *)dy : cu_operand(dy, R * d, 0);   // rows16: dy in bf16 already
     // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, cu_hg_half)
     point(off, El, cu_bf16() ? (const void *)cu_hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
-    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, d);   // K = rows
+    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, 0, d);   // K = rows
     // gbproj += Σ rows dy (a bf16 run: of the bf16 dy its GEMMs read, whether given or copied)
     if (proj_bias && cu_bf16()) cu_experts_bias_grad16(gbproj, (const uint16_t *)gy, off, El, d);
     else if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);
@@ -514,14 +516,15 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
         cu_experts_bias_grad16(gbfc, dh16, off, El, f);
     } else {
         point(off, El, gy, d, 0, wproj, (long)f * d, 1, dhg, f, 0);
-        cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, f);
+        cu_gemm_grouped(0, 1, El, g_M, g_f, g_d, g_A, d, g_B, d, 0.0f, g_C, 0, f);
         cu_experts_gelu_backward(gbfc, dhg, NULL, dhg, h, off, El, f);
     }
     const void *gh = dh16 ? (const void *)dh16 : dhg;
-    // c_fc: dxin = dhg·wfcᵀ (written)
+    // c_fc: dxin = dhg·wfcᵀ (written; dx16: in bf16, d to a row)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
-    cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, d);
+    if (dx16) for (int e = 0; e < El; e++) g_C[e] = cu_hg_half(dxin) + off[e] * d;
+    cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, dx16, d);
     // gwfc += xinᵀ·dhg
     point(off, El, rows16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
-    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, f);   // K = rows
+    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, 0, f);   // K = rows
 }

@@ -164,7 +164,7 @@ const void *cu_operand(const float *x, long n, int slot) {
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. batch < 0:
 // one GEMM (cublasGemmEx), else batch problems at strides sA, sB, sC. lt: the experts' GEMMs,
 // whose row counts follow the routing: through cuBLASLt on a bf16 run (gemm_lt.cu). C: fp32, or
-// bf16 (c16, one GEMM, a bf16 run: the product and beta·C in fp32, rounded once).
+// bf16 (c16, a bf16 run: the product and beta·C in fp32, rounded once).
 static void gemm(int lt, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                  long long sA, const void *B, int ldb, long long sB, float beta, void *C, int c16, int ldc,
                  long long sC, int batch) {
@@ -174,7 +174,7 @@ static void gemm(int lt, int transA, int transB, int M, int N, int K, float alph
     cu_prof_gemm(transA, transB, M, N, K, nb, beta);
     cu_prof_launch(1);
     if (lt && bf16_run && lt_on &&
-        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, (float *)C, ldc, sC, nb))
+        !cu_lt_gemm(transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, c16, ldc, sC, nb))
         return;
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch < 0)
@@ -182,7 +182,7 @@ static void gemm(int lt, int transA, int transB, int M, int N, int K, float alph
                                   c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
     else
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(),
-                                                lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch, compute,
+                                                lda, sA, &beta, C, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, sC, batch, compute,
                                                 CUBLAS_GEMM_DEFAULT));
 }
 
@@ -219,7 +219,7 @@ extern "C" void cu_gemm(int transA, int transB, int M, int N, int K, float alpha
 // bf16 A and B with fp32 C, which the weight gradients need, and wants a device pointer table.)
 extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K,
                                 const void *const *A, int lda, const void *const *B, int ldb, float beta,
-                                float *const *C, int ldc) {
+                                void *const *C, int c16, int ldc) {
     int first = -1, count = 0, uniform = 1;
     long long sa = 0, sb = 0, sc = 0;
     for (int i = 0; i < n; i++) {
@@ -238,11 +238,11 @@ extern "C" void cu_gemm_grouped(int transA, int transB, int n, const int *M, con
     if (uniform && count > 1) {
         long long es = (long long)op_size();
         gemm(1, transA, transB, M[first], N[first], K[first], 1.0f, A[first], lda, sa / es, B[first], ldb, sb / es,
-             beta, C[first], 0, ldc, sc / (long long)sizeof(float), count);
+             beta, C[first], c16, ldc, sc / (c16 ? 2 : 4), count);
         return;
     }
     for (int i = 0; i < n; i++)
         if (M[i] && N[i] && K[i])
-            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], 0, ldc, 0,
+            gemm(1, transA, transB, M[i], N[i], K[i], 1.0f, A[i], lda, 0, B[i], ldb, 0, beta, C[i], c16, ldc, 0,
                  -1);
 }

@@ -188,11 +188,11 @@ static long stage_numel(const Model *M, int s) {
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
 // expert (first[] = b->sh, one of hidden share fsl); rows16: their input rows and output
-// gradients are bf16.
-static Experts experts_of(Model *M, const int first[4], int El, int f, int rows16) {
+// gradients are bf16; dx16: their input gradients are written so.
+static Experts experts_of(Model *M, const int first[4], int El, int f, int rows16, int dx16) {
 #define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
 #define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
-    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, rows16};
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, rows16, dx16};
 #undef WS
 #undef GS
 }
@@ -202,8 +202,8 @@ static MoeWeights moe_weights(Model *M, int l) {
     const BlockParams *b = &M->bp[l];
     MoeWeights w = {l, b->bias, W(b->router), b->noise >= 0 ? W(b->noise) : NULL, G(b->router),
                     b->noise >= 0 ? G(b->noise) : NULL, b->shg >= 0 ? W(b->shg) : NULL, b->shg >= 0 ? G(b->shg) : NULL,
-                    experts_of(M, b->et, M->El, M->fel, M->moe.rows16), {0}};   // the dispatch's rows
-    if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl, 0);   // reads ln2
+                    experts_of(M, b->et, M->El, M->fel, M->moe.rows16, M->moe.dx16), {0}};
+    if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl, 0, 0);   // reads ln2
     return w;
 }
 

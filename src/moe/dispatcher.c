@@ -106,7 +106,7 @@ static void exchange(Exchange *x, const float *in, float *buf, float *out, int d
 // sends only its 1/tp share of every expert's rows, and the TP group puts the rows together
 // again on either side: all-gather after the first all-to-all; reduce-scatter (the sum of
 // the expert shards) before the second and all-gather after it. buf holds 2·max(Rs, Rr) rows.
-static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, int d, int to_experts) {
+static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, int d, int to_experts, DType t) {
     int P = x->ep->size, El = x->El, E = x->E, tp = x->tp->size, j = x->tp->rank;
     long cnt[4 * 64] = {0}, *sc = cnt, *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
     CHECK(P <= 64, "expert-parallel groups of more than 64 ranks are not supported (ep %d)", P);
@@ -144,7 +144,7 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
                     at2 += n;
                 }
         }
-        comm_reduce_scatter(x->tp, A, B, slice_r * d, DT_F32);        // B: my share, summed over f
+        comm_reduce_scatter(x->tp, A, B, slice_r * d * (t == DT_BF16 ? 2 : 1), t);   // B: my share, summed over f
         comm_alltoallv(x->ep, B, rc, rd, A, sc, sd, DT_F32);          // A: [expert][q], this rank's share
         comm_allgather(x->tp, A, B, slice_s * d, DT_F32);             // B: [tp][expert][q]
         long off = 0, at = 0;
@@ -157,11 +157,11 @@ static void exchange_dtd(Exchange *x, const float *in, float *buf, float *out, i
 }
 
 void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d) {
-    if (x->dtd) exchange_dtd(x, tok_side, buf, exp_side, d, 1);
+    if (x->dtd) exchange_dtd(x, tok_side, buf, exp_side, d, 1, DT_F32);   // copies only
     else exchange(x, tok_side, buf, exp_side, d, 1);
 }
-void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d) {
-    if (x->dtd) exchange_dtd(x, exp_side, buf, tok_side, d, 0);
+void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d, DType t) {
+    if (x->dtd) exchange_dtd(x, exp_side, buf, tok_side, d, 0, t);
     else exchange(x, exp_side, buf, tok_side, d, 0);
 }
 
@@ -174,15 +174,17 @@ void dispatch_forward(float *xin, const float *x, const int *row, long N, int k,
             if (row[t * k + j] >= 0) memcpy((char *)xin + row[t * k + j] * bytes, (const char *)x + t * bytes, bytes);
 }
 
-void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d) {
-    ON_GPU(cu_dispatch_backward(dx, dxin, row, N, k, d));
+void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half) {
+    ON_GPU(cu_dispatch_backward(dx, dxin, row, N, k, d, half));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
             if (row[t * k + j] < 0) continue;
-            const float *s = dxin + (long)row[t * k + j] * d;
+            long r = row[t * k + j];
+            const float *s = dxin + r * d;
+            const uint16_t *s16 = (const uint16_t *)dxin + r * d;
             float *o = dx + t * d;
-            for (int c = 0; c < d; c++) o[c] += s[c];
+            for (int c = 0; c < d; c++) o[c] += half ? bf16_to_f32(s16[c]) : s[c];
         }
 }
 

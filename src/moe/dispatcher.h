@@ -37,13 +37,15 @@ void exchange_plan(Exchange *x, const long *exp_rows, int known_sizes);
 // of d/2 floats: the exchange copies bytes): per destination (sc, sd) and per source (rc, rd).
 void exchange_counts(const Exchange *x, int d, long *sc, long *sd, long *rc, long *rd);
 void exchange_to_experts(Exchange *x, const float *tok_side, float *buf, float *exp_side, int d);
-void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d);
+// t: what the rows hold, for DTD's sum of the expert shards on the way back (DT_BF16: bf16 rows of
+// d floats, two values to a float)
+void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *tok_side, int d, DType t);
 
 // xin[row] = x[t]; half: x's and xin's rows are bf16, d to a row from the first byte (a --bf16 GPU
 // run's ln2 and expert input, MoeLayer.rows16: copied as they are; d even)
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half);
-// dx[t] += Σ_j dxin[row_j]
-void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d);
+// dx[t] += Σ_j dxin[row_j] (half: dxin's rows are bf16, d to a row from the first byte)
+void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half);
 // out[t] += Σ_j gate_j · y[row_j]
 void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d);
 // dy[row_j] = gate_j · dout[t]; dgate_j = y[row_j]·dout[t] (0 when dropped). half: dy's rows are

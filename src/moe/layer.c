@@ -55,6 +55,10 @@ void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N
     const char *e = getenv("TED_MOE_ROWS16");
     L->rows16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 &&
                 !moe_overlap_on(L) && m->router == ROUTER_TOPK && L->fsl == 0 && !(e && !strcmp(e, "0"));
+    // The experts' input gradient likewise written in bf16 by their GEMM, summed over TP (fp32 sums
+    // of bf16 parts) and carried back in bf16, before the dispatch's backward adds each token's k rows
+    // in fp32: a rounding of the gradient where the fp32 path has none
+    L->dx16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 && !moe_overlap_on(L);
 }
 
 static Exchange exchange_of(MoeLayer *L, MoeActs *x) {
@@ -189,7 +193,7 @@ void moe_layer_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float
         exchange_to_experts(&ex, tok, L->a2a_buf, x->xexp, L->rows16 ? d / 2 : d);   // bf16 rows: d/2 floats
         experts_forward(&w->experts, x->h, x->hg, y, x->xexp, x->exp_off, tp0(L));
         if (!dtd) comm_allreduce(L->tp, y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
-        exchange_to_tokens(&ex, y, L->a2a_buf, x->ysend, d);
+        exchange_to_tokens(&ex, y, L->a2a_buf, x->ysend, d, DT_F32);
     }
     if (recompute) return;
     buf_copy(out, mid, sizeof(float) * N * d);
@@ -209,11 +213,12 @@ void moe_layer_backward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const floa
         exchange_to_experts(&ex, dtok, L->a2a_buf, dexp, L->rows16 ? d / 2 : d);
         // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
         experts_backward(&w->experts, dexp, L->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
-        if (!dtd) comm_allreduce(L->tp, dexp, ex.Rr * d, DT_F32);   // mirrors the forward: sum of the f shards
-        exchange_to_tokens(&ex, dexp, L->a2a_buf, dtok, d);
+        DType t = L->dx16 ? DT_BF16 : DT_F32;   // dx16: d xexp in bf16, summed and carried so
+        if (!dtd) comm_allreduce(L->tp, dexp, ex.Rr * d, t);   // mirrors the forward: sum of the f shards
+        exchange_to_tokens(&ex, dexp, L->a2a_buf, dtok, L->dx16 ? d / 2 : d, t);
     }
     buf_zero(dln, sizeof(float) * N * d);
-    dispatch_backward(dln, dtok, x->row, N, k, d);
+    dispatch_backward(dln, dtok, x->row, N, k, d, L->dx16);
     if (moe_overlap_on(L) && !dtd) comm_allreduce(L->tp, dln, N * d, DT_F32);   // the chunks' f shards, summed once
     gating_backward(L, w, x, ln2, dln, N, lm_scale, aux_scale, z_scale);
     if (w->shared.El) shared_backward(L, w, x, ln2, dres, dln, N);

@@ -17,9 +17,9 @@ void cu_gemm(int transA, int transB, int M, int N, int K, float alpha, const flo
 // Row-major grouped GEMM: for g < n, C_g[M_g,N_g] = op(A_g)·op(B_g) + beta·C_g, with host arrays
 // of the sizes and of the pointers (operands in the run's GEMM type, cuda_ops.h). Groups with an
 // empty size are skipped (their C_g untouched, also with beta 0). Equal groups at equal strides
-// run as one strided batched GEMM, the others one GEMM each.
+// run as one strided batched GEMM, the others one GEMM each. C_g fp32, or bf16 with c16 (a bf16 run).
 void cu_gemm_grouped(int transA, int transB, int n, const int *M, const int *N, const int *K, const void *const *A,
-                     int lda, const void *const *B, int ldb, float beta, float *const *C, int ldc);
+                     int lda, const void *const *B, int ldb, float beta, void *const *C, int c16, int ldc);
 
 // ---- element-wise, normalisation, embedding, loss (nn.cu) ----------------------------
 void cu_encoder_forward(float *out, const int *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
