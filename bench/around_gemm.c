@@ -110,7 +110,7 @@ static void r_ln_b(Bufs *B, int now) {
     (now ? layernorm_backward : was_layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
 }
 static void r_comb(Bufs *B, int now) {
-    if (now) combine_backward(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D, 0);
+    if (now) combine_backward(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D, 0, 0);
     else was_combine_backward(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D);
 }
 static void r_ce(Bufs *B, int now) {

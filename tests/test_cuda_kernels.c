@@ -506,7 +506,7 @@ static void test_bf16_gemm_classes(void) {
         cmp(name, dgin, gin, (long)N * C, 1e-5);
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dw", N);
         cmp(name, dgw, gw, (long)C * OC, 1e-5);
-        // dinp written in bf16 (c16: the experts' input gradient, MoeLayer.dx16), in dgin's first half
+        // dinp written in bf16 (c16: the experts' input gradient, MoeLayer.out16), in dgin's first half
         cu_gemm_grouped(0, 1, 1, &N, &C, &OC, &ag, OC, &aw, OC, 0.0f, &ci, 1, C);
         hg_room_to_f32(dgin, (long)N * C);
         snprintf(name, sizeof name, "bf16 Lt GEMM, %d rows: dinp in bf16", N);

@@ -615,31 +615,38 @@ static void test_dispatcher(int d) {
     float *y = frandom(R * d, 1.0f), *gate = frandom(Nk, 1.0f), *out = frandom(N * d, 1.0f);
     float *d_y = dev_copy(y, sizeof(float) * R * d), *d_gate = dev_copy(gate, sizeof(float) * Nk);
     float *d_out = dev_copy(out, sizeof(float) * N * d);
-    combine_forward(out, y, gate, row, N, k, d);
-    cu_combine_forward(d_out, d_y, d_gate, d_row, N, k, d);
+    combine_forward(out, y, gate, row, N, k, d, 0);
+    cu_combine_forward(d_out, d_y, d_gate, d_row, N, k, d, 0);
     check("combine_forward out", d_out, out, N * d, 1e-5);
+    // from y's rows in bf16 (the experts' outputs, MoeLayer.out16), into fp32 out as the CPU does
+    uint16_t *y16 = xmalloc(sizeof(uint16_t) * R * d);
+    for (long i = 0; i < R * d; i++) y16[i] = bf16_from_f32(y[i]);
+    float *d_y16 = dev_copy(y16, sizeof(uint16_t) * R * d);
+    combine_forward(out, (const float *)y16, gate, row, N, k, d, 1);
+    cu_combine_forward(d_out, d_y16, d_gate, d_row, N, k, d, 1);
+    check("combine_forward out from bf16 y", d_out, out, N * d, 1e-5);
 
     // combine_backward: dy[row_j] = gate_j·dout (other rows untouched), dgate_j = y[row_j]·dout
     float *dout = frandom(N * d, 1.0f), *dy = frandom(R * d, 1.0f), *dgate = frandom(Nk, 1.0f);
     float *d_dout = dev_copy(dout, sizeof(float) * N * d), *d_dy = dev_copy(dy, sizeof(float) * R * d);
     float *d_dgate = dev_copy(dgate, sizeof(float) * Nk);
-    combine_backward(dy, dgate, dout, y, gate, row, N, k, d, 0);
-    cu_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_row, N, k, d, 0);
+    combine_backward(dy, dgate, dout, y, gate, row, N, k, d, 0, 0);
+    cu_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_row, N, k, d, 0, 0);
     check("combine_backward dy", d_dy, dy, R * d, 1e-5);
     check("combine_backward dgate", d_dgate, dgate, Nk, 1e-5);
     // dy's rows in bf16 (MoeLayer.rows16): the CPU's rounding to the bit, other rows untouched
     uint16_t *dy16 = xmalloc(sizeof(uint16_t) * R * d), *g16 = xmalloc(sizeof(uint16_t) * R * d);
     for (long i = 0; i < R * d; i++) dy16[i] = (uint16_t)irand(65536);
     cu_memcpy(d_dy, dy16, sizeof(uint16_t) * R * d);
-    combine_backward((float *)dy16, dgate, dout, y, gate, row, N, k, d, 1);
-    cu_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_row, N, k, d, 1);
+    combine_backward((float *)dy16, dgate, dout, (const float *)y16, gate, row, N, k, d, 1, 1);   // y in bf16 too
+    cu_combine_backward(d_dy, d_dgate, d_dout, d_y16, d_gate, d_row, N, k, d, 1, 1);
     cu_memcpy(g16, d_dy, sizeof(uint16_t) * R * d);
     long differ = 0;
     for (long i = 0; i < R * d; i++) differ += dy16[i] != g16[i];
     printf("combine_backward dy in bf16 (d %d): %ld of %ld elements differ %s\n", d, differ, R * d, differ ? "FAIL" : "ok");
     failures += differ != 0;
-    check("combine_backward dgate (dy in bf16)", d_dgate, dgate, Nk, 1e-5);
-    free(dy16); free(g16);
+    check("combine_backward dgate (dy and y in bf16)", d_dgate, dgate, Nk, 1e-5);
+    free(dy16); free(g16); free(y16); cu_free(d_y16);
 
     cu_free(d_row); cu_free(d_x); cu_free(d_xin); cu_free(d_dx); cu_free(d_dxin); cu_free(d_y); cu_free(d_gate);
     cu_free(d_out); cu_free(d_dout); cu_free(d_dy); cu_free(d_dgate);
@@ -673,7 +680,7 @@ static void check_hg_half(const char *name, const char *what, const float *d_hg,
 }
 
 // rows16: the input rows and output gradients in bf16 (MoeLayer.rows16: as a --bf16 run's dispatch
-// and combine write them), and the input gradient written so (MoeLayer.dx16)
+// and combine write them), and the outputs and input gradient written so (MoeLayer.out16)
 static void test_experts(const char *name, const long *off, int proj_bias, int rows16) {
     int El = 3, d = 16, f = 40, bf16 = cu_bf16();
     long R = off[El];
@@ -702,7 +709,8 @@ static void test_experts(const char *name, const long *off, int proj_bias, int r
     float *d_h = dev_copy(junk, sizeof(float) * R * f), *d_hg = dev_copy(junk, sizeof(float) * R * f);
     float *d_y = dev_copy(junk, sizeof(float) * R * d), *d_dxin = dev_copy(junk, sizeof(float) * R * d);
     float *d_dhg = dev_copy(junk, sizeof(float) * R * f);
-    cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, rows16, off, proj_bias);
+    cu_experts_forward(El, d, f, g.wfc, g.bfc, g.wproj, g.bproj, d_h, d_hg, d_y, d_xin, rows16, rows16, off,
+                       proj_bias);   // rows16: y in bf16 too (out16)
     if (bf16) {   // kept in bf16 only, in their rooms
         check_hg_half(name, "h", d_h, h, junk, R * f);
         check_hg_half(name, "hg", d_hg, hg, junk, R * f);
@@ -710,7 +718,8 @@ static void test_experts(const char *name, const long *off, int proj_bias, int r
         checkn("experts_forward", name, "h", d_h, h, R * f, tol_h);
         checkn("experts_forward", name, "hg", d_hg, hg, R * f, tol_h);
     }
-    checkn("experts_forward", name, "y", d_y, y, R * d, tol);
+    if (rows16) check_hg_half(name, "forward y", d_y, y, junk, R * d);
+    else checkn("experts_forward", name, "y", d_y, y, R * d, tol);
     // backward from the CPU's h and hg (on a bf16 run as the forward keeps them: their bf16 copies)
     if (bf16) {
         upload_hg_half(d_h, h, R * f);

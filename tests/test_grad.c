@@ -376,7 +376,7 @@ static double f_router(void *p) {
     if (memcmp(c->choice, c->ref_choice, sizeof c->ref_choice)) c->flipped = 1;
     dispatch_plan(c->row, c->rows, c->start, c->choice, c->slot, c->kept, RN, RK, &c->cfg, 1, 1);
     memset(c->out, 0, sizeof(float) * RN * RD);
-    combine_forward(c->out, c->y, c->gate, c->row, RN, RK, RD);
+    combine_forward(c->out, c->y, c->gate, c->row, RN, RK, RD, 0);
     return dot(c->out, c->R, RN * RD) + c->aux * st.aux_sum + c->z * st.z_sum;
 }
 
@@ -397,7 +397,7 @@ static void test_router(float cf, const char *name) {
     for (int i = 0; i < RN * RK; i++) dropped += c.slot[i] < 0;
     // analytic: dgate from combine_backward, then router_backward
     float *dy = buf(RN * RK * RD * 4), *dgate = buf(RN * RK), *dl = buf(RN * RE);
-    combine_backward(dy, dgate, c.R, c.y, c.gate, c.row, RN, RK, RD, 0);
+    combine_backward(dy, dgate, c.R, c.y, c.gate, c.row, RN, RK, RD, 0, 0);
     router_backward(dl, dgate, c.probs, c.lse, c.choice, c.fcount, RN, &c.cfg, c.aux, c.z);
     char label[96];
     snprintf(label, sizeof label, "router+combine d(logits), %s (%ld drops)", name, dropped);

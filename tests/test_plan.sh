@@ -131,15 +131,15 @@ done
 # the GPU's attention is flash attention: no T×T probabilities (34.36 GB at T 8192 over 8 layers of 16
 # heads), each query's log-sum-exp instead, so the 1.46 B MoE bench shape at T 8192, micro-batch 1, fits 80 GB;
 # and the rooms a bf16 GPU run keeps in bf16 alone (ln1, qkv, atty, ln2, the MLPs' and experts' h and
-# hg, the experts' input rows) are half size: 11.70 GB of activations, 11.83 with an MoE block's ln2
-# in fp32, 12.10 with the experts' input rows too, 12.23 with a dense block's ln2 as well, 13.84 with
-# h as well, 16.80 with all in fp32
+# hg, the experts' input rows and outputs) are half size: 11.43 GB of activations, 11.70 with the
+# experts' outputs in fp32, 11.83 with an MoE block's ln2 too, 12.10 with the experts' input rows as
+# well, 12.23 with a dense block's ln2, 13.84 with h, 16.80 with all in fp32
 printf '{"model": {"vocab_size": 50304, "n_positions": 8192, "n_embd": 2048, "n_layer": 8, "n_head": 16, "n_inner": 8192},
  "moe": {"num_experts": 8, "top_k": 2, "moe_every": 2, "capacity_factor": 0},
  "train_micro_batch_size_per_gpu": 1, "seq_len": 8192}\n' >"$W/t8192.json"
 out=$("$TED" plan --config "$W/t8192.json" --gpus 1 --device cuda --precision bf16)
 read -r S A <<<"$(sed -n 's|^  tp 1   ep 1 .* \([0-9]*\) bytes  fits .*; activations \([0-9]*\) bytes.*|\1 \2|p' <<<"$out")"
 expect "T 8192 on an 80 GB GPU: state $S + activations $A bytes, no T×T term, bf16 rooms half size" \
-  '[ -n "$A" ] && [ "$A" -lt 11760000000 ] && [ $((S + A)) -lt 80000000000 ] &&
+  '[ -n "$A" ] && [ "$A" -lt 11500000000 ] && [ $((S + A)) -lt 80000000000 ] &&
    grep -q "flash on the GPU: no probabilities kept (34359738368 bytes .* the log-sum-exp, 4194304 bytes" <<<"$out"'
 summary

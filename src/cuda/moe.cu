@@ -302,7 +302,8 @@ static void gather_rows(float *acc, const S *src, const float *gate, const int *
 }
 
 // dgate[t,j] = y[row[t,j]]·dout[t] (0 when dropped): one warp per (t, j)
-static __global__ void combine_backward_dgate_kernel(float *dgate, const float *dout, const float *y, const int *row,
+template <class Y>
+static __global__ void combine_backward_dgate_kernel(float *dgate, const float *dout, const Y *y, const int *row,
                                                      long N, int k, int d) {
     long tj = (long)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -310,8 +311,9 @@ static __global__ void combine_backward_dgate_kernel(float *dgate, const float *
     int r = row[tj];
     float dot = 0;
     if (r >= 0) {
-        const float *yr = y + (long)r * d, *go = dout + (tj / k) * d;
-        for (int c = lane; c < d; c += 32) dot += yr[c] * go[c];
+        const Y *yr = y + (long)r * d;
+        const float *go = dout + (tj / k) * d;
+        for (int c = lane; c < d; c += 32) dot += ldw(yr, c) * go[c];
     }
     dot = warp_sum(dot);
     if (lane == 0) dgate[tj] = r >= 0 ? dot : 0.0f;
@@ -324,25 +326,27 @@ extern "C" void cu_dispatch_forward(float *xin, const float *x, const int *row, 
 
 extern "C" void cu_dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half) {
     PROF(PROF_MOE);
-    if (half) gather_rows(dx, cu_hg_half(dxin), NULL, row, N, k, d);   // the experts' dx16 rows
+    if (half) gather_rows(dx, cu_hg_half(dxin), NULL, row, N, k, d);   // the experts' bf16 rows (out16)
     else gather_rows(dx, dxin, NULL, row, N, k, d);
 }
 
 extern "C" void cu_combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k,
-                                   int d) {
+                                   int d, int y16) {
     PROF(PROF_MOE);
-    gather_rows(out, y, gate, row, N, k, d);
+    if (y16) gather_rows(out, cu_hg_half(y), gate, row, N, k, d);   // the experts' bf16 outputs (out16)
+    else gather_rows(out, y, gate, row, N, k, d);
 }
 
 extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                                    const int *row, long N, int k, int d, int half) {
+                                    const int *row, long N, int k, int d, int half, int y16) {
     PROF(PROF_MOE);
     long nk = N * k;
     if (nk <= 0) return;
     if (half) scatter_rows(cu_hg_half(dy), dout, gate, row, N, k, d);   // the experts' dy in bf16
     else scatter_rows(dy, dout, gate, row, N, k, d);
-    combine_backward_dgate_kernel<<<(unsigned)((nk + WARPS - 1) / WARPS), WARPS * 32, 0, cu_stream()>>>(
-        dgate, dout, y, row, N, k, d);
+    unsigned g = (unsigned)((nk + WARPS - 1) / WARPS);
+    if (y16) combine_backward_dgate_kernel<<<g, WARPS * 32, 0, cu_stream()>>>(dgate, dout, cu_hg_half(y), row, N, k, d);
+    else combine_backward_dgate_kernel<<<g, WARPS * 32, 0, cu_stream()>>>(dgate, dout, y, row, N, k, d);
     CU_LAUNCH_CHECK();
 }
 
@@ -356,8 +360,8 @@ extern "C" void cu_combine_backward(float *dy, float *dgate, const float *dout, 
 
 // out[r, c] = bias[expert(r), c] for rows r in [r0, r1): a block per row (its expert found once),
 // V columns at a time (ROW_COLS)
-template <int V, class W>
-static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const long *off, int El, long r0, long r1,
+template <int V, class W, class O>
+static __global__ void fill_bias_rows_kernel(O *out, const W *bias, const long *off, int El, long r0, long r1,
                                              int n) {
     for (long r = r0 + blockIdx.x; r < r1; r += gridDim.x) {
         const W *b = bias + (long)expert_of(off, El, r) * n;
@@ -369,8 +373,8 @@ static __global__ void fill_bias_rows_kernel(float *out, const W *bias, const lo
     }
 }
 
-template <class W> static void fill_bias_rows_as(float *out, const W *bias, const long *doff, int El, long r0, long r1,
-                                                 int n) {
+template <class W, class O>
+static void fill_bias_rows_as(O *out, const W *bias, const long *doff, int El, long r0, long r1, int n) {
     unsigned g = row_grid(r1 - r0);
     if (rows_vec4(n, out, NULL, NULL, NULL) && (uintptr_t)bias % (4 * sizeof(W)) == 0)
         fill_bias_rows_kernel<4><<<g, THREADS, 0, cu_stream()>>>(out, bias, doff, El, r0, r1, n);
@@ -378,9 +382,13 @@ template <class W> static void fill_bias_rows_as(float *out, const W *bias, cons
     CU_LAUNCH_CHECK();
 }
 
-static void fill_bias_rows(float *out, const float *bias, const long *doff, int El, long r0, long r1, int n) {
+// (out16: out's rows in bf16, a bf16 run's: its bf16 bias copied exactly)
+static void fill_bias_rows(float *out, const float *bias, const long *doff, int El, long r0, long r1, int n,
+                           int out16) {
     if (r1 <= r0 || n <= 0) return;
-    if (cu_bf16()) fill_bias_rows_as(out, (const uint16_t *)(const void *)bias, doff, El, r0, r1, n);
+    const uint16_t *b16 = (const uint16_t *)(const void *)bias;
+    if (out16) fill_bias_rows_as(cu_hg_half(out), b16, doff, El, r0, r1, n);
+    else if (cu_bf16()) fill_bias_rows_as(out, b16, doff, El, r0, r1, n);
     else fill_bias_rows_as(out, bias, doff, El, r0, r1, n);
 }
 
@@ -424,6 +432,11 @@ static void point(const long *off, int El, const void *A, long a, int a_by_exper
     }
 }
 
+// C of expert e at row off[e] of X as bf16 rows of x elements (out16: y or dxin in bf16)
+static void rows_as_bf16(const long *off, int El, float *X, long x) {
+    for (int e = 0; e < El; e++) g_C[e] = cu_hg_half(X) + off[e] * x;
+}
+
 // On a bf16 run the experts' hg [R, f] is kept in bf16 only, where hg is (cu_hg_half). hg is
 // never read as fp32 there: the second GEMM and the weight gradient take it as their bf16
 // operand, and the backward needs h, not hg (neither the 16-bit activation store, off on a GPU
@@ -454,7 +467,7 @@ static void fc_gelu16(int El, int d, int f, const void *x16, const float *wfc, c
 
 extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const float *bfc, const float *wproj,
                                    const float *bproj, float *h, float *hg, float *y, const float *xin, int rows16,
-                                   const long *off, int proj_bias) {
+                                   int out16, const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
     long r0 = off[0], R = off[El];
@@ -470,10 +483,11 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
         cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, 0, f);
         cu_bias_gelu_forward(h, hg, NULL, bfc, doff, El, r0, R, f);
     }
-    // y = hg·wproj (+ bproj)
-    if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d);
+    // y = hg·wproj (+ bproj; out16: y in bf16, over the bias's bf16 rows, the sum rounded once)
+    if (proj_bias) fill_bias_rows(y, bproj, doff, El, r0, R, d, out16);
     point(off, El, hg16 ? (const void *)hg16 : hg, f, 0, wproj, (long)f * d, 1, y, d, 0);
-    cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, 0, d);
+    if (out16) rows_as_bf16(off, El, y, d);
+    cu_gemm_grouped(0, 0, El, g_M, g_d, g_f, g_A, f, g_B, d, proj_bias ? 1.0f : 0.0f, g_C, out16, d);
 }
 
 // The beta of the experts' weight-gradient GEMMs into g_C[e] ([M[e], N[e]], those with work): 0
@@ -493,7 +507,7 @@ static float experts_grad_beta(int El, const int *M, const int *N, const int *K)
 
 extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, const float *wproj, float *gwfc,
                                     float *gbfc, float *gwproj, float *gbproj, float *dxin, float *dhg,
-                                    const float *dy, const float *xin, int rows16, int dx16, const float *h,
+                                    const float *dy, const float *xin, int rows16, int out16, const float *h,
                                     const float *hg, const long *off, int proj_bias) {
     PROF(PROF_ELEMENTWISE);
     if (El <= 0) return;
@@ -520,10 +534,10 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
         cu_experts_gelu_backward(gbfc, dhg, NULL, dhg, h, off, El, f);
     }
     const void *gh = dh16 ? (const void *)dh16 : dhg;
-    // c_fc: dxin = dhg·wfcᵀ (written; dx16: in bf16, d to a row)
+    // c_fc: dxin = dhg·wfcᵀ (written; out16: in bf16, d to a row)
     point(off, El, gh, f, 0, wfc, (long)d * f, 1, dxin, d, 0);
-    if (dx16) for (int e = 0; e < El; e++) g_C[e] = cu_hg_half(dxin) + off[e] * d;
-    cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, dx16, d);
+    if (out16) rows_as_bf16(off, El, dxin, d);
+    cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, out16, d);
     // gwfc += xinᵀ·dhg
     point(off, El, rows16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
     cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, 0, f);   // K = rows

@@ -188,11 +188,11 @@ static long stage_numel(const Model *M, int s) {
 
 // The experts of a block (first[] = b->et, El local ones of hidden share fel) or its shared
 // expert (first[] = b->sh, one of hidden share fsl); rows16: their input rows and output
-// gradients are bf16; dx16: their input gradients are written so.
-static Experts experts_of(Model *M, const int first[4], int El, int f, int rows16, int dx16) {
+// gradients are bf16; out16: their outputs and input gradients are written so.
+static Experts experts_of(Model *M, const int first[4], int El, int f, int rows16, int out16) {
 #define WS(s) (first[s] >= 0 ? W(first[s]) : NULL)
 #define GS(s) (first[s] >= 0 ? G(first[s]) : NULL)
-    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, rows16, dx16};
+    return (Experts){El, M->d, f, WS(0), WS(1), WS(2), WS(3), GS(0), GS(1), GS(2), GS(3), M->kind, rows16, out16};
 #undef WS
 #undef GS
 }
@@ -202,7 +202,7 @@ static MoeWeights moe_weights(Model *M, int l) {
     const BlockParams *b = &M->bp[l];
     MoeWeights w = {l, b->bias, W(b->router), b->noise >= 0 ? W(b->noise) : NULL, G(b->router),
                     b->noise >= 0 ? G(b->noise) : NULL, b->shg >= 0 ? W(b->shg) : NULL, b->shg >= 0 ? G(b->shg) : NULL,
-                    experts_of(M, b->et, M->El, M->fel, M->moe.rows16, M->moe.dx16), {0}};
+                    experts_of(M, b->et, M->El, M->fel, M->moe.rows16, M->moe.out16), {0}};
     if (b->sh[0] >= 0) w.shared = experts_of(M, b->sh, 1, M->fsl, 0, 0);   // reads ln2
     return w;
 }
@@ -280,12 +280,12 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // (residual_layernorm_forward's gemm_input: a dense block's, which only the GELU MLP reads; an MoE
 // block's with MoeLayer.rows16, which only its router and dispatch read), the GELU MLP's and the
 // GELU experts' h and hg (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not
-// when the MoE chunks overlap: their pieces sit at fp32 offsets), and with rows16 the GELU experts'
-// input rows xexp.
-enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_MOE16 };
+// when the MoE chunks overlap: their pieces sit at fp32 offsets), with rows16 the GELU experts'
+// input rows xexp, and with out16 their outputs on the token side, ysend.
+enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_MOE16, ROOM_OUT16 };
 static long room(const Model *M, long n, int which) {
     int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
-    int half = which == ROOM_MOE16 ? M->moe.rows16
+    int half = which == ROOM_MOE16 ? M->moe.rows16 : which == ROOM_OUT16 ? M->moe.out16
              : gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
                          : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
     return half ? (n + 1) / 2 : n;
@@ -316,7 +316,10 @@ static void take_big(Model *M, BlockActs *x, Bump *a, int dense, int moe, int ca
             e->sh_hg = TAKE(a, float, room(M, N * M->fsl, ROOM_EXPERTS));
         }
         if (M->fs && M->m.shared_expert_gate) e->sh_y = TAKE(a, float, N * d);
-        if (!cac) { e->xexp = TAKE(a, float, room(M, Rr * d, ROOM_MOE16)); e->ysend = TAKE(a, float, Rs * d); }
+        if (!cac) {
+            e->xexp = TAKE(a, float, room(M, Rr * d, ROOM_MOE16));
+            e->ysend = TAKE(a, float, room(M, Rs * d, ROOM_OUT16));
+        }
     }
 }
 
@@ -364,7 +367,7 @@ static void take_block(Model *M, BlockActs *x, const BlockActs *common, Bump *a,
         x->ar_attn = TAKE(a, float, N * d);
         if (moe) {
             x->moe.xexp = TAKE(a, float, room(M, M->moe.Rr * d, ROOM_MOE16));
-            x->moe.ysend = TAKE(a, float, M->moe.Rs * d);
+            x->moe.ysend = TAKE(a, float, room(M, M->moe.Rs * d, ROOM_OUT16));
         }
         else x->ar_ffn = TAKE(a, float, N * d);
     }

@@ -188,21 +188,26 @@ void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int
         }
 }
 
-void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d) {
-    ON_GPU(cu_combine_forward(out, y, gate, row, N, k, d));
+// y's element c of row r: y16, bf16 rows
+static inline float y_at(const float *y, int y16, long r, int d, int c) {
+    return y16 ? bf16_to_f32(((const uint16_t *)y)[r * d + c]) : y[r * d + c];
+}
+
+void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d, int y16) {
+    ON_GPU(cu_combine_forward(out, y, gate, row, N, k, d, y16));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
-            if (row[t * k + j] < 0) continue;
-            const float *s = y + (long)row[t * k + j] * d;
+            long r = row[t * k + j];
+            if (r < 0) continue;
             float g = gate[t * k + j], *o = out + t * d;
-            for (int c = 0; c < d; c++) o[c] += g * s[c];
+            for (int c = 0; c < d; c++) o[c] += g * y_at(y, y16, r, d, c);
         }
 }
 
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                      const int *row, long N, int k, int d, int half) {
-    ON_GPU(cu_combine_backward(dy, dgate, dout, y, gate, row, N, k, d, half));
+                      const int *row, long N, int k, int d, int half, int y16) {
+    ON_GPU(cu_combine_backward(dy, dgate, dout, y, gate, row, N, k, d, half, y16));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
@@ -219,8 +224,12 @@ void combine_backward(float *dy, float *dgate, const float *dout, const float *y
                 #pragma omp simd
                 for (int c = 0; c < d; c++) dr[c] = g * go[c];
             }
-            #pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < d; c++) dot += yr[c] * go[c];
+            if (y16)
+                for (int c = 0; c < d; c++) dot += y_at(y, 1, r, d, c) * go[c];
+            else {
+                #pragma omp simd reduction(+ : dot)
+                for (int c = 0; c < d; c++) dot += yr[c] * go[c];
+            }
             dgate[t * k + j] = dot;
         }
 }

@@ -46,9 +46,10 @@ void exchange_to_tokens(Exchange *x, const float *exp_side, float *buf, float *t
 void dispatch_forward(float *xin, const float *x, const int *row, long N, int k, int d, int half);
 // dx[t] += Σ_j dxin[row_j] (half: dxin's rows are bf16, d to a row from the first byte)
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half);
-// out[t] += Σ_j gate_j · y[row_j]
-void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d);
+// out[t] += Σ_j gate_j · y[row_j] (y16: y's rows are bf16, d to a row: MoeLayer.out16)
+void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d, int y16);
 // dy[row_j] = gate_j · dout[t]; dgate_j = y[row_j]·dout[t] (0 when dropped). half: dy's rows are
-// written in bf16, d to a row from the first byte (MoeLayer.rows16: the experts read them so)
+// written in bf16, d to a row from the first byte (MoeLayer.rows16: the experts read them so); y16:
+// y's rows are bf16 (as combine_forward's)
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
-                      const int *row, long N, int k, int d, int half);
+                      const int *row, long N, int k, int d, int half, int y16);

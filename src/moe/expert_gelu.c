@@ -17,7 +17,7 @@ static const ExpertTensor gelu_tensors[] = {
 
 static void gelu_expert_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
                                 int proj_bias) {
-    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, x->rows16, off,
+    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, x->rows16, x->out16, off,
                               proj_bias));
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
@@ -32,7 +32,7 @@ static void gelu_expert_forward(const Experts *x, float *h, float *hg, float *y,
 static void gelu_expert_backward(const Experts *x, float *dxin, float *dhg, const float *dy, const float *xin,
                                  const float *h, const float *hg, const long *off, int proj_bias) {
     ON_GPU(cu_experts_backward(x->El, x->d, x->f, x->wfc, x->wproj, x->gwfc, x->gbfc, x->gwproj, x->gbproj, dxin, dhg,
-                               dy, xin, x->rows16, x->dx16, h, hg, off, proj_bias));
+                               dy, xin, x->rows16, x->out16, h, hg, off, proj_bias));
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];

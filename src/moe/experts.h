@@ -20,7 +20,7 @@ typedef struct {
     float *gwfc, *gbfc, *gwproj, *gbproj;   // their gradients
     const struct ExpertKind *kind;
     int rows16;                             // xin's and dy's rows are bf16, d to a row (MoeLayer.rows16)
-    int dx16;                               // dxin is written so (MoeLayer.dx16)
+    int out16;                              // y and dxin are written so (MoeLayer.out16)
 } Experts;
 
 // A tensor of an expert kind: its shape is (rd·d + rf·f) × (cd·d + cf·f) (cols 1 when 1-D) for

@@ -10,6 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+// A --bf16 GPU run's GELU experts (d even, no chunked exchange: its pieces sit at fp32 offsets)
+// keep what they exchange in bf16 (rows of d/2 floats to the exchange, half the bytes):
+// - rows16: ln2, their input rows and their output gradients, read only as bf16 GEMM operands: ln2
+//   arrives in bf16 alone (the router's GEMMs read it so), the dispatch copies its rows, the
+//   combine's backward writes dy in bf16, xexp keeps half. The same bits as fp32 and the casts at
+//   the GEMMs, which TED_MOE_ROWS16=0 keeps (test_cuda_emu compares). Not where other readers take
+//   ln2 in fp32 (shared experts, the switch router's jitter, noisy top-k: all CPU-only for now);
+// - out16: what they send back, written in bf16 by their GEMMs, summed over TP (fp32 sums of bf16
+//   parts) and carried back so: their outputs y (the combine adds each token's k rows in fp32) and
+//   their input gradient (the dispatch's backward likewise): a rounding of each where the fp32 path
+//   has none.
+static void bf16_exchange(MoeLayer *L, const Config *cfg) {
+    const char *e = getenv("TED_MOE_ROWS16");
+    int gpu16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 && !moe_overlap_on(L);
+    L->rows16 = gpu16 && L->m->router == ROUTER_TOPK && L->fsl == 0 && !(e && !strcmp(e, "0"));
+    L->out16 = gpu16;
+}
+
 void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N, int T) {
     const ModelConfig *m = &cfg->model;
     L->m = m;
@@ -45,20 +63,7 @@ void moe_layer_init(MoeLayer *L, const Config *cfg, const Topology *topo, long N
         L->Rs = N * L->k + (long)L->E * topo->tp;
         L->Rr = L->Rs * topo->ep;               // at worst every rank's choices land here
     }
-    // A --bf16 GPU run reads ln2, the GELU experts' input rows and their output gradients only as
-    // bf16 GEMM operands: ln2 arrives in bf16 alone (the router's GEMMs read it so), the dispatch
-    // copies its rows, the combine's backward writes dy in bf16, the all-to-alls to the experts
-    // carry half the bytes, and xexp keeps half. Not with the chunked exchange (its
-    // pieces sit at fp32 offsets), nor where other readers take ln2 in fp32 (shared experts, the
-    // switch router's jitter, noisy top-k: all CPU-only for now). TED_MOE_ROWS16=0 keeps them fp32
-    // with the casts at the GEMMs (the same bits: test_cuda_emu compares).
-    const char *e = getenv("TED_MOE_ROWS16");
-    L->rows16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 &&
-                !moe_overlap_on(L) && m->router == ROUTER_TOPK && L->fsl == 0 && !(e && !strcmp(e, "0"));
-    // The experts' input gradient likewise written in bf16 by their GEMM, summed over TP (fp32 sums
-    // of bf16 parts) and carried back in bf16, before the dispatch's backward adds each token's k rows
-    // in fp32: a rounding of the gradient where the fp32 path has none
-    L->dx16 = cfg->device == DEV_CUDA && cfg->bf16 && L->kind == &expert_gelu && L->d % 2 == 0 && !moe_overlap_on(L);
+    bf16_exchange(L, cfg);
 }
 
 static Exchange exchange_of(MoeLayer *L, MoeActs *x) {
@@ -192,12 +197,13 @@ void moe_layer_forward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const float
     } else {
         exchange_to_experts(&ex, tok, L->a2a_buf, x->xexp, L->rows16 ? d / 2 : d);   // bf16 rows: d/2 floats
         experts_forward(&w->experts, x->h, x->hg, y, x->xexp, x->exp_off, tp0(L));
-        if (!dtd) comm_allreduce(L->tp, y, ex.Rr * d, DT_F32);   // sum of the f shards (DTD: reduce-scatter)
-        exchange_to_tokens(&ex, y, L->a2a_buf, x->ysend, d, DT_F32);
+        DType t = L->out16 ? DT_BF16 : DT_F32;   // out16: y in bf16, summed and carried so
+        if (!dtd) comm_allreduce(L->tp, y, ex.Rr * d, t);   // sum of the f shards (DTD: reduce-scatter)
+        exchange_to_tokens(&ex, y, L->a2a_buf, x->ysend, L->out16 ? d / 2 : d, t);
     }
     if (recompute) return;
     buf_copy(out, mid, sizeof(float) * N * d);
-    combine_forward(out, x->ysend, x->gate, x->row, N, k, d);
+    combine_forward(out, x->ysend, x->gate, x->row, N, k, d, L->out16);
     if (w->shared.El) residual_forward(out, out, L->tmp, N * d);
 }
 
@@ -207,18 +213,18 @@ void moe_layer_backward(MoeLayer *L, const MoeWeights *w, MoeActs *x, const floa
     Exchange ex = moe_exchange_done(L, x);
     float *dtok = L->tok_buf, *dexp = alias ? L->tok_buf : L->exp_buf;
     buf_zero(dtok, sizeof(float) * ex.Rs * d);                 // unused slots get no gradient
-    combine_backward(dtok, L->dgate, dres, x->ysend, x->gate, x->row, N, k, d, L->rows16);   // rows16: dy in bf16
+    combine_backward(dtok, L->dgate, dres, x->ysend, x->gate, x->row, N, k, d, L->rows16, L->out16);
     if (moe_overlap_on(L)) moe_chunked(L, x, &ex, &w->experts, dtok, dexp, dexp, dtok, chunk_backward);
     else {
         exchange_to_experts(&ex, dtok, L->a2a_buf, dexp, L->rows16 ? d / 2 : d);
         // dexp (d y) in, d xexp out: the expert-side gradient reuses the same buffer
         experts_backward(&w->experts, dexp, L->dbig, dexp, x->xexp, x->h, x->hg, x->exp_off, 1);
-        DType t = L->dx16 ? DT_BF16 : DT_F32;   // dx16: d xexp in bf16, summed and carried so
+        DType t = L->out16 ? DT_BF16 : DT_F32;   // out16: d xexp in bf16, summed and carried so
         if (!dtd) comm_allreduce(L->tp, dexp, ex.Rr * d, t);   // mirrors the forward: sum of the f shards
-        exchange_to_tokens(&ex, dexp, L->a2a_buf, dtok, L->dx16 ? d / 2 : d, t);
+        exchange_to_tokens(&ex, dexp, L->a2a_buf, dtok, L->out16 ? d / 2 : d, t);
     }
     buf_zero(dln, sizeof(float) * N * d);
-    dispatch_backward(dln, dtok, x->row, N, k, d, L->dx16);
+    dispatch_backward(dln, dtok, x->row, N, k, d, L->out16);
     if (moe_overlap_on(L) && !dtd) comm_allreduce(L->tp, dln, N * d, DT_F32);   // the chunks' f shards, summed once
     gating_backward(L, w, x, ln2, dln, N, lm_scale, aux_scale, z_scale);
     if (w->shared.El) shared_backward(L, w, x, ln2, dres, dln, N);

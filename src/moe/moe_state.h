@@ -42,7 +42,7 @@ typedef struct MoeLayer {
     int dtd, cac, overlap, progress_thread;   // moe.overlap_degree in `overlap`
     int uneven;                         // EP ranks may run different batch sizes: counts travel
     int rows16;                         // ln2, the experts' input rows (xexp) and their dy in bf16 (layer.c)
-    int dx16;                           // the experts' input gradient in bf16 (layer.c)
+    int out16;                          // what the experts send back (y, d xexp) in bf16 (layer.c)
     long Rs, Rr;                        // expert-buffer rows at most: token side, expert side
     // the model's scratch: token side [Rs,d], expert side [Rr,d], the all-to-all's, [N,k], [N,E],
     // the largest hidden state, and two [N,d]: tmp (the shared expert's output) and dln's partner
