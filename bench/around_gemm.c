@@ -107,7 +107,8 @@ static void r_ln_f(Bufs *B, int now) {
     else was_layernorm_forward(B->o, B->mean, B->rstd, B->x, B->w, B->b, NT, D);
 }
 static void r_ln_b(Bufs *B, int now) {
-    (now ? layernorm_backward : was_layernorm_backward)(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
+    if (now) layernorm_backward(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D, 0);
+    else was_layernorm_backward(B->dx, B->dw, B->db, B->o, B->x, B->w, B->mean, B->rstd, NT, D);
 }
 static void r_comb(Bufs *B, int now) {
     if (now) combine_backward(B->dx, B->dg, B->o, B->y, B->gate, B->row, NT, K, D, 0, 0);

@@ -143,8 +143,8 @@ static void test_layernorm(long N, int d) {
     float *g = rnd(n, 1, 0), *gin = rnd(n, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0);
     float *dg = up(g, sizeof(float) * n), *dgin = up(gin, sizeof(float) * n);
     float *dgw = up(gw, sizeof(float) * d), *dgb = up(gb, sizeof(float) * d);
-    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d);
-    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d);
+    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d, 0);
+    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d, 0);
     cmp("layernorm_backward dinp", dgin, gin, n, 1e-5);
     cmp("layernorm_backward dw", dgw, gw, d, 1e-5);
     cmp("layernorm_backward db", dgb, gb, d, 1e-5);
@@ -589,8 +589,8 @@ static void test_bf16_norm_embed(void) {
     float *dgw = up(gw, sizeof(float) * d), *dgb = up(gb, sizeof(float) * d);
     cu_memcpy(dmean, mean, sizeof(float) * N);
     cu_memcpy(drstd, rstd, sizeof(float) * N);
-    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d);
-    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d);
+    layernorm_backward(gin, gw, gb, g, x, w, mean, rstd, N, d, 0);
+    cu_layernorm_backward(dgin, dgw, dgb, dg, dx, dw, dmean, drstd, N, d, 0);
     cmp("bf16 layernorm_backward dinp", dgin, gin, N * d, 1e-5);
     cmp("bf16 layernorm_backward dw (fp32)", dgw, gw, d, 1e-5);
     int *tok = malloc(sizeof(int) * N);
@@ -736,6 +736,32 @@ static void test_matmul_x16(long N, int C, int OC) {
     free(x); free(w); free(g); free(gw);
 }
 
+// LayerNorm's backward from dout's bf16 copy alone (dout16: the GPT path's dln on a bf16 run) against
+// the CPU's from the same rounded values; N past a chunk of rows, d not a multiple of 4, 2056 columns
+static void test_layernorm_dout16(long N, int d) {
+    long n = N * d;
+    float *x = rnd(n, 2, 0.5f), *w = rnd(d, 1, 1), *b = rnd(d, 1, 0), *g = rnd(n, 1, 0);
+    float *gin = rnd(n, 1, 0), *gw = rnd(d, 1, 0), *gb = rnd(d, 1, 0), *mean = malloc(sizeof(float) * N);
+    float *rstd = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * n);
+    float *dx = up(x, sizeof(float) * n), *dw = dev_weights(w, d), *dg16 = mlp_input(g, n);   // w, g rounded
+    float *gr = rounded(g, n), *dgin = up(gin, sizeof(float) * n), *dgw = up(gw, sizeof(float) * d);
+    float *dgb = up(gb, sizeof(float) * d), *dmean, *drstd;
+    layernorm_forward(out, mean, rstd, x, w, b, N, d, 0);
+    dmean = up(mean, sizeof(float) * N); drstd = up(rstd, sizeof(float) * N);
+    layernorm_backward(gin, gw, gb, gr, x, w, mean, rstd, N, d, 0);
+    cu_layernorm_backward(dgin, dgw, dgb, dg16, dx, dw, dmean, drstd, N, d, 1);
+    char name[96];
+    const char *what[3] = {"dinp", "dw", "db"};
+    float *got[3] = {dgin, dgw, dgb}, *want[3] = {gin, gw, gb};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "bf16 layernorm_backward %ldx%d (dout16) %s", N, d, what[k]);
+        cmp(name, got[k], want[k], k ? d : n, 1e-5);
+        cu_free(got[k]);
+    }
+    cu_free(dx); cu_free(dw); cu_free(dg16); cu_free(dmean); cu_free(drstd);
+    free(x); free(w); free(b); free(g); free(gin); free(gw); free(gb); free(mean); free(rstd); free(out); free(gr);
+}
+
 // ln_f's LayerNorm, read only by the head's GEMMs (gemm_input): on a bf16 run its bf16 copy alone,
 // in the first half of its room (compared as floats again; the fp32 op's output rounded, bit for bit)
 static void test_layernorm_gemm_input(long N, int d) {
@@ -847,6 +873,10 @@ static void test_mlp_whole_backward(long N, int C, int F, int OC) {
     cu_mlp_backward(g[4], g[0], g[1], g[2], g[3], g[5], ddout, h, hg, dx16, dw1, dw2, N, C, F, OC);
     cu_matmul_backward(u[5], u[2], u[3], ddout, hgu, dw2, N, F, OC, 0);
     cu_matmul_bias_gelu_backward(u[4], u[0], u[1], u[5], u[5], hu, dx, dw1, N, C, F);
+    if (bf16) {   // dinp in bf16 alone (layernorm_backward's dout16): the unfused fp32 dinp rounded
+        hg_room_to_f32(g[4], N * C);
+        round_dev(u[4], N * C);
+    }
     float *ref[6];
     if (!bf16) {   // the CPU from the same inputs: forward for h and hg, then mlp_backward
         float *hc = malloc(sizeof(float) * N * F), *hgc = malloc(sizeof(float) * N * F);
@@ -882,6 +912,12 @@ static void test_fused(void) {
     test_residual_layernorm(300, 72, 1);
     test_layernorm_gemm_input(300, 72);
     test_matmul_x16(37, 24, 8);
+    if (cu_bf16()) {
+        test_layernorm_dout16(37, 48);
+        test_layernorm_dout16(1100, 40);
+        test_layernorm_dout16(5, 50);
+        test_layernorm_dout16(70, 2056);
+    }
     // N, C, F, OC: F 72 takes bias + GELU four a thread, 45 one; N 300 past a chunk of rows
     long shapes[2][4] = {{37, 48, 72, 30}, {300, 24, 45, 20}};
     for (int i = 0; i < 2; i++) {

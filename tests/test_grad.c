@@ -248,7 +248,7 @@ static void test_ops(void) {
     fill(c.inp, N_ * C_, 1); fill(c.w, C_, 1); fill(c.b, C_, 1); fill(c.R, N_ * C_, 1);
     f_layernorm(&c);
     memset(gi, 0, sizeof(float) * N_ * C_); memset(gw, 0, sizeof(float) * C_); memset(gb, 0, sizeof(float) * C_);
-    layernorm_backward(gi, gw, gb, c.R, c.inp, c.w, c.mean, c.rstd, N_, C_);
+    layernorm_backward(gi, gw, gb, c.R, c.inp, c.w, c.mean, c.rstd, N_, C_, 0);
     check("layernorm d(input)", f_layernorm, &c, c.inp, gi, N_ * C_, 1e-2f, 1e-2);
     check("layernorm d(weight)", f_layernorm, &c, c.w, gw, C_, 1e-2f, 1e-2);
     check("layernorm d(bias)", f_layernorm, &c, c.b, gb, C_, 1e-2f, 1e-2);

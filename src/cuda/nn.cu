@@ -139,16 +139,17 @@ __global__ void residual_layernorm_forward_kernel(float *res, O *out, float *mea
     }
 }
 
-// dinp[N,d] += ... (one warp per row)
-template <int V, class W>
-__global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, const float *inp, const W *w,
+// dinp[N,d] += ... (one warp per row; G: dout's type, float or bf16)
+template <int V, class W, class G>
+__global__ void layernorm_backward_inp_kernel(float *dinp, const G *dout, const float *inp, const W *w,
                                               const float *mean, const float *rstd, long N, int d) {
     int lane = threadIdx.x & 31;
     WARP_ROWS(i, N) {
-        const float *g = dout + i * d, *x = inp + i * d;
+        const G *g = dout + i * d;
+        const float *x = inp + i * d;
         float m = mean[i], s = rstd[i], a = 0, bsum = 0, gv[V], xv[V], wv[V], dv[V];
         for (int c = V * lane; c < d; c += 32 * V) {
-            ldv<V>(gv, g, c);
+            ldwv<V>(gv, g, c);
             ldv<V>(xv, x, c);
             ldwv<V>(wv, w, c);
             for (int e = 0; e < V; e++) {
@@ -160,7 +161,7 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
         bsum = warp_sum(bsum) / d;
         float *dx = dinp + i * d;
         for (int c = V * lane; c < d; c += 32 * V) {
-            ldv<V>(gv, g, c);
+            ldwv<V>(gv, g, c);
             ldv<V>(xv, x, c);
             ldwv<V>(wv, w, c);
             ldv<V>(dv, dx, c);
@@ -180,9 +181,9 @@ __global__ void layernorm_backward_inp_kernel(float *dinp, const float *dout, co
 // block order). It replaces a warp-per-row pass that read each row twice and a column-sum pass that
 // read dout and inp once more.
 constexpr int kLnThreads = 256, kLnWarps = kLnThreads / 32;
-template <int K, class W>
+template <int K, class W, class G>
 __global__ void __launch_bounds__(kLnThreads)
-layernorm_backward_rows_kernel(float *dinp, float *part, const float *dout, const float *inp, const W *w,
+layernorm_backward_rows_kernel(float *dinp, float *part, const G *dout, const float *inp, const W *w,
                                const float *mean, const float *rstd, long N, int d, long per) {
     __shared__ float red[2][2][kLnWarps];   // [row parity][Σ g·w, Σ g·w·x̂][warp]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -191,7 +192,7 @@ layernorm_backward_rows_kernel(float *dinp, float *part, const float *dout, cons
     auto load = [&](long i) {
         #pragma unroll
         for (int k = 0; k < K; k++)
-            if (cols(k) < d) { ldv<4>(g[k], dout + i * d, cols(k)); ldv<4>(x[k], inp + i * d, cols(k)); }
+            if (cols(k) < d) { ldwv<4>(g[k], dout + i * d, cols(k)); ldv<4>(x[k], inp + i * d, cols(k)); }
     };
     #pragma unroll
     for (int k = 0; k < K; k++)
@@ -318,12 +319,13 @@ static inline bool rows4(int C, const void *p, size_t elem = 4) {
     return C % 4 == 0 && (uintptr_t)p % (4 * elem) == 0;
 }
 
-struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
-    const float *dout, *inp, *mean, *rstd;
+template <class G> struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout (G: float or bf16)
+    const G *dout;
+    const float *inp, *mean, *rstd;
     int d;
     template <int V> __device__ void terms(long i, int c, float (&v)[2][V]) const {
         float g[V], x[V];
-        ldv<V>(g, dout + i * d, c);
+        ldwv<V>(g, dout + i * d, c);
         ldv<V>(x, inp + i * d, c);
         #pragma unroll
         for (int e = 0; e < V; e++) {
@@ -331,7 +333,7 @@ struct LnParTerms {   // dw: dout·(inp − mean)·rstd, db: dout
             v[1][e] = g[e];
         }
     }
-    bool vec4() const { return rows4(d, dout) && rows4(d, inp); }
+    bool vec4() const { return rows4(d, dout, sizeof(G)) && rows4(d, inp); }
 };
 struct ColTerm {      // x[i, c]
     const float *x;
@@ -636,6 +638,12 @@ static void matmul_backward_op(float *dinp, float *dw, const void *g, const floa
     }
 }
 
+// dinp[N,C] = g·wᵀ written in bf16 alone, into the first half of its room (a --bf16 run's dln on the
+// GPT path: qkv_backward, mlp_backward; layernorm_backward reads it with dout16)
+static void dinp16_op(float *dinp, const void *g, const float *w, long N, int C, int OC) {
+    if (dinp) cu_gemm_op_c16(0, 1, (int)N, C, OC, 1.0f, g, OC, w, OC, 0.0f, cu_hg_half(dinp), C);
+}
+
 // matmul_backward_op with the bias gradient: dbias += Σ rows dout (unless NULL); dout fp32
 static void matmul_backward_bias(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                  const float *w, long N, int C, int OC, int accumulate) {
@@ -800,8 +808,8 @@ template <int V, class W, class O> static void ln_residual_forward(float *res, O
     residual_layernorm_forward_kernel<V><<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(res, out, mean, rstd, a,
                                                                                              b, w, bias, N, d);
 }
-template <int V, class W> static void ln_backward_inp(float *dinp, const float *dout, const float *inp, const W *w,
-                                                      const float *mean, const float *rstd, long N, int d) {
+template <int V, class W, class G> static void ln_backward_inp(float *dinp, const G *dout, const float *inp, const W *w,
+                                                               const float *mean, const float *rstd, long N, int d) {
     layernorm_backward_inp_kernel<V><<<grid_for(N, kWarps), kThreads, 0, cu_stream()>>>(dinp, dout, inp, w, mean,
                                                                                          rstd, N, d);
 }
@@ -848,8 +856,8 @@ extern "C" void cu_residual_layernorm_forward(float *res, float *out, float *mea
     });
 }
 
-template <int K, class W>
-static void ln_rows_launch(long R, float *dinp, float *part, const float *dout, const float *inp, const W *w,
+template <int K, class W, class G>
+static void ln_rows_launch(long R, float *dinp, float *part, const G *dout, const float *inp, const W *w,
                            const float *mean, const float *rstd, long N, int d, long per) {
     layernorm_backward_rows_kernel<K><<<(unsigned)R, kLnThreads, 0, cu_stream()>>>(dinp, part, dout, inp, w, mean,
                                                                                    rstd, N, d, per);
@@ -857,12 +865,13 @@ static void ln_rows_launch(long R, float *dinp, float *part, const float *dout, 
 
 // layernorm_backward_rows_kernel where d allows (a multiple of 4, at most 16·kLnThreads, the rows
 // float4-aligned): false where it does not
-template <class W> static bool ln_backward_rows(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                                const W *w, const float *mean, const float *rstd, long N, int d) {
+template <class W, class G>
+static bool ln_backward_rows(float *dinp, float *dw, float *db, const G *dout, const float *inp, const W *w,
+                             const float *mean, const float *rstd, long N, int d) {
     static void *buf;
     static size_t cap;
     int K = (d / 4 + kLnThreads - 1) / kLnThreads;
-    if (d % 4 || K > 4 || !dw || !db || !rows4(d, dout) || !rows4(d, inp) || !rows4(d, dinp) ||
+    if (d % 4 || K > 4 || !dw || !db || !rows4(d, dout, sizeof(G)) || !rows4(d, inp) || !rows4(d, dinp) ||
         (uintptr_t)w % (4 * sizeof(W)))
         return false;
     long R = (N + 7) / 8, most = 2L * cu_sm_count();   // blocks: 8 rows each or more, one wave of 2 an SM
@@ -884,17 +893,28 @@ template <class W> static bool ln_backward_rows(float *dinp, float *dw, float *d
     return true;
 }
 
-extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                      const float *w, const float *mean, const float *rstd, long N, int d) {
-    PROF(PROF_ELEMENTWISE);
-    if (N <= 0 || d <= 0) return;
+// ops.c's layernorm_backward for dout of type G (float, or bf16 where dout16 says so)
+template <class G>
+static void ln_backward_as(float *dinp, float *dw, float *db, const G *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, long N, int d) {
     if (cu_bf16() ? ln_backward_rows(dinp, dw, db, dout, inp, bf16_of(w), mean, rstd, N, d)
                   : ln_backward_rows(dinp, dw, db, dout, inp, w, mean, rstd, N, d))
         return;
     ln_launch(d, dinp, dout, inp, NULL, w, w, [&](auto v, auto *ww, auto *) {
         ln_backward_inp<decltype(v)::value>(dinp, dout, inp, ww, mean, rstd, N, d);
     });
-    colsum_add<2>(dw, db, N, d, LnParTerms{dout, inp, mean, rstd, d});
+    colsum_add<2>(dw, db, N, d, LnParTerms<G>{dout, inp, mean, rstd, d});
+}
+
+// dout16 on a --bf16 run: dout holds its bf16 copy alone, in the first half of its room (the GPT
+// path's dln, as qkv_backward, mlp_backward and head_loss_backward write it)
+extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, long N, int d,
+                                      int dout16) {
+    PROF(PROF_ELEMENTWISE);
+    if (N <= 0 || d <= 0) return;
+    if (dout16 && cu_bf16()) ln_backward_as(dinp, dw, db, (const uint16_t *)cu_hg_half(dout), inp, w, mean, rstd, N, d);
+    else ln_backward_as(dinp, dw, db, dout, inp, w, mean, rstd, N, d);
 }
 
 extern "C" void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
@@ -986,7 +1006,8 @@ extern "C" void cu_head_loss_backward(float *dinp, float *dw, const float *dlogi
     PROF(PROF_ELEMENTWISE);
     if (N <= 0) return;
     const uint16_t *g16 = cu_hg_half(dlogits);
-    if (dinp) cu_gemm_op(0, 0, (int)N, C, Vl, 1.0f, g16, Vl, w, C, 0.0f, dinp, C);
+    if (dinp && inp16) cu_gemm_op_c16(0, 0, (int)N, C, Vl, 1.0f, g16, Vl, w, C, 0.0f, cu_hg_half(dinp), C);
+    else if (dinp) cu_gemm_op(0, 0, (int)N, C, Vl, 1.0f, g16, Vl, w, C, 0.0f, dinp, C);
     if (dw) {
         float beta = fresh_beta(dw, (long)Vl * C);
         cu_gemm_op(1, 0, Vl, C, (int)N, 1.0f, g16, Vl, inp16 ? (const void *)inp : cu_operand(inp, N * C, 1), C, beta,
@@ -1057,7 +1078,8 @@ extern "C" void cu_mlp_backward(float *dinp, float *gwfc, float *gbfc, float *gw
     matmul_backward_op(NULL, gwproj, g, hg, cu_hg_half(hg), wproj, N, F, OC, 0);
     if (gbproj && OC > 0) colsum_add<1>(gbproj, NULL, N, OC, ColTerm{dout, OC});
     if (gbfc && F > 0) colsum_add<1>(gbfc, NULL, N, F, ColTerm16{dh16, F});
-    matmul_backward_op(dinp, gwfc, dh16, inp, cu_hg_half(inp), wfc, N, C, F, 0);
+    dinp16_op(dinp, dh16, wfc, N, C, F);
+    matmul_backward_op(NULL, gwfc, dh16, inp, cu_hg_half(inp), wfc, N, C, F, 0);
 }
 
 // out16[r, :] = bias16 for rows r < N: a block per row, V = 8 elements (16 bytes) at a time where OC
@@ -1112,7 +1134,8 @@ extern "C" void cu_qkv_backward(float *dinp, float *dw, float *dbias, const floa
     if (!cu_bf16()) { matmul_backward_bias(dinp, dw, dbias, dqkv, ln, w, N, C, OC, 0); return; }
     if (N <= 0) return;
     const uint16_t *g16 = cu_hg_half(dqkv);
-    matmul_backward_op(dinp, dw, g16, ln, cu_hg_half(ln), w, N, C, OC, 0);
+    dinp16_op(dinp, g16, w, N, C, OC);
+    matmul_backward_op(NULL, dw, g16, ln, cu_hg_half(ln), w, N, C, OC, 0);
     if (dbias && OC > 0) colsum_add<1>(dbias, NULL, N, OC, ColTerm16{g16, OC});
 }
 

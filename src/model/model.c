@@ -282,11 +282,11 @@ static long sparse_scratch_floats(const Model *M) {   // per thread, the most of
 // GELU experts' h and hg (mlp_forward, the experts: GELU's input and output, cu_gemm_gelu16; not
 // when the MoE chunks overlap: their pieces sit at fp32 offsets), with rows16 the GELU experts'
 // input rows xexp, and with out16 their outputs on the token side, ysend.
+static int gpu16(const Model *M) { return M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama; }
 enum { ROOM_ATTN, ROOM_MLP, ROOM_EXPERTS, ROOM_MOE16, ROOM_OUT16 };
 static long room(const Model *M, long n, int which) {
-    int gpu16 = M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16 && !M->llama;
     int half = which == ROOM_MOE16 ? M->moe.rows16 : which == ROOM_OUT16 ? M->moe.out16
-             : gpu16 && (which == ROOM_ATTN ? gpt_pairs(M)
+             : gpu16(M) && (which == ROOM_ATTN ? gpt_pairs(M)
                          : which == ROOM_MLP ? 1 : M->kind->hidden_mult == 1 && M->cfg.overlap_degree <= 1);
     return half ? (n + 1) / 2 : n;
 }
@@ -765,9 +765,7 @@ static void gather_logits(Model *M, long N) {
 static int fused_loss(const Model *M) { return M->ce_scale != 0 && M->topo->tp == 1; }
 // There, on a --bf16 GPU run of the GPT family, ln_f's output is kept in bf16 alone: the head's two
 // GEMMs are all that read it (layernorm_forward's gemm_input; the room stays fp32 for evaluation)
-static int lnf16(const Model *M) {
-    return fused_loss(M) && !M->llama && M->cfg.device == DEV_CUDA && M->reg.half == PREC_BF16;
-}
+static int lnf16(const Model *M) { return fused_loss(M) && gpu16(M); }
 
 // The LM head on this rank's vocabulary shard, then the parallel cross-entropy: the sum of the
 // token losses (without targets: whole rows of logits into full_logits, and 0).
@@ -876,7 +874,7 @@ static void head_backward(Model *M, long N, float lm_scale) {
     buf_zero(M->dres, sizeof(float) * N * d);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[M->L], M->lnfw, M->lnf_rstd, N);
     else layernorm_backward(M->dres, G(M->lnfw), G(M->lnfb), M->dln, M->resid[M->L], W(M->lnfw), M->lnf_mean,
-                            M->lnf_rstd, N, d);
+                            M->lnf_rstd, N, d, lnf16(M));   // lnf16: dln in bf16 (head_loss_backward)
 }
 
 // The dense FFN's backward from M->dres into M->dln (this rank's part, before the TP sum).
@@ -921,22 +919,25 @@ static void block_backward(Model *M, int l, float lm_scale, float aux_scale, flo
     if (M->cfg.activation_checkpointing) block_forward(M, l, B, T, 1);
     watchdog_block(l, b->moe, "backward");
     pack_block(M, l, B, T, 1);
-    // FFN: dres holds d(out); the residual passes it to d(mid) unchanged
+    // FFN: dres holds d(out); the residual passes it to d(mid) unchanged. dln, the gradient at a
+    // LayerNorm's output, is bf16 alone where one GEMM writes it on a --bf16 GPU run (the dense
+    // MLP's, c_attn's: ops.h), summed over TP so (an MoE layer adds several into fp32)
+    int ffn16 = !b->moe && gpu16(M), attn16 = gpt_pairs(M) && gpu16(M);
     if (b->moe) {
         MoeWeights w = moe_weights(M, l);
         moe_layer_backward(&M->moe, &w, &x->moe, x->ln2, M->dres, M->dln, N, lm_scale, aux_scale, z_scale);
     } else {
         ffn_backward(M, l, N);
-        comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+        comm_allreduce(tp_group(M), M->dln, N * d, ffn16 ? DT_BF16 : DT_F32);
     }
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, x->mid, b->ln2w, x->ln2_rstd, N);
     else layernorm_backward(M->dres, G(b->ln2w), G(b->ln2b), M->dln, x->mid, W(b->ln2w), x->ln2_mean, x->ln2_rstd,
-                            N, d);
+                            N, d, ffn16);
     attn_backward(M, l, B, T);
-    comm_allreduce(tp_group(M), M->dln, N * d, DT_F32);
+    comm_allreduce(tp_group(M), M->dln, N * d, attn16 ? DT_BF16 : DT_F32);
     if (M->llama) llama_norm_backward(M, M->dres, M->dln, M->resid[l], b->ln1w, x->ln1_rstd, N);
     else layernorm_backward(M->dres, G(b->ln1w), G(b->ln1b), M->dln, M->resid[l], W(b->ln1w), x->ln1_mean,
-                            x->ln1_rstd, N, d);
+                            x->ln1_rstd, N, d, attn16);
     stage_out(M, l + 1);
     grads_ready(M, b->p0, b->p1);
 }

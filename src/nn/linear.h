@@ -21,7 +21,7 @@ void linear_bias_backward(float *db, const float *dout, long ldo, long N, int OC
 // gemm_input), read as it is by both.
 void head_loss_forward(float *losses, float *logits, float *stats, const float *inp, int inp16, const float *w,
                        const int *targets, long N, int C, int V, int Vl, float scale);
-// Its backward: dinp[N,C] written, dw[Vl,C] += dlogitsᵀ·inp (linear_backward), dlogits as
-// head_loss_forward leaves it.
+// Its backward: dinp[N,C] written (inp16: in bf16 alone, as qkv_backward's), dw[Vl,C] +=
+// dlogitsᵀ·inp (linear_backward), dlogits as head_loss_forward leaves it.
 void head_loss_backward(float *dinp, float *dw, const float *dlogits, const float *inp, int inp16, const float *w,
                         long N, int C, int Vl);

@@ -95,8 +95,8 @@ void matmul_backward_x16(float *dinp, float *dw, const float *dout, const float 
 }
 
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, long N, int d) {
-    ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d));
+                        const float *w, const float *mean, const float *rstd, long N, int d, int dout16) {
+    ON_GPU(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d, dout16));
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < N; i++) {
         const float *g = dout + i * d, *x = inp + i * d;

@@ -33,9 +33,10 @@ void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd
 void matmul_forward_x16(float *out, const float *inp, const float *w, long N, int C, int OC);
 void matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w, long N, int C,
                          int OC, int accumulate);
-// dinp += ..., dw += ..., db += ...
+// dinp += ..., dw += ..., db += ... dout16: dout as qkv_backward, mlp_backward and head_loss_backward
+// (inp16) write it, on a --bf16 GPU run its bf16 copy alone, in the first half of its room
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, long N, int d);
+                        const float *w, const float *mean, const float *rstd, long N, int d, int dout16);
 
 // out[N,OC] = inp[N,C]·w[C,OC] + bias[OC] (+ out if accumulate); bias may be NULL
 void matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C,
@@ -62,7 +63,8 @@ void qkv_forward(float *qkv, float *ln, float *mean, float *rstd, const float *i
                  const float *w, const float *bias, long N, int C, int OC);
 // Its GEMMs' backward: matmul_backward from dqkv[N,OC] (dinp written, not added), dqkv as
 // attn_proj_backward leaves it and ln as qkv_forward leaves it (the LayerNorm's backward reads
-// inp, mean and rstd: layernorm_backward).
+// inp, mean and rstd: layernorm_backward). On a --bf16 GPU run dinp is written in bf16 alone (in
+// the first half of its room: layernorm_backward's dout16; a TP sum adds it as DT_BF16).
 void qkv_backward(float *dinp, float *dw, float *dbias, const float *dqkv, const float *ln, const float *w, long N,
                   int C, int OC);
 // Attention and its output projection, the pair the GPT block runs: atty = attention(qkv), then
@@ -95,7 +97,8 @@ void matmul_bias_gelu_backward(float *dinp, float *dw, float *dbias, float *dh, 
 // residual_layernorm_forward leaves it with gemm_input (on a --bf16 GPU run its bf16 copy alone).
 // On a --bf16 GPU run hg holds only its bf16 copy (in the first half of its room), which the
 // second GEMM and mlp_backward read: hg is for these two ops alone. Its backward: dh[N,F] = dout·wprojᵀ, gwproj += hgᵀ·dout, gbproj += Σ rows
-// dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C].
+// dout (gbproj may be NULL), then matmul_bias_gelu_backward from dh (in place) into dinp[N,C]
+// (on a --bf16 GPU run in bf16 alone, as qkv_backward's).
 // dh is scratch: on a --bf16 GPU run it ends holding dout·wprojᵀ, the GELU's gradient going to
 // the GEMMs in bf16 only.
 void mlp_forward(float *out, float *h, float *hg, const float *inp, const float *wfc, const float *bfc,

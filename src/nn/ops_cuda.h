@@ -34,7 +34,7 @@ void cu_matmul_forward_x16(float *out, const float *inp, const float *w, long N,
 void cu_matmul_backward_x16(float *dinp, float *dw, const float *dout, const float *inp, const float *w, long N,
                             int C, int OC, int accumulate);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, long N, int d);
+                           const float *mean, const float *rstd, long N, int d, int dout16);
 void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, long N, int C, int OC,
                        int accumulate);
 void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
