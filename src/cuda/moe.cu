@@ -477,7 +477,8 @@ extern "C" void cu_experts_forward(int El, int d, int f, const float *wfc, const
     // h = xin·wfc (beta 0), then one pass over the rows [r0, R): h += bfc, hg = GELU(h); a bf16 run
     // keeps h and hg in bf16 only, where they are (cu_hg_half), from GEMMs with GELU's epilogue
     uint16_t *hg16 = cu_bf16() ? cu_hg_half(hg) : NULL;
-    if (hg16) fc_gelu16(El, d, f, rows16 ? (const void *)xin : cu_operand(xin, R * d, 0), wfc, bfc, cu_hg_half(h), hg16, off);
+    const void *x16 = rows16 ? (const void *)xin : cu_operand(xin, R * d, 0);   // rows16: bf16 already
+    if (hg16) fc_gelu16(El, d, f, x16, wfc, bfc, cu_hg_half(h), hg16, off);
     else {
         point(off, El, xin, d, 0, wfc, (long)d * f, 1, h, f, 0);
         cu_gemm_grouped(0, 0, El, g_M, g_f, g_d, g_A, d, g_B, f, 0.0f, g_C, 0, f);
@@ -517,7 +518,8 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     const void *gy = rows16 ? (const void *)dy : cu_operand(dy, R * d, 0);   // rows16: dy in bf16 already
     // gwproj += hgᵀ·dy (a bf16 run: hg's bf16 copy, cu_hg_half)
     point(off, El, cu_bf16() ? (const void *)cu_hg_half(hg) : hg, f, 0, gy, d, 0, gwproj, (long)f * d, 1);
-    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, experts_grad_beta(El, g_f, g_d, g_M), g_C, 0, d);   // K = rows
+    float beta = experts_grad_beta(El, g_f, g_d, g_M);
+    cu_gemm_grouped(1, 0, El, g_f, g_d, g_M, g_A, f, g_B, d, beta, g_C, 0, d);   // K = rows
     // gbproj += Σ rows dy (a bf16 run: of the bf16 dy its GEMMs read, whether given or copied)
     if (proj_bias && cu_bf16()) cu_experts_bias_grad16(gbproj, (const uint16_t *)gy, off, El, d);
     else if (proj_bias) cu_experts_bias_grad(gbproj, dy, off, El, d);
@@ -540,5 +542,6 @@ extern "C" void cu_experts_backward(int El, int d, int f, const float *wfc, cons
     cu_gemm_grouped(0, 1, El, g_M, g_d, g_f, g_A, f, g_B, f, 0.0f, g_C, out16, d);
     // gwfc += xinᵀ·dhg
     point(off, El, rows16 ? (const void *)xin : cu_operand(xin, R * d, 1), d, 0, gh, f, 0, gwfc, (long)d * f, 1);
-    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, experts_grad_beta(El, g_d, g_f, g_M), g_C, 0, f);   // K = rows
+    beta = experts_grad_beta(El, g_d, g_f, g_M);
+    cu_gemm_grouped(1, 0, El, g_d, g_f, g_M, g_A, d, g_B, f, beta, g_C, 0, f);   // K = rows
 }

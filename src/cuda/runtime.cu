@@ -182,8 +182,8 @@ static void gemm(int lt, int transA, int transB, int M, int N, int K, float alph
                                   c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
     else
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb, ta, N, M, K, &alpha, B, op_type(), ldb, sB, A, op_type(),
-                                                lda, sA, &beta, C, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, sC, batch, compute,
-                                                CUBLAS_GEMM_DEFAULT));
+                                                lda, sA, &beta, C, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, sC, batch,
+                                                compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void cu_gemm_op(int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda, const void *B,

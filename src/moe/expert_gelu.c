@@ -17,8 +17,8 @@ static const ExpertTensor gelu_tensors[] = {
 
 static void gelu_expert_forward(const Experts *x, float *h, float *hg, float *y, const float *xin, const long *off,
                                 int proj_bias) {
-    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, x->rows16, x->out16, off,
-                              proj_bias));
+    ON_GPU(cu_experts_forward(x->El, x->d, x->f, x->wfc, x->bfc, x->wproj, x->bproj, h, hg, y, xin, x->rows16,
+                              x->out16, off, proj_bias));
     int d = x->d, f = x->f;
     for (int e = 0; e < x->El; e++) {
         long r0 = off[e], n = off[e + 1] - off[e];
