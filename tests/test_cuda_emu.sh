@@ -295,9 +295,9 @@ TED_OPT_OVERLAP=1 run tp2-overlap "${MPIRUN[@]}" -np 2 -x TED_OPT_OVERLAP -x TED
   --device cuda --bf16 --tp 2
 check "bf16 2 emulated ranks (tp 2): AdamW beside the next forward = in one launch" "$TED_TMP/tp2.jsonl" \
   "$TED_TMP/tp2-overlap.jsonl" 0
-run ep2 "${MPIRUN[@]}" -np 2 "$TED_EMU" train "${model[@]}" --device cuda --bf16 --ep 2 --micro-batch 2
-TED_MOE_ROWS16=0 run ep2-rows32 "${MPIRUN[@]}" -np 2 -x TED_MOE_ROWS16 "$TED_EMU" train "${model[@]}" --device cuda \
-  --bf16 --ep 2 --micro-batch 2
+ep2=("$TED_EMU" train "${model[@]}" --device cuda --bf16 --ep 2 --micro-batch 2 --steps 2 --eval-every 2)
+run ep2 "${MPIRUN[@]}" -np 2 "${ep2[@]}"
+TED_MOE_ROWS16=0 run ep2-rows32 "${MPIRUN[@]}" -np 2 -x TED_MOE_ROWS16 "${ep2[@]}"
 check "bf16 2 emulated ranks (ep 2): expert rows exchanged in bf16 = fp32 and casts" "$TED_TMP/ep2.jsonl" \
   "$TED_TMP/ep2-rows32.jsonl" 0
 run b20-4 "${MPIRUN[@]}" -np 4 "$TED_EMU" train "${bf[@]}" --micro-batch 2 --tp 2 --ep 2
