@@ -174,35 +174,31 @@ void dispatch_forward(float *xin, const float *x, const int *row, long N, int k,
             if (row[t * k + j] >= 0) memcpy((char *)xin + row[t * k + j] * bytes, (const char *)x + t * bytes, bytes);
 }
 
+// o[0..d) += g · row r of src (half: src's rows are bf16), the element type chosen once a row
+static inline void add_row(float *o, float g, const float *src, int half, long r, int d) {
+    if (half) {
+        const uint16_t *s = (const uint16_t *)src + r * d;
+        for (int c = 0; c < d; c++) o[c] += g * bf16_to_f32(s[c]);
+    } else {
+        const float *s = src + r * d;
+        for (int c = 0; c < d; c++) o[c] += g * s[c];
+    }
+}
+
 void dispatch_backward(float *dx, const float *dxin, const int *row, long N, int k, int d, int half) {
     ON_GPU(cu_dispatch_backward(dx, dxin, row, N, k, d, half));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
-        for (int j = 0; j < k; j++) {
-            if (row[t * k + j] < 0) continue;
-            long r = row[t * k + j];
-            const float *s = dxin + r * d;
-            const uint16_t *s16 = (const uint16_t *)dxin + r * d;
-            float *o = dx + t * d;
-            for (int c = 0; c < d; c++) o[c] += half ? bf16_to_f32(s16[c]) : s[c];
-        }
-}
-
-// y's element c of row r: y16, bf16 rows
-static inline float y_at(const float *y, int y16, long r, int d, int c) {
-    return y16 ? bf16_to_f32(((const uint16_t *)y)[r * d + c]) : y[r * d + c];
+        for (int j = 0; j < k; j++)
+            if (row[t * k + j] >= 0) add_row(dx + t * d, 1.0f, dxin, half, row[t * k + j], d);   // 1·x is x
 }
 
 void combine_forward(float *out, const float *y, const float *gate, const int *row, long N, int k, int d, int y16) {
     ON_GPU(cu_combine_forward(out, y, gate, row, N, k, d, y16));
     #pragma omp parallel for schedule(static)
     for (long t = 0; t < N; t++)
-        for (int j = 0; j < k; j++) {
-            long r = row[t * k + j];
-            if (r < 0) continue;
-            float g = gate[t * k + j], *o = out + t * d;
-            for (int c = 0; c < d; c++) o[c] += g * y_at(y, y16, r, d, c);
-        }
+        for (int j = 0; j < k; j++)
+            if (row[t * k + j] >= 0) add_row(out + t * d, gate[t * k + j], y, y16, row[t * k + j], d);
 }
 
 void combine_backward(float *dy, float *dgate, const float *dout, const float *y, const float *gate,
@@ -224,9 +220,10 @@ void combine_backward(float *dy, float *dgate, const float *dout, const float *y
                 #pragma omp simd
                 for (int c = 0; c < d; c++) dr[c] = g * go[c];
             }
-            if (y16)
-                for (int c = 0; c < d; c++) dot += y_at(y, 1, r, d, c) * go[c];
-            else {
+            if (y16) {
+                const uint16_t *y16r = (const uint16_t *)y + (long)r * d;
+                for (int c = 0; c < d; c++) dot += bf16_to_f32(y16r[c]) * go[c];
+            } else {
                 #pragma omp simd reduction(+ : dot)
                 for (int c = 0; c < d; c++) dot += yr[c] * go[c];
             }
